@@ -1,0 +1,12 @@
+"""The one exception type for mistakes a user can make (bad files, bad fields, bad patches)."""
+
+
+class JudgeError(Exception):
+    """A user-facing error: the message names the file, field or hunk, and fits on one line."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message

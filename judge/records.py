@@ -1,0 +1,212 @@
+"""Pydantic models of every record judge keeps: proposals, sharks and their rubrics, votes, outcomes."""
+
+from __future__ import annotations
+
+import enum
+import re
+from decimal import Decimal
+from typing import Annotated, Literal, Optional
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import JudgeError
+
+SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+class Outcome(str, enum.Enum):
+    """What happened to a proposal in a round; the order is how far it got."""
+
+    PATCH_FAILED = "patch-failed"
+    COMPILE_ERROR = "compile-error"
+    INCORRECT = "incorrect"
+    CRASHED = "crashed"
+    TIMED_OUT = "timed-out"
+    SLOWER = "slower"
+    UNCHANGED = "unchanged"
+    FASTER = "faster"
+    NOT_RUN = "not-run"
+
+    @property
+    def eliminates(self) -> bool:
+        """A proposal leaves the contest on every measured verdict except 'faster'; not-run keeps it pending."""
+        return self not in (Outcome.FASTER, Outcome.NOT_RUN)
+
+
+OUTCOME_MEANING = {
+    Outcome.PATCH_FAILED: "the patch touches another file, is binary, or its hunks do not apply to the round's base",
+    Outcome.COMPILE_ERROR: "the patched kernel does not compile for the target's architecture",
+    Outcome.INCORRECT: "the output differs from the reference beyond tolerance, has NaN/Inf, or is stale",
+    Outcome.CRASHED: "the kernel's process died: a Python exception, a CUDA fault, or an exit mid-run",
+    Outcome.TIMED_OUT: "a stage ran past its wall-clock limit and its process was killed",
+    Outcome.SLOWER: "correct, and significantly slower than the base (95% interval of the geomean below 1)",
+    Outcome.UNCHANGED: "correct, and the 95% interval of the geomean speedup contains 1.0",
+    Outcome.FASTER: "correct, and significantly faster than the base (95% interval above 1)",
+    Outcome.NOT_RUN: "a stage could not run here (e.g. needs sm_100, this machine has none); the proposal stays pending",
+}
+
+CATEGORIES = ("pipeline", "tiling", "epilogue", "scheduling", "cluster", "memory", "other")
+
+
+def _exact(value):
+    """Read numbers as the decimal the user wrote (0.4 stays 0.4), so score arithmetic is exact."""
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Decimal(value)
+    return value
+
+
+ExactNumber = Annotated[Decimal, BeforeValidator(_exact)]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class Claim(_Record):
+    """A claimed speedup range (before/after), overall and optionally per benchmark index."""
+
+    low: float = Field(gt=0)
+    high: float = Field(gt=0)
+    per_benchmark: dict[int, tuple[float, float]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) is above high ({self.high})")
+        for index, (low, high) in self.per_benchmark.items():
+            if not 0 < low <= high:
+                raise ValueError(f"per_benchmark[{index}] must be 0 < low <= high, got [{low}, {high}]")
+        return self
+
+
+class Proposal(_Record):
+    """One revision of a pitch; with a patch it can be evaluated, without one it can only be voted on."""
+
+    id: str
+    title: str = Field(min_length=1)
+    author: str = Field(min_length=1)
+    round: int = Field(ge=1)
+    target: str = Field(min_length=1)
+    category: str = "other"
+    confidence: Optional[float] = Field(default=None, ge=0, le=1)
+    parent: Optional[str] = None
+    risks: list[str] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list)
+    claim: Optional[Claim] = None
+    pitch: str = ""
+    patch: Optional[str] = None
+
+    @field_validator("id")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        if not SLUG.match(value):
+            raise ValueError("must be a slug: lowercase letters, digits and hyphens, starting with a letter or digit")
+        return value
+
+    @field_validator("parent", mode="before")
+    @classmethod
+    def _empty_parent(cls, value):
+        return value or None
+
+    @field_validator("category")
+    @classmethod
+    def _category(cls, value: str) -> str:
+        if value not in CATEGORIES:
+            raise ValueError(f"must be one of {', '.join(CATEGORIES)}")
+        return value
+
+    @property
+    def has_patch(self) -> bool:
+        return bool(self.patch and self.patch.strip())
+
+
+class Criterion(_Record):
+    """One named, weighted criterion of a rubric; `bound` lets the judge fill the score from a measurement."""
+
+    name: str
+    weight: ExactNumber = Field(gt=0, le=1)
+    description: str = ""
+    bound: Optional[Literal["speedup", "correctness"]] = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.match(r"^[a-z][a-z0-9_]*$", value):
+            raise ValueError("must be lowercase letters, digits and underscores, starting with a letter")
+        return value
+
+
+class Shark(_Record):
+    """A judging agent and its rubric: criteria whose weights sum to exactly 1."""
+
+    name: str
+    title: str = ""
+    description: str = ""
+    criteria: list[Criterion] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        if not SLUG.match(value):
+            raise ValueError("must be a slug: lowercase letters, digits and hyphens")
+        return value
+
+    @model_validator(mode="after")
+    def _weights(self):
+        names = [c.name for c in self.criteria]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"criteria named twice: {', '.join(duplicates)}")
+        total = sum(c.weight for c in self.criteria)
+        if total != Decimal(1):
+            raise ValueError(f"criteria weights sum to {total}, not 1")
+        return self
+
+    def criterion(self, name: str) -> Criterion:
+        return next(c for c in self.criteria if c.name == name)
+
+
+class Vote(_Record):
+    """A shark's scores (0-10 per criterion) for one proposal, its funding decision, and the total it stated."""
+
+    shark: str
+    proposal: str
+    revision: Optional[int] = Field(default=None, ge=1)
+    scores: dict[str, ExactNumber]
+    fund: bool = False
+    notes: str = ""
+    stated_total: Optional[ExactNumber] = None
+
+    @field_validator("scores")
+    @classmethod
+    def _range(cls, scores: dict[str, Decimal]) -> dict[str, Decimal]:
+        for name, score in scores.items():
+            if not Decimal(0) <= score <= Decimal(10):
+                raise ValueError(f"score for '{name}' is {score}, outside 0-10")
+        return scores
+
+
+def validation_message(source: str, error: ValidationError) -> str:
+    """One line naming the file, the field and the reason, from pydantic's error list."""
+    errors = error.errors()
+    first = errors[0]
+    field = ".".join(str(part) for part in first["loc"]) or "(record)"
+    reason = first["msg"]
+    if reason.startswith("Value error, "):
+        reason = reason[len("Value error, "):]
+    if first["type"] == "missing":
+        reason = "required field is missing"
+    elif first["type"] == "extra_forbidden":
+        reason = "unknown field"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{source}: field '{field}': {reason}{more}"
+
+
+def parse(model: type[BaseModel], data: dict, source: str):
+    """Validate `data` as `model`, turning pydantic's errors into a one-line JudgeError naming `source`."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise JudgeError(validation_message(source, error)) from None

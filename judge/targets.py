@@ -1,0 +1,197 @@
+"""Loads a target: a GPU MODE problem directory as it is, plus judge's optional `judge.toml` beside it."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import JudgeError
+
+SUBMISSION = "@SUBMISSION@"
+METADATA_FILE = "judge.toml"
+
+
+@dataclass
+class Limits:
+    """Wall-clock seconds each stage's child process may run before it is killed."""
+
+    compile_s: float = 300.0
+    check_s: float = 300.0
+    timing_s: float = 600.0
+
+
+@dataclass
+class Target:
+    """Everything judge needs to know about one kernel problem."""
+
+    name: str
+    path: Path
+    kernel_file: str
+    arch: str
+    tests: list[dict[str, Any]]
+    benchmarks: list[dict[str, Any]]
+    files: list[tuple[str, str]]
+    rtol: float | None = None
+    atol: float | None = None
+    limits: Limits = field(default_factory=Limits)
+    speed_of_light_us: list[float] = field(default_factory=list)
+    compile_entry: str | None = None
+    ranking_by: str = "geom"
+
+    @property
+    def kernel_path(self) -> Path:
+        return self.path / self.kernel_file
+
+    def kernel_source(self) -> str:
+        return self.kernel_path.read_text()
+
+    def benchmark_label(self, index: int) -> str:
+        return spec_label(self.benchmarks[index])
+
+    def fingerprint(self) -> str:
+        """Hash of the files that define the problem (not the kernel), so a changed reference is noticed."""
+        digest = hashlib.sha256()
+        for name, source in self.files:
+            if source == SUBMISSION:
+                continue
+            digest.update(name.encode())
+            digest.update((self.path / source).read_bytes())
+        return digest.hexdigest()[:16]
+
+    def assemble(self, dest: Path, kernel_source: str) -> Path:
+        """Write a runnable directory: the task's files, with `kernel_source` as the kernel file."""
+        dest.mkdir(parents=True, exist_ok=True)
+        for name, source in self.files:
+            out = dest / name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if source == SUBMISSION:
+                out.write_text(kernel_source)
+            else:
+                shutil.copyfile(self.path / source, out)
+        return dest
+
+
+def spec_label(spec: dict[str, Any]) -> str:
+    """A short human name for a test or benchmark spec: lists that vary show their range."""
+    parts = []
+    for key, value in spec.items():
+        if key == "seed":
+            continue
+        if isinstance(value, (list, tuple)):
+            values = list(value)
+            if not values:
+                continue
+            if all(v == values[0] for v in values):
+                parts.append(f"{key}={values[0]}")
+            else:
+                parts.append(f"{key}={min(values)}..{max(values)}")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise JudgeError(f"{path}: not found (a target needs task.yml)") from None
+    except yaml.YAMLError as error:
+        raise JudgeError(f"{path}: not valid YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise JudgeError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _read_metadata(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise JudgeError(f"{path}: not valid TOML: {error}") from None
+
+
+def load_target(path: str | Path) -> Target:
+    """Read `task.yml` and optional `judge.toml`; any GPU MODE problem directory loads unchanged."""
+    path = Path(path).resolve()
+    if not path.is_dir():
+        raise JudgeError(f"{path}: target directory not found")
+    task = _read_yaml(path / "task.yml")
+    meta = _read_metadata(path / METADATA_FILE)
+    where = path / METADATA_FILE
+
+    kernel_file = meta.get("kernel_file", "submission.py")
+    raw_files = task.get("files")
+    if raw_files:
+        files = []
+        for entry in raw_files:
+            if not isinstance(entry, dict) or "name" not in entry or "source" not in entry:
+                raise JudgeError(f"{path / 'task.yml'}: field 'files': each entry needs 'name' and 'source'")
+            files.append((entry["name"], entry["source"]))
+        for name, source in files:
+            if source != SUBMISSION and not (path / source).is_file():
+                raise JudgeError(f"{path / 'task.yml'}: field 'files': source '{source}' of '{name}' not found")
+        submission_names = [name for name, source in files if source == SUBMISSION]
+        if submission_names:
+            kernel_name = submission_names[0]
+            files = [(n, s) for n, s in files if s != SUBMISSION] + [(kernel_name, SUBMISSION)]
+    else:
+        files = [(p.name, p.name) for p in sorted(path.glob("*.py")) if p.name != kernel_file]
+        files.append((kernel_file, SUBMISSION))
+    if not (path / kernel_file).is_file():
+        raise JudgeError(f"{where}: field 'kernel_file': '{kernel_file}' not found in {path}")
+
+    for key in ("tests", "benchmarks"):
+        specs = task.get(key) or []
+        if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs):
+            raise JudgeError(f"{path / 'task.yml'}: field '{key}': must be a list of keyword-argument mappings")
+
+    tolerance = meta.get("tolerance", {})
+    limits_meta = meta.get("limits", {})
+    unknown = set(limits_meta) - {"compile_s", "check_s", "timing_s"}
+    if unknown:
+        raise JudgeError(f"{where}: field 'limits.{sorted(unknown)[0]}': unknown limit")
+    limits = Limits(
+        compile_s=float(limits_meta.get("compile_s", 300)),
+        check_s=float(limits_meta.get("check_s", task.get("test_timeout", 300))),
+        timing_s=float(limits_meta.get("timing_s", task.get("benchmark_timeout", 600))),
+    )
+    benchmarks = task.get("benchmarks") or []
+    sol = [float(x) for x in meta.get("speed_of_light_us", [])]
+    if sol and len(sol) != len(benchmarks):
+        raise JudgeError(
+            f"{where}: field 'speed_of_light_us': {len(sol)} values for {len(benchmarks)} benchmarks"
+        )
+    arch = str(meta.get("arch", "any"))
+    return Target(
+        name=meta.get("name", path.name),
+        path=path,
+        kernel_file=kernel_file,
+        arch=arch,
+        tests=list(task.get("tests") or []),
+        benchmarks=list(benchmarks),
+        files=files,
+        rtol=tolerance.get("rtol"),
+        atol=tolerance.get("atol"),
+        limits=limits,
+        speed_of_light_us=sol,
+        compile_entry=(meta.get("compile") or {}).get("entry"),
+        ranking_by=str(task.get("ranking_by", "geom")),
+    )
+
+
+def find_target(name_or_path: str, kernels_dir: Path) -> Target:
+    """A target by directory name under `kernels_dir`, or by an explicit path."""
+    candidate = Path(name_or_path)
+    if candidate.is_dir():
+        return load_target(candidate)
+    under = kernels_dir / name_or_path
+    if under.is_dir():
+        return load_target(under)
+    raise JudgeError(f"target '{name_or_path}': no directory {under} (targets live under {kernels_dir}/)")
