@@ -1,0 +1,449 @@
+"""The SQLite ledger: every proposal revision, shark, vote, round, run and evaluation judge has seen.
+
+Results are append-only: a re-run adds a new evaluation and never rewrites an old one. Each
+multi-row write is one transaction, so killing judge at any moment loses no finished result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import socket
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import sqlite_utils
+
+from . import __version__
+from .errors import JudgeError
+from .migrations import migrate
+from .records import Proposal, Shark, Vote
+from .stages import StageResult
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+@dataclass
+class Submitted:
+    """What `submit` did: a new proposal, a new revision of one, or nothing (same content as the latest)."""
+
+    proposal_id: str
+    revision: int
+    revision_id: int
+    status: str  # "new" | "revised" | "unchanged"
+
+
+class Ledger:
+    """One ledger.db: open it, and every table is migrated to the current schema."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            conn = sqlite3.connect(str(self.path), timeout=60)
+        except sqlite3.OperationalError as error:
+            raise JudgeError(f"{self.path}: cannot open ledger: {error}") from None
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA busy_timeout = 60000")
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA foreign_keys = ON")
+        migrate(self.db)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite_utils.Database]:
+        """One write transaction, taken immediately so two processes queue instead of failing."""
+        if self.db.conn.in_transaction:
+            with self.db.atomic():
+                yield self.db
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            if self.db.conn.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+        else:
+            self.db.execute("COMMIT")
+
+    def query(self, sql: str, params: dict | tuple = ()) -> list[dict]:
+        return list(self.db.query(sql, params))
+
+    # proposals ------------------------------------------------------------
+
+    def submit(self, proposal: Proposal, source: str) -> Submitted:
+        """Record a proposal; changed content becomes a new revision, nothing is overwritten."""
+        content = proposal.model_dump(mode="json")
+        digest = sha256(_json(content))
+        with self.transaction() as db:
+            latest = self.latest_revision(proposal.id)
+            if latest and latest["content_sha256"] == digest:
+                return Submitted(proposal.id, latest["revision"], latest["id"], "unchanged")
+            if latest is None:
+                db["proposals"].insert(
+                    {"id": proposal.id, "author": proposal.author, "first_round": proposal.round, "created_at": now()}
+                )
+            number = 1 if latest is None else latest["revision"] + 1
+            claim = proposal.claim
+            row = {
+                "proposal_id": proposal.id,
+                "revision": number,
+                "round": proposal.round,
+                "title": proposal.title,
+                "author": proposal.author,
+                "target": proposal.target,
+                "category": proposal.category,
+                "confidence": proposal.confidence,
+                "parent": proposal.parent,
+                "claim_low": claim.low if claim else None,
+                "claim_high": claim.high if claim else None,
+                "claim_json": _json(claim.model_dump(mode="json")) if claim else None,
+                "risks_json": _json(proposal.risks),
+                "references_json": _json(proposal.references),
+                "pitch": proposal.pitch,
+                "patch": proposal.patch if proposal.has_patch else None,
+                "content_sha256": digest,
+                "source": source,
+                "submitted_at": now(),
+            }
+            revision_id = db["revisions"].insert(row).last_pk
+        return Submitted(proposal.id, number, revision_id, "new" if latest is None else "revised")
+
+    def latest_revision(self, proposal_id: str) -> dict | None:
+        rows = self.query(
+            "select * from revisions where proposal_id = ? order by revision desc limit 1", (proposal_id,)
+        )
+        return rows[0] if rows else None
+
+    def revision(self, revision_id: int) -> dict:
+        return self.db["revisions"].get(revision_id)
+
+    def revision_history(self, proposal_id: str) -> list[dict]:
+        return self.query("select * from revisions where proposal_id = ? order by revision", (proposal_id,))
+
+    def current_revisions(self, round: int | None = None, target: str | None = None) -> list[dict]:
+        """The latest revision of each proposal, optionally only those of one round and target."""
+        sql = """
+            select r.* from revisions r
+            join (select proposal_id, max(revision) as revision from revisions group by proposal_id) latest
+              on latest.proposal_id = r.proposal_id and latest.revision = r.revision
+            where (:round is null or r.round = :round) and (:target is null or r.target = :target)
+            order by r.round, r.proposal_id
+        """
+        return self.query(sql, {"round": round, "target": target})
+
+    def all_revisions(self) -> list[dict]:
+        return self.query("select * from revisions order by proposal_id, revision")
+
+    # sharks and votes -----------------------------------------------------
+
+    def add_shark(self, shark: Shark, source: str) -> tuple[int, int, str]:
+        """Record a shark; a changed rubric becomes a new version, earlier votes keep theirs."""
+        content = shark.model_dump(mode="json")
+        digest = sha256(_json(content))
+        with self.transaction() as db:
+            rows = self.query("select * from sharks where name = ? order by version desc limit 1", (shark.name,))
+            if rows and rows[0]["content_sha256"] == digest:
+                return rows[0]["id"], rows[0]["version"], "unchanged"
+            version = rows[0]["version"] + 1 if rows else 1
+            shark_id = db["sharks"].insert(
+                {
+                    "name": shark.name,
+                    "version": version,
+                    "title": shark.title,
+                    "description": shark.description,
+                    "rubric_json": _json([c.model_dump(mode="json") for c in shark.criteria]),
+                    "content_sha256": digest,
+                    "created_at": now(),
+                }
+            ).last_pk
+        return shark_id, version, "new" if not rows else "revised"
+
+    def shark(self, name: str, version: int | None = None) -> tuple[dict, Shark]:
+        if version is None:
+            rows = self.query("select * from sharks where name = ? order by version desc limit 1", (name,))
+        else:
+            rows = self.query("select * from sharks where name = ? and version = ?", (name, version))
+        if not rows:
+            raise JudgeError(f"shark '{name}' is not in the ledger (add it with 'judge shark add FILE')")
+        return rows[0], shark_from_row(rows[0])
+
+    def shark_by_id(self, shark_id: int) -> tuple[dict, Shark]:
+        row = self.db["sharks"].get(shark_id)
+        return row, shark_from_row(row)
+
+    def sharks(self) -> list[dict]:
+        return self.query(
+            "select s.* from sharks s join (select name, max(version) v from sharks group by name) l "
+            "on l.name = s.name and l.v = s.version order by s.name"
+        )
+
+    def cast_vote(self, vote: Vote, shark_id: int, revision_id: int, round: int, source: str) -> int:
+        with self.transaction() as db:
+            return db["votes"].insert(
+                {
+                    "shark_id": shark_id,
+                    "revision_id": revision_id,
+                    "proposal_id": vote.proposal,
+                    "round": round,
+                    "scores_json": _json({k: str(v) for k, v in vote.scores.items()}),
+                    "fund": int(vote.fund),
+                    "notes": vote.notes,
+                    "stated_total": str(vote.stated_total) if vote.stated_total is not None else None,
+                    "source": source,
+                    "cast_at": now(),
+                }
+            ).last_pk
+
+    def votes(self, round: int | None = None, proposal_id: str | None = None) -> list[dict]:
+        """Each shark's latest vote per proposal revision (a re-vote is kept but supersedes the earlier)."""
+        sql = """
+            select v.*, s.name as shark_name, s.version as shark_version from votes v
+            join sharks s on s.id = v.shark_id
+            where v.id in (select max(v2.id) from votes v2 join sharks s2 on s2.id = v2.shark_id
+                           group by s2.name, v2.revision_id)
+              and (:round is null or v.round = :round)
+              and (:proposal is null or v.proposal_id = :proposal)
+            order by v.round, v.proposal_id, s.name
+        """
+        return self.query(sql, {"round": round, "proposal": proposal_id})
+
+    # rounds and runs -------------------------------------------------------
+
+    def round_row(self, target: str, round: int) -> dict | None:
+        rows = self.query("select * from rounds where target = ? and round = ?", (target, round))
+        return rows[0] if rows else None
+
+    def rounds(self, target: str | None = None) -> list[dict]:
+        return self.query(
+            "select * from rounds where (:t is null or target = :t) order by target, round", {"t": target}
+        )
+
+    def create_round(self, target: str, round: int, base_source: str, base_origin: str) -> dict:
+        """Freeze a round's base kernel the first time the round runs; later calls return it unchanged."""
+        with self.transaction() as db:
+            existing = self.round_row(target, round)
+            if existing:
+                return existing
+            db["rounds"].insert(
+                {
+                    "target": target,
+                    "round": round,
+                    "base_sha256": sha256(base_source),
+                    "base_source": base_source,
+                    "base_origin": base_origin,
+                    "created_at": now(),
+                }
+            )
+        return self.round_row(target, round)
+
+    def set_winner(self, round_id: int, revision_id: int | None) -> None:
+        with self.transaction() as db:
+            db["rounds"].update(round_id, {"winner_revision_id": revision_id})
+
+    def start_run(self, round_id: int, argv: list[str]) -> int:
+        with self.transaction() as db:
+            return db["runs"].insert(
+                {
+                    "round_id": round_id,
+                    "status": "running",
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "argv_json": _json(argv),
+                    "judge_version": __version__,
+                    "started_at": now(),
+                }
+            ).last_pk
+
+    def finish_run(self, run_id: int, status: str) -> None:
+        with self.transaction() as db:
+            db["runs"].update(run_id, {"status": status, "finished_at": now()})
+
+    def mark_interrupted_runs(self) -> int:
+        """Runs left 'running' by a process on this host that no longer exists were killed: say so."""
+        host = socket.gethostname()
+        stale = []
+        for row in self.query("select id, pid, host from runs where status = 'running'"):
+            if row["host"] == host and row["pid"] != os.getpid() and not _alive(row["pid"]):
+                stale.append(row["id"])
+        if stale:
+            with self.transaction() as db:
+                for run_id in stale:
+                    db["runs"].update(run_id, {"status": "interrupted"})
+        return len(stale)
+
+    # evaluations ----------------------------------------------------------
+
+    def record_evaluation(
+        self,
+        *,
+        run_id: int,
+        round_id: int,
+        revision_id: int | None,
+        subject: str,
+        kernel_sha256: str | None,
+        outcome: str,
+        reason: str,
+        stages: list[StageResult],
+        device: dict | None,
+        started_at: str,
+    ) -> int:
+        """Write one finished evaluation with its stages, benchmarks, repetitions and resources at once."""
+        timing = next((s for s in stages if s.stage == "timing" and s.status == "passed"), None)
+        geomean = ci = None
+        if timing:
+            geomean = timing.detail.get("geomean")
+            ci = timing.detail.get("geomean_ci")
+        with self.transaction() as db:
+            evaluation_id = db["evaluations"].insert(
+                {
+                    "run_id": run_id,
+                    "round_id": round_id,
+                    "revision_id": revision_id,
+                    "subject": subject,
+                    "kernel_sha256": kernel_sha256,
+                    "outcome": outcome,
+                    "reason": reason,
+                    "geomean_speedup": geomean,
+                    "geomean_ci_low": ci[0] if ci else None,
+                    "geomean_ci_high": ci[1] if ci else None,
+                    "device_json": _json(device) if device else None,
+                    "started_at": started_at,
+                    "finished_at": now(),
+                }
+            ).last_pk
+            for stage in stages:
+                db["stage_results"].insert(
+                    {
+                        "evaluation_id": evaluation_id,
+                        "stage": stage.stage,
+                        "status": stage.status,
+                        "summary": stage.summary,
+                        "seconds": stage.seconds,
+                        "detail_json": _json(_without_raw(stage)),
+                        "log_tail": stage.log_tail,
+                    }
+                )
+                if stage.stage == "compile":
+                    for config in stage.detail.get("configs", []):
+                        db["kernel_resources"].insert(
+                            {
+                                "evaluation_id": evaluation_id,
+                                "signature": _json(config.get("signature")),
+                                "ok": int(bool(config.get("ok"))),
+                                "registers": config.get("registers"),
+                                "smem_bytes": config.get("smem_bytes"),
+                                "spill_bytes": (config.get("spill_store_bytes") or 0) + (config.get("spill_load_bytes") or 0)
+                                if config.get("ok") else None,
+                                "stack_bytes": config.get("stack_bytes"),
+                                "threads_per_cta": config.get("threads_per_cta"),
+                                "ctas_per_sm": config.get("ctas_per_sm"),
+                                "limiter": config.get("limiter"),
+                                "ptx_bytes": config.get("ptx_bytes"),
+                                "cubin_bytes": config.get("cubin_bytes"),
+                                "compile_seconds": config.get("seconds"),
+                                "error": config.get("error"),
+                            }
+                        )
+            if timing:
+                for bench in timing.detail.get("benchmarks", []):
+                    bench_id = db["benchmark_results"].insert(
+                        {
+                            "evaluation_id": evaluation_id,
+                            "benchmark": bench["index"],
+                            "label": bench.get("label"),
+                            "base_median_us": bench["base_median_us"],
+                            "cand_median_us": bench["cand_median_us"],
+                            "speedup": bench["speedup"],
+                            "ci_low": bench["ci_low"],
+                            "ci_high": bench["ci_high"],
+                            "significant": int(bool(bench["significant"])),
+                            "reps": bench["reps"],
+                            "speed_of_light_us": bench.get("speed_of_light_us"),
+                        }
+                    ).last_pk
+                    db["timings"].insert_all(
+                        {"benchmark_result_id": bench_id, "rep": i, "base_us": b, "cand_us": c}
+                        for i, (b, c) in enumerate(zip(bench.get("base_us", []), bench.get("cand_us", [])))
+                    )
+        return evaluation_id
+
+    def evaluations(self, round_id: int) -> list[dict]:
+        return self.query("select * from evaluations where round_id = ? order by id", (round_id,))
+
+    def latest_evaluation(self, round_id: int, revision_id: int | None, subject: str = "candidate") -> dict | None:
+        rows = self.query(
+            "select * from evaluations where round_id = ? and subject = ? and "
+            "(revision_id = ? or (? is null and revision_id is null)) order by id desc limit 1",
+            (round_id, subject, revision_id, revision_id),
+        )
+        return rows[0] if rows else None
+
+    def stage_results(self, evaluation_id: int) -> list[StageResult]:
+        rows = self.query("select * from stage_results where evaluation_id = ? order by id", (evaluation_id,))
+        return [
+            StageResult(
+                stage=r["stage"],
+                status=r["status"],
+                summary=r["summary"],
+                seconds=r["seconds"] or 0.0,
+                detail=json.loads(r["detail_json"] or "{}"),
+                log_tail=r["log_tail"] or "",
+            )
+            for r in rows
+        ]
+
+    def benchmark_results(self, evaluation_id: int) -> list[dict]:
+        return self.query("select * from benchmark_results where evaluation_id = ? order by benchmark", (evaluation_id,))
+
+    def kernel_resources(self, evaluation_id: int) -> list[dict]:
+        return self.query("select * from kernel_resources where evaluation_id = ? order by id", (evaluation_id,))
+
+
+def shark_from_row(row: dict) -> Shark:
+    return Shark.model_validate(
+        {
+            "name": row["name"],
+            "title": row["title"] or "",
+            "description": row["description"] or "",
+            "criteria": json.loads(row["rubric_json"]),
+        }
+    )
+
+
+def _without_raw(stage: StageResult) -> dict:
+    """Stage detail minus the raw repetitions, which live row by row in `timings`."""
+    if stage.stage != "timing":
+        return stage.detail
+    detail = dict(stage.detail)
+    detail["benchmarks"] = [
+        {k: v for k, v in bench.items() if k not in ("base_us", "cand_us")} for bench in detail.get("benchmarks", [])
+    ]
+    return detail
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

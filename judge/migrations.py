@@ -1,0 +1,227 @@
+"""Numbered schema migrations of ledger.db, applied in order and recorded in `_judge_migrations`.
+
+A schema change is a new function appended here; an applied migration is never edited.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Callable
+
+import sqlite_utils
+
+MIGRATIONS_TABLE = "_judge_migrations"
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = []
+
+
+def migration(fn: Callable[[sqlite_utils.Database], None]):
+    MIGRATIONS.append(fn)
+    return fn
+
+
+@migration
+def m001_initial(db: sqlite_utils.Database) -> None:
+    db["proposals"].create(
+        {"id": str, "author": str, "first_round": int, "created_at": str},
+        pk="id",
+    )
+    db["revisions"].create(
+        {
+            "id": int,
+            "proposal_id": str,
+            "revision": int,
+            "round": int,
+            "title": str,
+            "author": str,
+            "target": str,
+            "category": str,
+            "confidence": float,
+            "parent": str,
+            "claim_low": float,
+            "claim_high": float,
+            "claim_json": str,
+            "risks_json": str,
+            "references_json": str,
+            "pitch": str,
+            "patch": str,
+            "content_sha256": str,
+            "source": str,
+            "submitted_at": str,
+        },
+        pk="id",
+        foreign_keys=[("proposal_id", "proposals", "id")],
+    )
+    db["revisions"].create_index(["proposal_id", "revision"], unique=True)
+    db["sharks"].create(
+        {
+            "id": int,
+            "name": str,
+            "version": int,
+            "title": str,
+            "description": str,
+            "rubric_json": str,
+            "content_sha256": str,
+            "created_at": str,
+        },
+        pk="id",
+    )
+    db["sharks"].create_index(["name", "version"], unique=True)
+    db["votes"].create(
+        {
+            "id": int,
+            "shark_id": int,
+            "revision_id": int,
+            "proposal_id": str,
+            "round": int,
+            "scores_json": str,
+            "fund": int,
+            "notes": str,
+            "stated_total": str,
+            "source": str,
+            "cast_at": str,
+        },
+        pk="id",
+        foreign_keys=[("shark_id", "sharks", "id"), ("revision_id", "revisions", "id")],
+    )
+    db["rounds"].create(
+        {
+            "id": int,
+            "target": str,
+            "round": int,
+            "base_sha256": str,
+            "base_source": str,
+            "base_origin": str,
+            "winner_revision_id": int,
+            "created_at": str,
+        },
+        pk="id",
+        foreign_keys=[("winner_revision_id", "revisions", "id")],
+    )
+    db["rounds"].create_index(["target", "round"], unique=True)
+    db["runs"].create(
+        {
+            "id": int,
+            "round_id": int,
+            "status": str,
+            "pid": int,
+            "host": str,
+            "argv_json": str,
+            "judge_version": str,
+            "started_at": str,
+            "finished_at": str,
+        },
+        pk="id",
+        foreign_keys=[("round_id", "rounds", "id")],
+    )
+    db["evaluations"].create(
+        {
+            "id": int,
+            "run_id": int,
+            "round_id": int,
+            "revision_id": int,
+            "subject": str,
+            "kernel_sha256": str,
+            "outcome": str,
+            "reason": str,
+            "geomean_speedup": float,
+            "geomean_ci_low": float,
+            "geomean_ci_high": float,
+            "device_json": str,
+            "started_at": str,
+            "finished_at": str,
+        },
+        pk="id",
+        foreign_keys=[
+            ("run_id", "runs", "id"),
+            ("round_id", "rounds", "id"),
+            ("revision_id", "revisions", "id"),
+        ],
+    )
+    db["evaluations"].create_index(["round_id", "revision_id"])
+    db["stage_results"].create(
+        {
+            "id": int,
+            "evaluation_id": int,
+            "stage": str,
+            "status": str,
+            "summary": str,
+            "seconds": float,
+            "detail_json": str,
+            "log_tail": str,
+        },
+        pk="id",
+        foreign_keys=[("evaluation_id", "evaluations", "id")],
+    )
+    db["benchmark_results"].create(
+        {
+            "id": int,
+            "evaluation_id": int,
+            "benchmark": int,
+            "label": str,
+            "base_median_us": float,
+            "cand_median_us": float,
+            "speedup": float,
+            "ci_low": float,
+            "ci_high": float,
+            "significant": int,
+            "reps": int,
+            "speed_of_light_us": float,
+        },
+        pk="id",
+        foreign_keys=[("evaluation_id", "evaluations", "id")],
+    )
+    db["timings"].create(
+        {"id": int, "benchmark_result_id": int, "rep": int, "base_us": float, "cand_us": float},
+        pk="id",
+        foreign_keys=[("benchmark_result_id", "benchmark_results", "id")],
+    )
+    db["kernel_resources"].create(
+        {
+            "id": int,
+            "evaluation_id": int,
+            "signature": str,
+            "ok": int,
+            "registers": int,
+            "smem_bytes": int,
+            "spill_bytes": int,
+            "stack_bytes": int,
+            "threads_per_cta": int,
+            "ctas_per_sm": int,
+            "limiter": str,
+            "ptx_bytes": int,
+            "cubin_bytes": int,
+            "compile_seconds": float,
+            "error": str,
+        },
+        pk="id",
+        foreign_keys=[("evaluation_id", "evaluations", "id")],
+    )
+
+
+def applied(db: sqlite_utils.Database) -> list[str]:
+    if MIGRATIONS_TABLE not in db.table_names():
+        return []
+    return [row["name"] for row in db[MIGRATIONS_TABLE].rows_where(order_by="rowid")]
+
+
+def migrate(db: sqlite_utils.Database) -> list[str]:
+    """Apply every migration not yet recorded, each in its own transaction; return the names applied."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db[MIGRATIONS_TABLE].create({"name": str, "applied_at": str}, pk="name", if_not_exists=True)
+        done = set(applied(db))
+        newly = []
+        for fn in MIGRATIONS:
+            if fn.__name__ in done:
+                continue
+            fn(db)
+            db[MIGRATIONS_TABLE].insert(
+                {"name": fn.__name__, "applied_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}
+            )
+            newly.append(fn.__name__)
+        db.execute("COMMIT")
+    except BaseException:
+        if db.conn.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+    return newly
