@@ -195,22 +195,27 @@ class Ledger:
             "on l.name = s.name and l.v = s.version order by s.name"
         )
 
-    def cast_vote(self, vote: Vote, shark_id: int, revision_id: int, round: int, source: str) -> int:
+    def cast_vote(self, vote: Vote, shark_id: int, revision_id: int, round: int, source: str) -> tuple[int, str]:
+        """Record a vote; the same vote again is 'unchanged', a changed one is a new row that supersedes."""
+        row = {
+            "shark_id": shark_id,
+            "revision_id": revision_id,
+            "proposal_id": vote.proposal,
+            "round": round,
+            "scores_json": _json({k: str(v) for k, v in vote.scores.items()}),
+            "fund": int(vote.fund),
+            "notes": vote.notes,
+            "stated_total": str(vote.stated_total) if vote.stated_total is not None else None,
+        }
         with self.transaction() as db:
-            return db["votes"].insert(
-                {
-                    "shark_id": shark_id,
-                    "revision_id": revision_id,
-                    "proposal_id": vote.proposal,
-                    "round": round,
-                    "scores_json": _json({k: str(v) for k, v in vote.scores.items()}),
-                    "fund": int(vote.fund),
-                    "notes": vote.notes,
-                    "stated_total": str(vote.stated_total) if vote.stated_total is not None else None,
-                    "source": source,
-                    "cast_at": now(),
-                }
-            ).last_pk
+            latest = self.query(
+                "select * from votes where shark_id = ? and revision_id = ? order by id desc limit 1",
+                (shark_id, revision_id),
+            )
+            if latest and all(latest[0][k] == v for k, v in row.items()):
+                return latest[0]["id"], "unchanged"
+            vote_id = db["votes"].insert({**row, "source": source, "cast_at": now()}).last_pk
+        return vote_id, "new" if not latest else "revised"
 
     def votes(self, round: int | None = None, proposal_id: str | None = None) -> list[dict]:
         """Each shark's latest vote per proposal revision (a re-vote is kept but supersedes the earlier)."""

@@ -44,6 +44,35 @@ class RoundSummary:
     winner: Optional[str] = None
 
 
+class Stages:
+    """The stage functions a round calls; tests substitute fakes, the real ones load torch lazily."""
+
+    def probe(self):
+        from .devices import probe
+
+        return probe()
+
+    def arch_gate(self, arch: str, facts) -> Optional[str]:
+        from .devices import arch_gate
+
+        return arch_gate(arch, facts)
+
+    def compile_many(self, jobs, *, cache_dir, workers, progress) -> list[StageResult]:
+        from .compile import compile_many
+
+        return compile_many(jobs, cache_dir=cache_dir, workers=workers, progress=progress)
+
+    def correctness(self, target: Target, workspace: Path) -> StageResult:
+        from .check import run_correctness
+
+        return run_correctness(target, workspace)
+
+    def timing(self, target: Target, candidate: Path, base: Path, budget_s: Optional[float]) -> StageResult:
+        from .timing import run_timing
+
+        return run_timing(target, candidate, base, budget_s=budget_s)
+
+
 @dataclass
 class Settings:
     """Where a round keeps its files and how hard it works; defaults suit the working directory."""
@@ -54,6 +83,7 @@ class Settings:
     workers: Optional[int] = None
     timing_budget_s: Optional[float] = None
     again: bool = False
+    stages: Stages = field(default_factory=Stages)
 
 
 def _quiet(*_args, **_kwargs) -> None:
@@ -172,8 +202,6 @@ def run_round(
 def _run_target_round(
     ledger: Ledger, target: Target, round: int, revisions: list[dict], settings: Settings, on_event: EventSink
 ) -> RoundSummary:
-    from . import devices  # the GPU-facing stages load torch only when a round runs
-
     base_source, base_origin = base_for(ledger, target, round)
     round_row = ledger.create_round(target.name, round, base_source, base_origin)
     base_source = round_row["base_source"]
@@ -187,8 +215,8 @@ def _run_target_round(
     target.assemble(base_dir, base_source)
 
     on_event("probe", target=target.name)
-    facts = devices.probe()
-    gate = devices.arch_gate(target.arch, facts)
+    facts = settings.stages.probe()
+    gate = settings.stages.arch_gate(target.arch, facts)
     device = _facts_dict(facts)
 
     run_id = ledger.start_run(round_row["id"], sys.argv)
@@ -248,10 +276,8 @@ def _evaluate_base(ledger, target, round_row, run_id, base_dir, gate, device, se
     on_event("stage", proposal="(base)", stage="compile")
     stages = _compile_all(target, [base_dir], settings, _quiet)
     if stages[0].passed and gate is None:
-        from .check import run_correctness
-
         on_event("stage", proposal="(base)", stage="correctness")
-        stages.append(run_correctness(target, base_dir))
+        stages.append(settings.stages.correctness(target, base_dir))
     elif stages[0].passed:
         stages.append(not_run("correctness", gate))
     outcome, reason = decide(stages) if not all(s.passed for s in stages) else (Outcome.UNCHANGED, "base kernel")
@@ -270,12 +296,10 @@ def _evaluate_base(ledger, target, round_row, run_id, base_dir, gate, device, se
 
 
 def _compile_all(target: Target, workspaces: list[Path], settings: Settings, on_event: EventSink) -> list[StageResult]:
-    from .compile import compile_many
-
     if not workspaces:
         return []
     on_event("compile-start", total=len(workspaces))
-    results = compile_many(
+    results = settings.stages.compile_many(
         [(target, w) for w in workspaces],
         cache_dir=settings.cache_dir,
         workers=settings.workers,
@@ -287,15 +311,12 @@ def _compile_all(target: Target, workspaces: list[Path], settings: Settings, on_
 def _gpu_stages(target, workspace, base_dir, gate, settings, on_event, proposal_id) -> list[StageResult]:
     if gate is not None:
         return [not_run("correctness", gate), not_run("timing", gate)]
-    from .check import run_correctness
-    from .timing import run_timing
-
     on_event("stage", proposal=proposal_id, stage="correctness")
-    check = run_correctness(target, workspace)
+    check = settings.stages.correctness(target, workspace)
     if not check.passed:
         return [check]
     on_event("stage", proposal=proposal_id, stage="timing")
-    return [check, run_timing(target, workspace, base_dir, budget_s=settings.timing_budget_s)]
+    return [check, settings.stages.timing(target, workspace, base_dir, settings.timing_budget_s)]
 
 
 def _record(ledger, run_id, round_row, revision, kernel_sha, stages, device, started, on_event) -> Verdict:

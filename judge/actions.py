@@ -1,0 +1,309 @@
+"""What the CLI's commands do, as library calls: submit, add sharks, vote, look things up.
+
+Each write checks everything first and then writes in one transaction, so a bad input writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+from .errors import JudgeError
+from .ledger import Ledger, Submitted, shark_from_row
+from .proposals import PROPOSAL_FILE, load_proposal_dir, load_proposal_json, load_shark, load_vote_file, load_votes, parse_json
+from .records import Outcome, Proposal, Vote
+from .rounds import check_submission
+from .scoring import Measurement, Scorecard, check_vote, format_score, score_vote
+
+
+def proposal_dirs(paths: list[Path]) -> list[Path]:
+    """Proposal directories named directly, or every proposal directory one level below a folder."""
+    found = []
+    for path in paths:
+        if (path / PROPOSAL_FILE).is_file():
+            found.append(path)
+        elif path.is_dir():
+            children = sorted(p for p in path.iterdir() if (p / PROPOSAL_FILE).is_file())
+            if not children:
+                raise JudgeError(f"{path}: no {PROPOSAL_FILE} here or in its subdirectories")
+            found.extend(children)
+        else:
+            raise JudgeError(f"{path}: not found")
+    return found
+
+
+def submit(ledger: Ledger, items: list[tuple[Proposal, str]], kernels_dir: Path) -> list[Submitted]:
+    """Validate every proposal (target, patch paths, hunks against the round's base), then record all at once."""
+    seen = set()
+    for proposal, source in items:
+        if proposal.id in seen:
+            raise JudgeError(f"{source}: field 'id': '{proposal.id}' appears twice in this submission")
+        seen.add(proposal.id)
+        check_submission(ledger, proposal, kernels_dir, source)
+        if proposal.parent and proposal.parent != proposal.id and ledger.latest_revision(proposal.parent) is None and proposal.parent not in seen:
+            raise JudgeError(f"{source}: field 'parent': proposal '{proposal.parent}' is not in the ledger")
+    with ledger.transaction():
+        return [ledger.submit(proposal, source) for proposal, source in items]
+
+
+def load_submissions(paths: list[str], stdin_text: Optional[str]) -> list[tuple[Proposal, str]]:
+    items: list[tuple[Proposal, str]] = []
+    for raw in paths:
+        if raw == "-":
+            items.append((load_proposal_json(stdin_text or "", "<stdin>"), "<stdin>"))
+            continue
+        for directory in proposal_dirs([Path(raw)]):
+            items.append((load_proposal_dir(directory), str(directory / PROPOSAL_FILE)))
+    return items
+
+
+def add_sharks(ledger: Ledger, paths: list[Path]) -> list[dict]:
+    sharks = [(load_shark(path), str(path)) for path in paths]
+    out = []
+    with ledger.transaction():
+        for shark, source in sharks:
+            shark_id, version, status = ledger.add_shark(shark, source)
+            out.append({"shark": shark.name, "version": version, "id": shark_id, "status": status})
+    return out
+
+
+@dataclass
+class CastVote:
+    vote_id: int
+    status: str
+    shark: str
+    proposal: str
+    revision: int
+    computed_total: str
+    stated_total: Optional[str]
+    flag: Optional[str]
+    fund: bool
+
+
+def measurement_for(ledger: Ledger, revision_id: int) -> Measurement:
+    """What the judge measured for a revision in its latest candidate evaluation (None where nothing ran)."""
+    rows = ledger.query(
+        "select * from evaluations where revision_id = ? and subject = 'candidate' order by id desc limit 1",
+        (revision_id,),
+    )
+    if not rows:
+        return Measurement()
+    row = rows[0]
+    outcome = Outcome(row["outcome"])
+    if outcome in (Outcome.FASTER, Outcome.SLOWER, Outcome.UNCHANGED):
+        return Measurement(correct=True, geomean_speedup=row["geomean_speedup"])
+    if outcome == Outcome.NOT_RUN:
+        return Measurement()
+    return Measurement(correct=False)
+
+
+def load_vote_inputs(paths: list[str], stdin_text: Optional[str]) -> list[tuple[Vote, str]]:
+    items: list[tuple[Vote, str]] = []
+    for raw in paths:
+        if raw == "-":
+            votes = load_votes(parse_json(stdin_text or "", "<stdin>"), "<stdin>")
+            items.extend((v, "<stdin>" if len(votes) == 1 else f"<stdin>[{i}]") for i, v in enumerate(votes))
+            continue
+        path = Path(raw)
+        files = sorted(p for p in path.iterdir() if p.suffix in (".toml", ".json")) if path.is_dir() else [path]
+        for file in files:
+            votes = load_vote_file(file)
+            items.extend((v, str(file) if len(votes) == 1 else f"{file}[{i}]") for i, v in enumerate(votes))
+    return items
+
+
+def cast_votes(ledger: Ledger, items: list[tuple[Vote, str]]) -> list[CastVote]:
+    """Check each vote against its shark's rubric and its proposal, then record all and score them."""
+    prepared = []
+    for vote, source in items:
+        try:
+            shark_row, shark = ledger.shark(vote.shark)
+        except JudgeError:
+            raise JudgeError(f"{source}: field 'shark': '{vote.shark}' is not in the ledger (add it with 'judge shark add FILE')") from None
+        check_vote(shark, vote, source)
+        if vote.revision is None:
+            revision = ledger.latest_revision(vote.proposal)
+            if revision is None:
+                raise JudgeError(f"{source}: field 'proposal': '{vote.proposal}' is not in the ledger")
+        else:
+            rows = ledger.query(
+                "select * from revisions where proposal_id = ? and revision = ?", (vote.proposal, vote.revision)
+            )
+            if not rows:
+                raise JudgeError(f"{source}: field 'revision': '{vote.proposal}' has no revision {vote.revision}")
+            revision = rows[0]
+        prepared.append((vote, source, shark_row, shark, revision))
+    cast = []
+    with ledger.transaction():
+        for vote, source, shark_row, shark, revision in prepared:
+            vote_id, status = ledger.cast_vote(vote, shark_row["id"], revision["id"], revision["round"], source)
+            card = score_vote(shark, vote, measurement_for(ledger, revision["id"]))
+            cast.append(_cast(vote_id, status, vote, revision, card))
+    return cast
+
+
+def _cast(vote_id: int, status: str, vote: Vote, revision: dict, card: Scorecard) -> CastVote:
+    return CastVote(
+        vote_id=vote_id,
+        status=status,
+        shark=vote.shark,
+        proposal=vote.proposal,
+        revision=revision["revision"],
+        computed_total=format_score(card.total),
+        stated_total=str(vote.stated_total) if vote.stated_total is not None else None,
+        flag=card.flag,
+        fund=vote.fund,
+    )
+
+
+def scorecards(ledger: Ledger, round: Optional[int] = None, proposal_id: Optional[str] = None) -> list[Scorecard]:
+    """Every current vote re-scored from the ledger: totals are always computed, never copied."""
+    cards = []
+    for row in ledger.votes(round=round, proposal_id=proposal_id):
+        _, shark = ledger.shark_by_id(row["shark_id"])
+        vote = Vote.model_validate(
+            {
+                "shark": row["shark_name"],
+                "proposal": row["proposal_id"],
+                "scores": json.loads(row["scores_json"]),
+                "fund": bool(row["fund"]),
+                "notes": row["notes"] or "",
+                "stated_total": row["stated_total"],
+            }
+        )
+        cards.append(score_vote(shark, vote, measurement_for(ledger, row["revision_id"])))
+    return cards
+
+
+def list_proposals(ledger: Ledger, round: Optional[int] = None) -> list[dict]:
+    """Each proposal's latest revision with its latest verdict, for `judge list`."""
+    out = []
+    for rev in ledger.current_revisions(round=round):
+        evaluation = ledger.query(
+            "select outcome, reason, geomean_speedup, id from evaluations where revision_id = ? order by id desc limit 1",
+            (rev["id"],),
+        )
+        e = evaluation[0] if evaluation else None
+        out.append(
+            {
+                "id": rev["proposal_id"],
+                "revision": rev["revision"],
+                "round": rev["round"],
+                "target": rev["target"],
+                "author": rev["author"],
+                "category": rev["category"],
+                "title": rev["title"],
+                "claim": [rev["claim_low"], rev["claim_high"]] if rev["claim_low"] is not None else None,
+                "has_patch": rev["patch"] is not None,
+                "outcome": e["outcome"] if e else ("pitch" if rev["patch"] is None else "pending"),
+                "reason": e["reason"] if e else None,
+                "geomean_speedup": e["geomean_speedup"] if e else None,
+                "evaluation_id": e["id"] if e else None,
+            }
+        )
+    return out
+
+
+def show_proposal(ledger: Ledger, proposal_id: str) -> dict:
+    history = ledger.revision_history(proposal_id)
+    if not history:
+        raise JudgeError(f"proposal '{proposal_id}' is not in the ledger (see 'judge list')")
+    revisions = []
+    for rev in history:
+        evaluations = []
+        for e in ledger.query("select * from evaluations where revision_id = ? order by id", (rev["id"],)):
+            evaluations.append(
+                {
+                    "evaluation_id": e["id"],
+                    "outcome": e["outcome"],
+                    "reason": e["reason"],
+                    "geomean_speedup": e["geomean_speedup"],
+                    "geomean_ci": [e["geomean_ci_low"], e["geomean_ci_high"]] if e["geomean_ci_low"] is not None else None,
+                    "stages": [asdict(s) for s in ledger.stage_results(e["id"])],
+                    "benchmarks": ledger.benchmark_results(e["id"]),
+                    "finished_at": e["finished_at"],
+                }
+            )
+        revisions.append(
+            {
+                "revision": rev["revision"],
+                "round": rev["round"],
+                "title": rev["title"],
+                "author": rev["author"],
+                "target": rev["target"],
+                "category": rev["category"],
+                "confidence": rev["confidence"],
+                "parent": rev["parent"],
+                "claim": json.loads(rev["claim_json"]) if rev["claim_json"] else None,
+                "risks": json.loads(rev["risks_json"] or "[]"),
+                "references": json.loads(rev["references_json"] or "[]"),
+                "has_patch": rev["patch"] is not None,
+                "submitted_at": rev["submitted_at"],
+                "evaluations": evaluations,
+            }
+        )
+    votes = [
+        {
+            "shark": c.shark,
+            "total": format_score(c.total),
+            "stated_total": str(c.stated_total) if c.stated_total is not None else None,
+            "flag": c.flag,
+            "fund": c.fund,
+        }
+        for c in scorecards(ledger, proposal_id=proposal_id)
+    ]
+    return {"id": proposal_id, "revisions": revisions, "votes": votes}
+
+
+def status(ledger: Ledger) -> dict:
+    """Counts and the state of each round, for `judge status`."""
+    counts = {
+        name: ledger.query(f"select count(*) as n from {name}")[0]["n"]
+        for name in ("proposals", "revisions", "sharks", "votes", "evaluations", "timings")
+    }
+    rounds = []
+    for row in ledger.rounds():
+        outcomes = ledger.query(
+            "select outcome, count(*) as n from evaluations where id in "
+            "(select max(id) from evaluations where round_id = ? and subject = 'candidate' group by revision_id) "
+            "group by outcome order by outcome",
+            (row["id"],),
+        )
+        winner = ledger.revision(row["winner_revision_id"])["proposal_id"] if row["winner_revision_id"] else None
+        rounds.append(
+            {
+                "target": row["target"],
+                "round": row["round"],
+                "base_origin": row["base_origin"],
+                "outcomes": {o["outcome"]: o["n"] for o in outcomes},
+                "winner": winner,
+            }
+        )
+    runs = ledger.query("select id, status, started_at, finished_at from runs order by id desc limit 5")
+    return {"ledger": str(ledger.path), "counts": counts, "rounds": rounds, "recent_runs": runs}
+
+
+def latest_round(ledger: Ledger) -> int:
+    rows = ledger.query("select max(round) as r from revisions")
+    if not rows or rows[0]["r"] is None:
+        raise JudgeError("the ledger has no proposals yet (submit some with 'judge submit')")
+    return rows[0]["r"]
+
+
+def shark_list(ledger: Ledger) -> list[dict]:
+    out = []
+    for row in ledger.sharks():
+        shark = shark_from_row(row)
+        out.append(
+            {
+                "name": shark.name,
+                "version": row["version"],
+                "title": shark.title,
+                "criteria": [
+                    {"name": c.name, "weight": str(c.weight), "bound": c.bound} for c in shark.criteria
+                ],
+            }
+        )
+    return out

@@ -1,0 +1,309 @@
+"""The `judge` command: parses arguments, calls the library, prints for people or (`--json`) for agents."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import actions
+from .errors import JudgeError
+from .ledger import Ledger
+from .migrations import applied
+from .targets import find_target
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class Context:
+    def __init__(self, ledger_path: Path, kernels: Path):
+        self.ledger_path = ledger_path
+        self.kernels = kernels
+        self._ledger = None
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = Ledger(self.ledger_path)
+        return self._ledger
+
+
+def emit_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def command(group, name=None):
+    """A subcommand with `--json`, whose JudgeError becomes one line on stderr and exit code 2."""
+
+    def wrap(fn):
+        @group.command(name)
+        @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+        @click.pass_obj
+        @functools.wraps(fn)
+        def run(ctx, *args, **kwargs):
+            try:
+                return fn(ctx, *args, **kwargs)
+            except JudgeError as error:
+                if kwargs.get("as_json"):
+                    click.echo(json.dumps({"error": error.message}), err=True)
+                else:
+                    err.print(f"error: {error.message}", markup=False)
+                sys.exit(2)
+
+        return run
+
+    return wrap
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--ledger", "ledger_path", type=click.Path(path_type=Path), default=Path("ledger.db"), show_default=True,
+              envvar="JUDGE_LEDGER", help="The SQLite ledger to read and write.")
+@click.option("--kernels", type=click.Path(path_type=Path), default=Path("kernels"), show_default=True,
+              help="Where target directories live.")
+@click.version_option(package_name="judge")
+@click.pass_context
+def main(click_ctx, ledger_path: Path, kernels: Path):
+    """judge: the referee for GPU-kernel optimization contests."""
+    click_ctx.obj = Context(ledger_path, kernels)
+
+
+@command(main, "init")
+def init_cmd(ctx: Context, as_json: bool):
+    """Create the ledger (or bring its schema up to date)."""
+    ledger = ctx.ledger
+    names = applied(ledger.db)
+    if as_json:
+        emit_json({"ledger": str(ledger.path), "migrations": names})
+    else:
+        out.print(f"ledger {ledger.path}: schema at {names[-1]} ({len(names)} migrations applied)", markup=False)
+
+
+@command(main, "submit")
+@click.argument("paths", nargs=-1, required=True)
+def submit_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
+    """Submit proposal directories (or a folder of them), or one JSON object on stdin with '-'."""
+    stdin_text = sys.stdin.read() if "-" in paths else None
+    items = actions.load_submissions(list(paths), stdin_text)
+    results = actions.submit(ctx.ledger, items, ctx.kernels)
+    if as_json:
+        emit_json([asdict(r) for r in results])
+        return
+    for r in results:
+        out.print(f"{r.status:9} {r.proposal_id} revision {r.revision}", markup=False)
+
+
+@main.group("shark")
+def shark_group():
+    """Define judging agents and their rubrics."""
+
+
+@command(shark_group, "add")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+def shark_add_cmd(ctx: Context, paths: tuple[Path, ...], as_json: bool):
+    """Add sharks from TOML/JSON files; a changed rubric becomes a new version."""
+    results = actions.add_sharks(ctx.ledger, list(paths))
+    if as_json:
+        emit_json(results)
+        return
+    for r in results:
+        out.print(f"{r['status']:9} shark {r['shark']} version {r['version']}", markup=False)
+
+
+@command(shark_group, "list")
+def shark_list_cmd(ctx: Context, as_json: bool):
+    """List sharks and their rubrics."""
+    sharks = actions.shark_list(ctx.ledger)
+    if as_json:
+        emit_json(sharks)
+        return
+    for s in sharks:
+        criteria = ", ".join(f"{c['name']} {c['weight']}" + (f" ({c['bound']})" if c["bound"] else "") for c in s["criteria"])
+        out.print(f"{s['name']} v{s['version']}: {criteria}", markup=False)
+
+
+@command(main, "vote")
+@click.argument("paths", nargs=-1, required=True)
+def vote_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
+    """Record votes from files or folders of TOML/JSON, or JSON on stdin with '-'; totals are recomputed."""
+    stdin_text = sys.stdin.read() if "-" in paths else None
+    items = actions.load_vote_inputs(list(paths), stdin_text)
+    cast = actions.cast_votes(ctx.ledger, items)
+    if as_json:
+        emit_json([asdict(c) for c in cast])
+        return
+    for c in cast:
+        stated = f", stated {c.stated_total}" if c.stated_total is not None else ""
+        flag = f"  FLAG: {c.flag}" if c.flag else ""
+        out.print(f"{c.status:9} vote #{c.vote_id}: {c.shark} on {c.proposal} r{c.revision}: total {c.computed_total}{stated}{flag}", markup=False)
+
+
+@command(main, "run")
+@click.option("--round", "round_", type=int, help="The round to run (default: the latest round with proposals).")
+@click.option("--target", help="Only this target: a name under --kernels, or a path to a GPU MODE problem directory.")
+@click.option("--again", is_flag=True, help="Evaluate again even proposals that already have a verdict (adds new rows).")
+@click.option("--workers", type=int, help="Parallel compile processes (default: CPU count).")
+@click.option("--timing-budget", type=float, help="Seconds of timing per candidate before the stopping rule gives up.")
+@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("work"), show_default=True)
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=Path(".judge-cache"), show_default=True)
+def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_dir, cache_dir, as_json: bool):
+    """Evaluate a round: patch, compile, check and time every proposal with a patch."""
+    from .rounds import Settings, run_round
+
+    ledger = ctx.ledger
+    explicit = find_target(target, ctx.kernels) if target else None
+    if round_ is None:
+        round_ = actions.latest_round(ledger) if explicit is None else _latest_or_first(ledger)
+    settings = Settings(kernels_dir=ctx.kernels, work_dir=work_dir, cache_dir=cache_dir, workers=workers,
+                        timing_budget_s=timing_budget, again=again)
+    with _RunProgress(enabled=not as_json) as progress:
+        summaries = run_round(ledger, round_, target=explicit, settings=settings, on_event=progress.event)
+    if as_json:
+        emit_json([asdict(s) for s in summaries])
+        return
+    for s in summaries:
+        table = Table(title=f"round {s.round} · {s.target} · base: {s.base_origin}", title_justify="left")
+        for column in ("proposal", "rev", "outcome", "reason"):
+            table.add_column(column)
+        for v in s.verdicts:
+            table.add_row(v.proposal_id, str(v.revision), v.outcome + (" (earlier run)" if v.skipped else ""), v.reason)
+        for p in s.pitches:
+            table.add_row(p, "", "pitch", "no patch yet: scored by sharks, not evaluated")
+        out.print(table)
+        out.print(f"winner: {s.winner or 'none (no proposal was significantly faster than the base)'}", markup=False)
+    out.print("next: judge report" + (f" --round {round_}" if round_ else ""), markup=False)
+
+
+def _latest_or_first(ledger: Ledger) -> int:
+    try:
+        return actions.latest_round(ledger)
+    except JudgeError:
+        return 1
+
+
+class _RunProgress:
+    """Rich progress for `judge run`: a bar while compiling, a line per stage and verdict."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                 console=err, transient=True)
+        self.task = None
+
+    def __enter__(self):
+        if self.enabled:
+            self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.progress.__exit__(*exc)
+
+    def event(self, kind: str, **info) -> None:
+        if not self.enabled:
+            return
+        if kind == "compile-start":
+            self.task = self.progress.add_task("compiling", total=info["total"])
+        elif kind == "compile-progress" and self.task is not None:
+            self.progress.update(self.task, completed=info["done"])
+        elif kind == "stage":
+            self.progress.console.print(f"  {info['proposal']}: {info['stage']} ...", markup=False)
+        elif kind == "verdict":
+            self.progress.console.print(f"  {info['proposal']}: {info['outcome']} ({info['reason']})", markup=False)
+        elif kind == "skip":
+            self.progress.console.print(f"  {info['proposal']}: {info['outcome']} in an earlier run, kept", markup=False)
+        elif kind == "probe":
+            self.progress.console.print(f"{info['target']}: looking for a GPU ...", markup=False)
+
+
+@command(main, "report")
+@click.option("--round", "round_", type=int, help="The round to report (default: the latest that ran).")
+@click.option("--target", help="Only this target.")
+@click.option("--leaderboard", is_flag=True, help="Render the leaderboard across rounds instead.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
+def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool):
+    """Render a round's Markdown scorecard (or the leaderboard) and print its path."""
+    from . import report
+
+    ledger = ctx.ledger
+    if leaderboard:
+        path = report.render_leaderboard(ledger, out_dir)
+        if as_json:
+            emit_json({"path": str(path), "leaderboard": report.leaderboard_view(ledger)})
+        else:
+            out.print(str(path), markup=False)
+        return
+    if round_ is None:
+        rows = ledger.query("select max(round) as r from rounds")
+        if rows[0]["r"] is None:
+            raise JudgeError("no round has run yet (run one with 'judge run')")
+        round_ = rows[0]["r"]
+    path = report.render_round(ledger, round_, out_dir, target=target)
+    if as_json:
+        emit_json({"path": str(path), "round": report.round_view(ledger, round_, target=target)})
+    else:
+        out.print(str(path), markup=False)
+
+
+@command(main, "list")
+@click.option("--round", "round_", type=int, help="Only this round.")
+def list_cmd(ctx: Context, round_, as_json: bool):
+    """List proposals (latest revisions) with their latest verdicts."""
+    rows = actions.list_proposals(ctx.ledger, round_)
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table()
+    for column in ("id", "rev", "round", "target", "author", "claim", "outcome", "geomean"):
+        table.add_column(column)
+    for r in rows:
+        claim = f"{r['claim'][0]}-{r['claim'][1]}x" if r["claim"] else ""
+        geomean = f"{r['geomean_speedup']:.3f}x" if r["geomean_speedup"] else ""
+        table.add_row(r["id"], str(r["revision"]), str(r["round"]), r["target"], r["author"], claim, r["outcome"], geomean)
+    out.print(table)
+
+
+@command(main, "show")
+@click.argument("proposal_id")
+def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
+    """Everything about one proposal: revisions, evaluations, stages, votes."""
+    data = actions.show_proposal(ctx.ledger, proposal_id)
+    if as_json:
+        emit_json(data)
+        return
+    for rev in data["revisions"]:
+        claim = rev["claim"]
+        claim_text = f"claims {claim['low']}-{claim['high']}x" if claim else "no claim"
+        out.print(f"{proposal_id} r{rev['revision']} (round {rev['round']}, {rev['target']}): {rev['title']} by {rev['author']}; {claim_text}", markup=False)
+        for e in rev["evaluations"]:
+            out.print(f"  evaluation #{e['evaluation_id']}: {e['outcome']} ({e['reason']})", markup=False)
+            for s in e["stages"]:
+                out.print(f"    {s['stage']:12} {s['status']:9} {s['summary']}", markup=False)
+    for v in data["votes"]:
+        flag = f"  FLAG: {v['flag']}" if v["flag"] else ""
+        out.print(f"  vote {v['shark']}: total {v['total']}{flag}", markup=False)
+
+
+@command(main, "status")
+def status_cmd(ctx: Context, as_json: bool):
+    """Counts of what the ledger holds and where each round stands."""
+    data = actions.status(ctx.ledger)
+    if as_json:
+        emit_json(data)
+        return
+    counts = ", ".join(f"{v} {k}" for k, v in data["counts"].items())
+    out.print(f"{data['ledger']}: {counts}", markup=False)
+    for r in data["rounds"]:
+        outcomes = ", ".join(f"{n} {o}" for o, n in r["outcomes"].items()) or "no verdicts"
+        out.print(f"  {r['target']} round {r['round']}: {outcomes}; winner: {r['winner'] or 'none'}; base: {r['base_origin']}", markup=False)
+
+
+if __name__ == "__main__":
+    main()
