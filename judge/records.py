@@ -61,7 +61,7 @@ ExactNumber = Annotated[Decimal, BeforeValidator(_exact)]
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    model_config = ConfigDict(extra="forbid")
 
 
 class Claim(_Record):

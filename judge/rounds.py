@@ -236,7 +236,7 @@ def _run_target_round(
             started = now()
             t0 = time.monotonic()
             try:
-                source = apply_patch(base_source, revision["patch"], target.kernel_file, f"{revision['proposal_id']}/patch.diff")
+                source = apply_patch(base_source, revision["patch"], target.kernel_file, f"patch of {revision['proposal_id']} r{revision['revision']}")
             except JudgeError as error:
                 stage = StageResult("patch", "failed", str(error), time.monotonic() - t0)
                 summary.verdicts.append(

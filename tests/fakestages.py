@@ -1,0 +1,75 @@
+"""Stage fakes for round tests: a kernel's source says what its stages should report.
+
+A marker line in the patched kernel, `# verdict: <what>`, picks the behaviour: compile-error,
+incorrect, crash, hang-timing, or a speedup such as `speedup 1.25` (all benchmarks alike).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from judge.rounds import Stages
+from judge.stages import StageResult
+
+
+def marker(workspace: Path, kernel_file: str = "submission.py") -> str:
+    match = re.search(r"# verdict: (.+)", (workspace / kernel_file).read_text())
+    return match.group(1).strip() if match else "speedup 1.0"
+
+
+class FakeStages(Stages):
+    def __init__(self, gpu: bool = True, hang_s: float = 0.0):
+        self.gpu = gpu
+        self.hang_s = hang_s
+        self.compiled: list[str] = []
+
+    def probe(self):
+        return {"name": "Fake GPU", "sm_count": 4} if self.gpu else None
+
+    def arch_gate(self, arch, facts):
+        return None if facts else "needs a CUDA GPU, this machine has none"
+
+    def compile_many(self, jobs, *, cache_dir, workers, progress):
+        results = []
+        for i, (target, workspace) in enumerate(jobs):
+            self.compiled.append(workspace.name)
+            if marker(workspace) == "compile-error":
+                results.append(StageResult("compile", "failed", "DSLUserCodeError: unsupported tile (submission.py:7)", 0.1,
+                                           {"configs": [{"ok": False, "error": "DSLUserCodeError: unsupported tile"}]}))
+            else:
+                regs = 96 if workspace.name == "base" else 128
+                results.append(StageResult("compile", "passed", f"compiled: {regs} regs", 0.1,
+                                           {"configs": [{"signature": {"size": 1}, "ok": True, "registers": regs, "smem_bytes": 1024,
+                                                         "spill_store_bytes": 0, "spill_load_bytes": 0, "stack_bytes": 0,
+                                                         "threads_per_cta": 128, "ctas_per_sm": 4, "limiter": "registers",
+                                                         "ptx_bytes": 100, "cubin_bytes": 200, "seconds": 0.1}]}))
+            progress(i + 1, len(jobs))
+        return results
+
+    def correctness(self, target, workspace):
+        what = marker(workspace)
+        if what == "incorrect":
+            return StageResult("correctness", "failed", "test 0: 3 of 127 elements differ (first at [5]: got 1.0, expected 2.0)", 0.1)
+        if what == "crash":
+            return StageResult("correctness", "crashed", "RuntimeError: CUDA error: an illegal memory access was encountered", 0.1)
+        return StageResult("correctness", "passed", "2 tests passed", 0.1)
+
+    def timing(self, target, candidate, base, budget_s):
+        what = marker(candidate)
+        if what == "hang-timing":
+            time.sleep(self.hang_s)
+        speedup = float(what.split()[1]) if what.startswith("speedup") else 1.0
+        benchmarks = []
+        for index in range(len(target.benchmarks)):
+            base_us = 100.0 * (index + 1)
+            benchmarks.append({
+                "index": index, "label": target.benchmark_label(index), "base_median_us": base_us,
+                "cand_median_us": base_us / speedup, "speedup": speedup, "ci_low": speedup * 0.995,
+                "ci_high": speedup * 1.005, "significant": speedup != 1.0, "reps": 3,
+                "base_us": [base_us] * 3, "cand_us": [base_us / speedup] * 3,
+            })
+        low, high = (speedup * 0.995, speedup * 1.005) if speedup != 1.0 else (0.995, 1.005)
+        return StageResult("timing", "passed", f"geomean {speedup:.3f}x [{low:.3f}, {high:.3f}] over {len(benchmarks)} benchmarks",
+                           1.0, {"benchmarks": benchmarks, "geomean": speedup, "geomean_ci": [low, high]})

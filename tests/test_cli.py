@@ -1,0 +1,142 @@
+"""The CLI: each command's output for people and for agents (--json), and one-line errors with exit 2."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from judge.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
+PATCH = (
+    "--- a/submission.py\n+++ b/submission.py\n@@ -5,3 +5,3 @@\n # knobs\n-SCALE = 2.0\n+SCALE = 2.0  # same, faster?\n CHUNKS = 1\n"
+)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kernels").mkdir()
+    os.symlink(FIXTURE, tmp_path / "kernels" / "axpy")
+    runner = CliRunner()
+
+    def judge(*args, input=None):
+        return runner.invoke(main, list(args), input=input, catch_exceptions=False)
+
+    return judge, tmp_path
+
+
+def proposal_dir(root: Path, pid: str, patch: str | None = PATCH, extra: str = "") -> Path:
+    d = root / "proposals" / pid
+    d.mkdir(parents=True)
+    (d / "proposal.toml").write_text(
+        f'id = "{pid}"\ntitle = "{pid} title"\nauthor = "team-a"\nround = 1\ntarget = "axpy"\n{extra}[claim]\nlow = 1.1\nhigh = 1.2\n')
+    (d / "pitch.md").write_text("It will be faster.")
+    if patch is not None:
+        (d / "patch.diff").write_text(patch)
+    return d
+
+
+def test_init_creates_the_ledger(env):
+    judge, root = env
+    result = judge("init")
+    assert result.exit_code == 0
+    assert result.output == "ledger ledger.db: schema at m001_initial (1 migrations applied)\n"
+    assert (root / "ledger.db").exists()
+
+
+def test_submit_a_folder_of_proposals_then_again_unchanged(env):
+    judge, root = env
+    proposal_dir(root, "alpha")
+    proposal_dir(root, "beta", patch=None)
+    assert judge("submit", "proposals").output == "new       alpha revision 1\nnew       beta revision 1\n"
+    assert judge("submit", "proposals").output == "unchanged alpha revision 1\nunchanged beta revision 1\n"
+
+
+def test_submit_json_on_stdin_for_agents(env):
+    judge, root = env
+    data = {"id": "gamma", "title": "G", "author": "agent", "round": 1, "target": "axpy", "pitch": "p", "patch": PATCH}
+    result = judge("submit", "-", "--json", input=json.dumps(data))
+    assert json.loads(result.output) == [{"proposal_id": "gamma", "revision": 1, "revision_id": 1, "status": "new"}]
+
+
+def test_a_bad_proposal_is_one_line_exit_2_and_nothing_is_written(env):
+    judge, root = env
+    proposal_dir(root, "alpha")
+    proposal_dir(root, "broken", patch=PATCH.replace("a/submission.py", "a/reference.py").replace("b/submission.py", "b/reference.py"))
+    result = judge("submit", "proposals")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {Path('proposals/broken/patch.diff')}: touches reference.py; only the target's kernel file submission.py may change\n"
+    )
+    assert json.loads(judge("list", "--json").output) == []
+
+
+def test_a_hunk_that_does_not_apply_is_named_with_the_base(env):
+    judge, root = env
+    proposal_dir(root, "stale", patch=PATCH.replace(" CHUNKS = 1", " CHUNKS = 8"))
+    result = judge("submit", "proposals/stale")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: proposals/stale/patch.diff: hunk 1 '@@ -5,3 +5,3 @@' of submission.py does not apply to the base "
+        "(context not found; first line: '# knobs') (base: kernels/axpy/submission.py)\n"
+    )
+
+
+def test_an_unknown_target_is_named(env):
+    judge, root = env
+    d = proposal_dir(root, "lost")
+    (d / "proposal.toml").write_text((d / "proposal.toml").read_text().replace('target = "axpy"', 'target = "nope"'))
+    result = judge("submit", str(d))
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {d / 'proposal.toml'}: field 'target': target 'nope': no directory kernels/nope (targets live under kernels/)\n"
+    )
+
+
+def test_sharks_and_votes_with_a_flag_on_a_wrong_stated_total(env):
+    judge, root = env
+    proposal_dir(root, "pipeline-stages-3")
+    judge("submit", "proposals")
+    assert judge("shark", "add", str(ROOT / "sharks" / "performance-oracle.toml")).output == "new       shark performance-oracle version 1\n"
+    result = judge("vote", str(ROOT / "votes" / "nvfp4_group_gemm" / "round-1" / "oracle--pipeline-stages-3.toml"))
+    assert result.output == "new       vote #1: performance-oracle on pipeline-stages-3 r1: total 8.575, stated 8.4  FLAG: stated 8.4, computed 8.575\n"
+    again = judge("vote", "--json", str(ROOT / "votes" / "nvfp4_group_gemm" / "round-1" / "oracle--pipeline-stages-3.toml"))
+    assert json.loads(again.output)[0]["status"] == "unchanged"
+
+
+def test_a_vote_for_an_unknown_shark_is_refused(env):
+    judge, root = env
+    proposal_dir(root, "alpha")
+    judge("submit", "proposals")
+    result = judge("vote", "-", input=json.dumps({"shark": "ghost", "proposal": "alpha", "scores": {"x": 1}}))
+    assert result.exit_code == 2
+    assert result.stderr == "error: <stdin>: field 'shark': 'ghost' is not in the ledger (add it with 'judge shark add FILE')\n"
+
+
+def test_list_show_and_status_for_agents(env):
+    judge, root = env
+    proposal_dir(root, "alpha")
+    proposal_dir(root, "beta", patch=None, extra='parent = "alpha"\n')
+    judge("submit", "proposals")
+    rows = json.loads(judge("list", "--json").output)
+    assert [(r["id"], r["outcome"], r["claim"]) for r in rows] == [("alpha", "pending", [1.1, 1.2]), ("beta", "pitch", [1.1, 1.2])]
+    shown = json.loads(judge("show", "beta", "--json").output)
+    assert (shown["id"], shown["revisions"][0]["parent"], shown["revisions"][0]["has_patch"]) == ("beta", "alpha", False)
+    status = json.loads(judge("status", "--json").output)
+    assert status["counts"] == {"proposals": 2, "revisions": 2, "sharks": 0, "votes": 0, "evaluations": 0, "timings": 0}
+
+
+def test_show_an_unknown_proposal(env):
+    judge, _ = env
+    result = judge("show", "nobody")
+    assert (result.exit_code, result.stderr) == (2, "error: proposal 'nobody' is not in the ledger (see 'judge list')\n")
+
+
+def test_the_ledger_option_picks_the_database(env):
+    judge, root = env
+    judge("--ledger", "other.db", "init")
+    assert (root / "other.db").exists() and not (root / "ledger.db").exists()

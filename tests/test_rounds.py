@@ -1,0 +1,166 @@
+"""Rounds: outcomes per proposal, the winner, compounding bases, not-run reasons, resume after a kill."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fakestages import FakeStages
+from judge.errors import JudgeError
+from judge.ledger import Ledger
+from judge.records import Proposal
+from judge.rounds import Settings, base_for, decide, run_round
+from judge.stages import StageResult
+from judge.targets import load_target
+
+FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
+BASE = (FIXTURE / "submission.py").read_text()
+
+
+def knob_patch(old: str, new: str, verdict: str, base: str = BASE) -> str:
+    """A patch that changes one knob line and adds a marker telling the fake stages what to report."""
+    lines = base.splitlines()
+    i = lines.index(old)
+    before, after = lines[i - 1], lines[i + 1]
+    return (
+        "--- a/submission.py\n+++ b/submission.py\n"
+        f"@@ -{i},3 +{i},4 @@\n {before}\n-{old}\n+{new}\n+# verdict: {verdict}\n {after}\n"
+    )
+
+
+def proposal(pid, verdict, round=1, knob=("SCALE = 2.0", "SCALE = 2.0  # tuned"), **extra):
+    patch = knob_patch(knob[0], knob[1], verdict) if verdict else None
+    return Proposal(id=pid, title=pid, author="team", round=round, target="axpy", pitch="why", patch=patch, **extra)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    os.symlink(FIXTURE, kernels / "axpy")
+    ledger = Ledger(tmp_path / "ledger.db")
+    settings = Settings(kernels_dir=kernels, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", stages=FakeStages())
+    return ledger, settings
+
+
+def outcomes(summary):
+    return {v.proposal_id: (v.outcome, v.reason) for v in summary.verdicts}
+
+
+def test_each_proposal_gets_the_outcome_its_stages_dictate(setup):
+    ledger, settings = setup
+    for p in [proposal("a-fast", "speedup 1.25"), proposal("b-slow", "speedup 0.8"), proposal("c-same", "speedup 1.0"),
+              proposal("d-broken", "compile-error"), proposal("e-wrong", "incorrect"), proposal("f-crash", "crash"),
+              proposal("g-pitch", None)]:
+        ledger.submit(p, "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert outcomes(summary) == {
+        "a-fast": ("faster", "geomean 1.250x [1.244, 1.256] over 2 benchmarks"),
+        "b-slow": ("slower", "geomean 0.800x [0.796, 0.804] over 2 benchmarks"),
+        "c-same": ("unchanged", "geomean 1.000x [0.995, 1.005] over 2 benchmarks"),
+        "d-broken": ("compile-error", "DSLUserCodeError: unsupported tile (submission.py:7)"),
+        "e-wrong": ("incorrect", "test 0: 3 of 127 elements differ (first at [5]: got 1.0, expected 2.0)"),
+        "f-crash": ("crashed", "correctness: RuntimeError: CUDA error: an illegal memory access was encountered"),
+    }
+    assert summary.pitches == ["g-pitch"]
+    assert summary.winner == "a-fast"
+    rows = ledger.query("select count(*) as n from timings")
+    assert rows[0]["n"] == 3 * 2 * 3  # three timed proposals x two benchmarks x three repetitions
+
+
+def test_a_patch_that_no_longer_applies_is_patch_failed(setup):
+    ledger, settings = setup
+    ledger.submit(proposal("a", None).model_copy(update={"patch": knob_patch("SCALE = 2.0", "SCALE = 3.0", "x").replace(" CHUNKS = 1", " CHUNKS = 7")}), "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert outcomes(summary)["a"][0] == "patch-failed"
+    assert "hunk 1 '@@ -5,3 +5,4 @@' of submission.py does not apply" in outcomes(summary)["a"][1]
+
+
+def test_without_a_gpu_the_gpu_stages_say_why_they_did_not_run(setup):
+    ledger, settings = setup
+    settings.stages = FakeStages(gpu=False)
+    ledger.submit(proposal("a", "speedup 1.25"), "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert outcomes(summary) == {"a": ("not-run", "needs a CUDA GPU, this machine has none")}
+    assert summary.winner is None
+    # running again on the same machine adds nothing: the verdict stands for the same reason
+    [again] = run_round(ledger, 1, settings=settings)
+    assert [v.skipped for v in again.verdicts] == [True]
+    assert ledger.query("select count(*) as n from evaluations where subject = 'candidate'")[0]["n"] == 1
+
+
+def test_the_winner_patch_becomes_the_next_round_base(setup):
+    ledger, settings = setup
+    ledger.submit(proposal("a", "speedup 1.10"), "test")
+    ledger.submit(proposal("b", "speedup 1.30", knob=("CHUNKS = 1", "CHUNKS = 4")), "test")
+    [first] = run_round(ledger, 1, settings=settings)
+    assert first.winner == "b"
+    target = load_target(settings.kernels_dir / "axpy")
+    source, origin = base_for(ledger, target, 2)
+    assert origin == "round 1 base + winner b r1"
+    assert "CHUNKS = 4" in source and "SCALE = 2.0\n" in source
+    # a round-2 proposal patches the compounded base, and round 2 freezes that base
+    c = proposal("c", None, round=2).model_copy(
+        update={"patch": knob_patch("SCALE = 2.0", "SCALE = 2.0  # tuned", "speedup 1.05", base=source)})
+    ledger.submit(c, "test")
+    [second] = run_round(ledger, 2, settings=settings)
+    assert second.base_origin == "round 1 base + winner b r1"
+    workspace = (settings.work_dir / "axpy" / "round-2" / "c" / "submission.py").read_text()
+    assert "CHUNKS = 4" in workspace and "SCALE = 2.0  # tuned" in workspace
+
+
+def test_a_round_without_proposals_is_an_error(setup):
+    ledger, settings = setup
+    with pytest.raises(JudgeError) as error:
+        run_round(ledger, 3, settings=settings)
+    assert str(error.value) == "round 3 has no proposals (submit some with 'judge submit')"
+
+
+def test_decide_reads_the_first_stage_that_stopped():
+    stages = [StageResult("patch", "passed", "ok"), StageResult("compile", "timed-out", "killed after 300.0 s")]
+    assert decide(stages) == (decide(stages)[0].__class__("timed-out"), "compile: killed after 300.0 s")
+
+
+RUNNER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, {tests!r})
+    from fakestages import FakeStages
+    from judge.ledger import Ledger
+    from judge.rounds import Settings, run_round
+    root = Path({root!r})
+    settings = Settings(kernels_dir=root / "kernels", work_dir=root / "work", cache_dir=root / "cache",
+                        stages=FakeStages(hang_s=600))
+    run_round(Ledger(root / "ledger.db"), 1, settings=settings)
+""")
+
+
+def test_killing_a_run_loses_no_finished_result_and_a_second_run_resumes(setup, tmp_path):
+    ledger, settings = setup
+    ledger.submit(proposal("a", "speedup 1.2"), "test")
+    ledger.submit(proposal("b", "hang-timing"), "test")
+    ledger.submit(proposal("c", "speedup 1.1"), "test")
+    child = subprocess.Popen([sys.executable, "-c", RUNNER.format(tests=str(Path(__file__).parent), root=str(tmp_path))])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        rows = ledger.query("select r.proposal_id from evaluations e join revisions r on r.id = e.revision_id")
+        if rows:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)  # let it sit inside b's hanging timing stage
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert [r["proposal_id"] for r in rows] == ["a"]
+    assert ledger.query("select status from runs")[0]["status"] == "running"
+
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert [(v.proposal_id, v.outcome, v.skipped) for v in summary.verdicts] == [
+        ("a", "faster", True), ("b", "unchanged", False), ("c", "faster", False)]
+    assert [r["status"] for r in ledger.query("select status from runs order by id")] == ["interrupted", "finished"]
+    assert ledger.query("select count(*) as n from evaluations where subject = 'candidate'")[0]["n"] == 3
+    assert summary.winner == "a"
