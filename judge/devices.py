@@ -1,0 +1,148 @@
+"""What GPU this machine has, and whether a target's architecture can run on it.
+
+The probe runs in a child process: initialising CUDA in the judge's own process would tie it to a context
+that a faulting candidate could poison, and a broken driver must not hang the judge.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .errors import JudgeError
+
+_ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
+
+
+@dataclass
+class DeviceFacts:
+    """The GPU and software a measurement was taken on; clocks are as read when the facts were taken."""
+
+    name: str
+    sm_count: int
+    capability: str  # "9.0"
+    arch: str  # "sm_90"
+    memory_gb: float
+    l2_mb: float
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    sm_clock_max_mhz: int | None = None
+    temperature_c: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    cutedsl: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def probe(timeout_s: float = 120) -> DeviceFacts | None:
+    """The facts of CUDA device 0, read in a child process; None when there is no CUDA GPU (or it cannot start)."""
+    from .isolation import run_isolated
+
+    with tempfile.TemporaryDirectory(prefix="judge-probe-") as tmp:
+        outcome = run_isolated("judge.devices:_child_probe", {}, timeout_s=timeout_s, cwd=Path(tmp))
+    if outcome.status != "ok" or outcome.value is None:
+        return None
+    return DeviceFacts(**outcome.value)
+
+
+def arch_gate(target_arch: str, facts: DeviceFacts | None) -> str | None:
+    """None when a target built for `target_arch` can run on this device, else the reason it cannot.
+
+    "any" needs only a CUDA GPU. "sm_XYa" needs capability X.Y exactly (arch-specific instructions such as
+    wgmma and tcgen05); "sm_XY" and "sm_XYf" run on capability X.Y or a later minor of the same major.
+    """
+    if target_arch == "any":
+        return None if facts is not None else "needs a CUDA GPU, this machine has none"
+    match = _ARCH.match(target_arch)
+    if not match:
+        raise JudgeError(f"target arch '{target_arch}': expected 'any' or sm_<major><minor>[a|f], e.g. sm_90a")
+    major, minor, suffix = int(match.group(1)), int(match.group(2)), match.group(3)
+    reason = f"needs sm_{major}{minor}, this machine has none"
+    if facts is None:
+        return reason
+    have_major, have_minor = (int(part) for part in facts.capability.split("."))
+    if suffix == "a":
+        return None if (have_major, have_minor) == (major, minor) else reason
+    return None if have_major == major and have_minor >= minor else reason
+
+
+def facts_here(device: int = 0) -> DeviceFacts | None:
+    """The facts of a CUDA device as seen from this process (which then holds a CUDA context)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(device)
+    clocks = read_clocks(device)
+    return DeviceFacts(
+        name=props.name,
+        sm_count=props.multi_processor_count,
+        capability=f"{props.major}.{props.minor}",
+        arch=f"sm_{props.major}{props.minor}",
+        memory_gb=round(props.total_memory / 2**30, 1),
+        l2_mb=round(getattr(props, "L2_cache_size", 0) / 2**20, 1),
+        sm_clock_mhz=clocks.get("sm_clock_mhz"),
+        mem_clock_mhz=clocks.get("mem_clock_mhz"),
+        sm_clock_max_mhz=clocks.get("sm_clock_max_mhz"),
+        temperature_c=clocks.get("temperature_c"),
+        driver=clocks.get("driver"),
+        cuda=torch.version.cuda,
+        torch=torch.__version__,
+        cutedsl=_version("nvidia-cutlass-dsl"),
+    )
+
+
+_SMI_FIELDS = {
+    "clocks.sm": "sm_clock_mhz",
+    "clocks.mem": "mem_clock_mhz",
+    "clocks.max.sm": "sm_clock_max_mhz",
+    "temperature.gpu": "temperature_c",
+    "driver_version": "driver",
+}
+
+
+def read_clocks(device: int = 0) -> dict[str, Any]:
+    """Current SM and memory clocks, temperature and driver from nvidia-smi; {} where it is not installed."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {}
+    query = ",".join(_SMI_FIELDS)
+    try:
+        out = subprocess.run(
+            [smi, f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", str(device)],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return {}
+    values = [v.strip() for v in out.strip().splitlines()[0].split(",")] if out.strip() else []
+    facts: dict[str, Any] = {}
+    for key, value in zip(_SMI_FIELDS.values(), values):
+        if key == "driver":
+            facts[key] = value
+        else:
+            try:
+                facts[key] = int(float(value))
+            except ValueError:
+                facts[key] = None
+    return facts
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _child_probe() -> dict[str, Any] | None:
+    facts = facts_here()
+    return None if facts is None else facts.to_dict()

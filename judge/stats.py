@@ -1,0 +1,90 @@
+"""The statistics of timing: medians, paired bootstrap intervals of a median ratio, geometric means.
+
+Single repetitions of a GPU kernel jump by tens of percent (clock changes, other work on the host) while
+medians of batches agree to a fraction of a percent, so every estimate here is built on medians, and the
+intervals come from resampling the interleaved (base, candidate) pairs together so that slow drift, which
+moves both members of a pair, cancels. Everything is seeded: the same samples give the same interval.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+SEED = 20261123
+# Bootstrap replicates are computed this many at a time so that long runs never need a huge index array.
+_CHUNK_ELEMENTS = 4_000_000
+
+
+def median(values: Sequence[float]) -> float:
+    """The middle value; the mean of the two middle values for an even count."""
+    if len(values) == 0:
+        raise ValueError("median of no values")
+    return float(np.median(np.asarray(values, dtype=float)))
+
+
+def ratio_replicates(base: Sequence[float], cand: Sequence[float], *, resamples: int = RESAMPLES,
+                     rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap replicates of median(base) / median(cand), resampling the pairs (base[i], cand[i]) together."""
+    b = np.asarray(base, dtype=float)
+    c = np.asarray(cand, dtype=float)
+    if b.shape != c.shape or b.ndim != 1 or len(b) == 0:
+        raise ValueError(f"paired samples need equal, non-zero lengths, got {b.shape} and {c.shape}")
+    n = len(b)
+    step = max(1, _CHUNK_ELEMENTS // n)
+    out = np.empty(resamples)
+    for start in range(0, resamples, step):
+        count = min(step, resamples - start)
+        idx = rng.integers(0, n, size=(count, n))
+        out[start:start + count] = np.median(b[idx], axis=1) / np.median(c[idx], axis=1)
+    return out
+
+
+def ratio_ci(base: Sequence[float], cand: Sequence[float], *, confidence: float = CONFIDENCE,
+             resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float, float]:
+    """(median(base)/median(cand), low, high): the speedup and its paired percentile-bootstrap interval."""
+    ratio = median(base) / median(cand)
+    reps = ratio_replicates(base, cand, resamples=resamples, rng=np.random.default_rng(seed))
+    low, high = _percentiles(reps, confidence)
+    return ratio, low, high
+
+
+def geomean(values: Sequence[float]) -> float:
+    """The geometric mean of positive values."""
+    if len(values) == 0:
+        raise ValueError("geometric mean of no values")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def geomean_ci(pairs: Sequence[tuple[Sequence[float], Sequence[float]]], *, confidence: float = CONFIDENCE,
+               resamples: int = RESAMPLES, seed: int = SEED) -> tuple[float, float, float]:
+    """(geomean of per-benchmark speedups, low, high), each benchmark resampled on its own, the logs averaged."""
+    if len(pairs) == 0:
+        raise ValueError("geometric mean of no benchmarks")
+    rng = np.random.default_rng(seed)
+    point = geomean([median(b) / median(c) for b, c in pairs])
+    logs = np.zeros(resamples)
+    for base, cand in pairs:
+        logs += np.log(ratio_replicates(base, cand, resamples=resamples, rng=rng))
+    low, high = _percentiles(np.exp(logs / len(pairs)), confidence)
+    return point, low, high
+
+
+def precise_enough(ratio: float, low: float, high: float, half_width: float = 0.01) -> bool:
+    """The stopping rule: True once the interval lies within ±half_width of the ratio (both sides)."""
+    return high / ratio - 1 < half_width and 1 - low / ratio < half_width
+
+
+def significant(low: float, high: float) -> bool:
+    """An interval that excludes 1.0: the two kernels differ."""
+    return low > 1.0 or high < 1.0
+
+
+def _percentiles(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(replicates, [tail, 100 - tail])
+    return float(low), float(high)

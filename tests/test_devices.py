@@ -1,0 +1,60 @@
+"""judge/devices.py: the architecture gate's verdicts and reasons, and the probe on this machine."""
+
+import pytest
+
+from judge.devices import DeviceFacts, arch_gate, probe
+from judge.errors import JudgeError
+
+
+def facts(capability: str) -> DeviceFacts:
+    major, minor = capability.split(".")
+    return DeviceFacts(name="test GPU", sm_count=132, capability=capability, arch=f"sm_{major}{minor}",
+                       memory_gb=79.1, l2_mb=50.0)
+
+
+H100, B200, A100, GB300 = facts("9.0"), facts("10.0"), facts("8.0"), facts("10.3")
+
+
+def test_any_runs_on_any_cuda_gpu():
+    assert arch_gate("any", H100) is None
+    assert arch_gate("any", A100) is None
+    assert arch_gate("any", None) == "needs a CUDA GPU, this machine has none"
+
+
+def test_arch_specific_needs_the_exact_capability():
+    assert arch_gate("sm_90a", H100) is None
+    assert arch_gate("sm_90a", B200) == "needs sm_90, this machine has none"
+    assert arch_gate("sm_100a", B200) is None
+    assert arch_gate("sm_100a", H100) == "needs sm_100, this machine has none"
+    assert arch_gate("sm_100a", GB300) == "needs sm_100, this machine has none"
+    assert arch_gate("sm_100a", None) == "needs sm_100, this machine has none"
+
+
+def test_plain_and_family_arch_run_on_later_minors_of_the_major():
+    assert arch_gate("sm_90", H100) is None
+    assert arch_gate("sm_80", A100) is None
+    assert arch_gate("sm_80", H100) == "needs sm_80, this machine has none"
+    assert arch_gate("sm_100f", GB300) is None
+    assert arch_gate("sm_103", B200) == "needs sm_103, this machine has none"
+
+
+def test_bad_arch_is_a_user_error():
+    with pytest.raises(JudgeError, match="target arch 'hopper': expected 'any' or sm_"):
+        arch_gate("hopper", H100)
+
+
+def test_probe_without_a_gpu_is_none():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert probe() is None
+
+
+@pytest.mark.gpu
+def test_probe_on_a_gpu():
+    found = probe()
+    assert found is not None
+    assert found.sm_count > 0 and found.l2_mb > 0 and found.memory_gb > 0
+    assert found.arch == "sm_" + found.capability.replace(".", "")
+    assert found.torch
+    print(found.to_dict())

@@ -1,0 +1,89 @@
+"""judge/stats.py on fixed and synthetic samples: exact medians, honest intervals, the stopping rule."""
+
+import math
+
+import numpy as np
+import pytest
+
+from judge.stats import geomean, geomean_ci, median, precise_enough, ratio_ci, significant
+
+
+def test_median_exact():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5
+    assert median([10.0]) == 10.0
+    with pytest.raises(ValueError):
+        median([])
+
+
+def test_geomean_exact():
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0, rel=1e-15)
+    assert geomean([1.0, 1.0, 1.0]) == 1.0
+
+
+def test_ratio_of_fixed_samples():
+    ratio, low, high = ratio_ci([10.0, 11.0, 12.0], [5.0, 5.5, 6.0])
+    assert ratio == 2.0
+    assert low == pytest.approx(2.0) and high == pytest.approx(2.0)  # every pair has ratio exactly 2
+
+
+def test_interval_is_seeded():
+    rng = np.random.default_rng(1)
+    base, cand = rng.lognormal(3, 0.1, 200), rng.lognormal(3, 0.1, 200)
+    assert ratio_ci(base, cand) == ratio_ci(base, cand)
+    assert ratio_ci(base, cand, seed=1) != ratio_ci(base, cand, seed=2)
+
+
+def _synthetic(true_ratio, n, rng, jitter=0.03, outliers=0.05):
+    """Interleaved pairs sharing a slow drift, with log-normal jitter and occasional 60% spikes."""
+    drift = 1 + 0.02 * np.sin(np.arange(n) / 50)
+    cand = 30.0 * drift * rng.lognormal(0, jitter, n)
+    base = true_ratio * 30.0 * drift * rng.lognormal(0, jitter, n)
+    for series in (base, cand):
+        spikes = rng.random(n) < outliers
+        series[spikes] *= 1.6
+    return base, cand
+
+
+@pytest.mark.parametrize("true_ratio", [1.0, 1.02, 0.9])
+def test_interval_contains_the_true_ratio(true_ratio):
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(40):
+        base, cand = _synthetic(true_ratio, 400, rng)
+        _, low, high = ratio_ci(base, cand, resamples=500)
+        hits += low <= true_ratio <= high
+    assert hits >= 34  # a 95% interval; 34 of 40 leaves room for chance, not for a biased estimator
+
+
+def test_interval_narrows_with_more_samples():
+    rng = np.random.default_rng(3)
+    small = ratio_ci(*_synthetic(1.05, 50, rng))
+    large = ratio_ci(*_synthetic(1.05, 2000, rng))
+    assert (large[2] - large[1]) < (small[2] - small[1]) / 3
+
+
+def test_geomean_ci_contains_truth_and_the_point():
+    rng = np.random.default_rng(11)
+    pairs = [_synthetic(r, 300, rng) for r in (1.1, 1.0, 0.95, 1.2)]
+    point, low, high = geomean_ci(pairs)
+    truth = geomean([1.1, 1.0, 0.95, 1.2])
+    assert low <= point <= high
+    assert low <= truth <= high
+    assert point == pytest.approx(geomean([median(b) / median(c) for b, c in pairs]), rel=1e-12)
+
+
+def test_stopping_rule():
+    assert precise_enough(1.0, 0.995, 1.005)
+    assert precise_enough(2.0, 1.99, 2.01)
+    assert not precise_enough(1.0, 0.985, 1.005)  # low side wider than 1%
+    assert not precise_enough(1.0, 0.995, 1.011)  # high side wider than 1%
+    assert not precise_enough(1.0, 0.99, 1.0)  # exactly 1% is not under it
+    assert precise_enough(1.0, 0.97, 1.03, half_width=0.05)
+
+
+def test_significant():
+    assert significant(1.01, 1.05)
+    assert significant(0.9, 0.99)
+    assert not significant(0.99, 1.01)
+    assert not significant(1.0, 1.02)
