@@ -146,3 +146,13 @@ def _version(distribution: str) -> str | None:
 def _child_probe() -> dict[str, Any] | None:
     facts = facts_here()
     return None if facts is None else facts.to_dict()
+
+
+_PROBED: list[DeviceFacts | None] = []
+
+
+def gate(target_arch: str) -> str | None:
+    """arch_gate against this machine's GPU, probed once per process (a probe costs a child process)."""
+    if not _PROBED:
+        _PROBED.append(probe())
+    return arch_gate(target_arch, _PROBED[0])
