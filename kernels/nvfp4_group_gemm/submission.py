@@ -8,15 +8,14 @@ are written on the device, by each CTA into its own workspace slot, from the per
 arrays that `plan_launch` builds on the host.
 """
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory as memory
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
+import cutlass.tensor_utils as tensor_utils
 import cutlass.utils.blackwell_helpers as sm100_utils
 import cutlass.utils.blockscaled_layout as blockscaled_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
@@ -239,7 +238,7 @@ class GroupedBlockScaledGemm:
             tiled_mma, self.mma_tiler, SF_VEC_SIZE, self.num_ab_stages
         )
         c_smem_staged = sm100_utils.make_smem_layout_epi(
-            C_DTYPE, utils.LayoutEnum.ROW_MAJOR, self.epi_tile, self.num_c_stages
+            C_DTYPE, tensor_utils.LayoutEnum.ROW_MAJOR, self.epi_tile, self.num_c_stages
         )
 
         # TMA atoms are built from placeholder tensors (null address, one tile in size); every CTA
@@ -385,7 +384,7 @@ class GroupedBlockScaledGemm:
         k = problem_sizes[group, 2]
         k_tile_cnt = cute.ceil_div(k, self.mma_tiler[2])
 
-        smem = utils.SmemAllocator()
+        smem = memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
         sA = storage.sA.get_tensor(a_smem_staged.outer, swizzle=a_smem_staged.inner)
         sB = storage.sB.get_tensor(b_smem_staged.outer, swizzle=b_smem_staged.inner)
@@ -409,7 +408,7 @@ class GroupedBlockScaledGemm:
         ).make_participants()
 
         # ---- Per-group tensor maps, written into this CTA's workspace slot ------------------------
-        tensormap_manager = utils.TensorMapManager(utils.TensorMapUpdateMode.SMEM, BYTES_PER_TENSORMAP)
+        tensormap_manager = tensor_utils.TensorMapManager(tensor_utils.TensorMapUpdateMode.SMEM, BYTES_PER_TENSORMAP)
         words = BYTES_PER_TENSORMAP // 8
         tensormap_smem = storage.tensormap_buffer.data_ptr()
         smem_maps = [tensormap_smem + slot * words for slot in range(self.num_tensormaps)]
@@ -480,7 +479,7 @@ class GroupedBlockScaledGemm:
         tBgSFB = tBgSFB[(None, tile_coord_mnl[1], None, 0)]
 
         # ---- Tensor memory: accumulators, then SFA, then SFB -------------------------------------
-        tmem = utils.TmemAllocator(
+        tmem = memory.TmemAllocator(
             storage.tmem_holding_buf,
             barrier_for_retrieve=pipeline.NamedBarrier(barrier_id=1, num_threads=THREADS_PER_CTA),
             allocator_warp_id=TMA_WARP,
@@ -628,7 +627,7 @@ class GroupedBlockScaledGemm:
         tiled_copy, tTR_tAcc, tTR_gC = self._t2r_partition(tidx, tAcc, gC)
         tTR_rAcc = cute.make_rmem_tensor(tTR_gC[(None, None, None, 0, 0)].shape, ACC_DTYPE)
         tTR_rC = cute.make_rmem_tensor(tTR_gC[(None, None, None, 0, 0)].shape, C_DTYPE)
-        store_atom = sm100_utils.get_smem_store_op(utils.LayoutEnum.ROW_MAJOR, C_DTYPE, ACC_DTYPE, tiled_copy)
+        store_atom = sm100_utils.get_smem_store_op(tensor_utils.LayoutEnum.ROW_MAJOR, C_DTYPE, ACC_DTYPE, tiled_copy)
         tiled_copy_r2s = cute.make_tiled_copy_D(store_atom, tiled_copy)
         thr_copy_r2s = tiled_copy_r2s.get_slice(tidx)
         tRS_sC = thr_copy_r2s.partition_D(sC)

@@ -1,0 +1,252 @@
+"""The nvfp4_group_gemm kernel without a GPU: launch plans worked out by hand, ahead-of-time compiles for
+sm_100a of the base and of every example patch, and, where a B200 is present, correctness."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = ROOT / "kernels" / "nvfp4_group_gemm"
+PROPOSALS = ROOT / "proposals" / "nvfp4_group_gemm"
+TASK = yaml.safe_load((TARGET / "task.yml").read_text())
+BENCHMARKS = TASK["benchmarks"]
+SM100_M_ERROR = "expects the M-mode to be 128, but got 64"
+
+
+def load_from(directory: Path, name: str):
+    """Import `directory/name.py` under a fresh module name, with the directory's task.py and utils.py."""
+    shadowed = {key: sys.modules.pop(key) for key in ("task", "utils") if key in sys.modules}
+    sys.path.insert(0, str(directory))
+    try:
+        spec = importlib.util.spec_from_file_location(f"nvfp4_{name}_{uuid.uuid4().hex[:8]}", directory / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(directory))
+        for key in ("task", "utils"):
+            sys.modules.pop(key, None)
+        sys.modules.update(shadowed)
+
+
+kernel = load_from(TARGET, "submission")
+
+
+def sizes(spec):
+    return list(zip(spec["m"], spec["n"], spec["k"], [1] * spec["g"]))
+
+
+# ---- launch plans -------------------------------------------------------------------------------------
+
+# Per benchmark: (M tiles, N tiles) per group at the base 128 x 128 tile, and the CTA count.
+# Benchmark 0: M = 80, 176, 128, 72, 64, 248, 96, 160 -> 1, 2, 1, 1, 1, 2, 1, 2 row tiles; N = 4096 -> 32.
+# Benchmark 1: M = 40, 76, 168, 72, 164, 148, 196, 160 -> 1, 1, 2, 1, 2, 2, 2, 2; N = 7168 -> 56.
+# Benchmark 2: M = 192, 320 -> 2, 3; N = 3072 -> 24.  Benchmark 3: M = 128, 384 -> 1, 3; N = 4096 -> 32.
+BASE_PLANS = [
+    ([(1, 32), (2, 32), (1, 32), (1, 32), (1, 32), (2, 32), (1, 32), (2, 32)], 352),
+    ([(1, 56), (1, 56), (2, 56), (1, 56), (2, 56), (2, 56), (2, 56), (2, 56)], 728),
+    ([(2, 24), (3, 24)], 120),
+    ([(1, 32), (3, 32)], 128),
+]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_base_plan_of_each_benchmark(index):
+    plan = kernel.plan_launch(sizes(BENCHMARKS[index]))
+    tiles, ctas = BASE_PLANS[index]
+    assert plan.tiles_per_group == tiles
+    assert plan.num_ctas == ctas
+    assert plan.grid == (ctas, 1, 1)
+    assert plan.cluster == (1, 1, 1)
+    assert plan.tensormap_workspace_shape == (ctas, 4, 16)
+    spec = BENCHMARKS[index]
+    assert plan.problem_sizes == sizes(spec)
+    assert plan.strides == [(k, k, n) for n, k in zip(spec["n"], spec["k"])]
+
+
+def test_ctas_walk_each_group_row_tiles_first():
+    plan = kernel.plan_launch(sizes(BENCHMARKS[2]))
+    work = plan.cta_work
+    assert work[:3] == [(0, 0, 0), (0, 1, 0), (0, 0, 1)]
+    assert work[47] == (0, 1, 23)
+    assert work[48] == (1, 0, 0)
+    assert work[-1] == (1, 2, 23)
+    assert len(set(work)) == len(work)
+
+
+@pytest.mark.parametrize("index, ctas", [(0, 176), (1, 364), (2, 60), (3, 64)])
+def test_wide_tile_halves_the_ctas(index, ctas):
+    plan = kernel.plan_launch(sizes(BENCHMARKS[index]), tile_mnk=(128, 256, 256))
+    assert plan.num_ctas == ctas
+
+
+def test_clusters_pad_each_group_to_whole_clusters():
+    # Group 0: 1 x 2 tiles -> 2 x 2 with a 2 x 1 cluster; group 1: 2 x 3 tiles, already whole.
+    plan = kernel.plan_launch([(40, 256, 256, 1), (200, 384, 256, 1)], cluster_mn=(2, 1))
+    assert plan.tiles_per_group == [(2, 2), (2, 3)]
+    assert plan.num_ctas == 10
+    assert plan.cluster == (2, 1, 1)
+    assert plan.cta_work[:4] == [(0, 0, 0), (0, 1, 0), (0, 0, 1), (0, 1, 1)]
+
+
+def test_clusters_along_n_keep_a_cluster_contiguous():
+    plan = kernel.plan_launch([(256, 384, 256, 1)], cluster_mn=(1, 2))
+    assert plan.tiles_per_group == [(2, 4)]
+    # Cluster (rows 0, columns 0-1) first, then (row 1, columns 0-1).
+    assert plan.cta_work[:4] == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
+
+
+def test_tma_store_needs_a_fifth_tensor_map():
+    plan = kernel.plan_launch(sizes(BENCHMARKS[3]), epilogue_store="tma")
+    assert plan.tensormap_workspace_shape == (128, 5, 16)
+
+
+def test_plan_refuses_what_the_kernel_cannot_do():
+    with pytest.raises(ValueError, match="K = 320"):
+        kernel.plan_launch([(128, 128, 320, 1)])
+    with pytest.raises(ValueError, match="L = 2"):
+        kernel.plan_launch([(128, 128, 256, 2)])
+
+
+def test_tensor_memory_columns():
+    assert kernel.tmem_columns() == (128, 16, 16, 256)
+    assert kernel.tmem_columns((128, 256, 256)) == (256, 16, 32, 512)
+    assert kernel.tmem_columns((128, 128, 256), 2) == (256, 16, 16, 512)
+    with pytest.raises(ValueError, match="512"):
+        kernel.tmem_columns((128, 256, 256), 2)
+
+
+def test_compile_signature_does_not_depend_on_the_shapes():
+    first = kernel.compile_signature(TASK["tests"][0])
+    assert first == kernel.compile_signature(BENCHMARKS[1])
+    assert first["mma_tiler_mnk"] == (128, 128, 256)
+    assert first["num_ab_stages"] == 1
+
+
+# ---- compiling for sm_100a on CPU ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def sm100(monkeypatch, tmp_path):
+    """Compile for sm_100a with PTX and cubin kept, in a scratch directory (cute.compile drops files in cwd)."""
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_100a")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def ptxas() -> str | None:
+    import nvidia
+
+    found = [p for root in nvidia.__path__ for p in glob.glob(f"{root}/cu*/bin/ptxas")]
+    return found[0] if found else shutil.which("ptxas")
+
+
+def ptxas_resources(ptx: str, where: Path) -> tuple[int, int]:
+    """(registers, spill bytes) that ptxas reports for the kernel."""
+    tool = ptxas()
+    if tool is None:
+        pytest.skip("ptxas not installed")
+    source = where / "kernel.ptx"
+    source.write_text(ptx)
+    report = subprocess.run([tool, "-v", "-arch=sm_100a", str(source), "-o", str(where / "kernel.cubin")],
+                            capture_output=True, text=True, check=True).stderr
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    spills = sum(int(v) for v in re.findall(r"(\d+) bytes spill (?:stores|loads)", report))
+    return registers, spills
+
+
+def test_base_compiles_with_ptx_and_cubin(sm100):
+    compiled = kernel.compile_kernel(BENCHMARKS[0], options="--keep-ptx --keep-cubin")
+    ptx, cubin = compiled.__ptx__, compiled.__cubin__
+    assert ".target sm_100a" in ptx
+    assert "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block16" in ptx
+    assert "tcgen05.cp.cta_group::1.32x128b.warpx4" in ptx  # scale factors, shared -> tensor memory
+    assert "cp.async.bulk.tensor" in ptx  # TMA loads
+    assert "tensormap.replace" in ptx  # per-group tensor maps written on the device
+    assert "st.global.v4" in ptx  # the SIMT epilogue's 16-byte stores
+    assert cubin[:4] == b"\x7fELF"
+    registers, spills = ptxas_resources(ptx, sm100)
+    assert spills == 0
+    assert registers <= 128
+
+
+def apply_in_copy(proposal: str, where: Path) -> Path:
+    """A copy of the target directory with the proposal's patch applied by `patch -p1`."""
+    if shutil.which("patch") is None:
+        pytest.skip("patch(1) not installed")
+    copy = where / f"target-{proposal}"
+    shutil.copytree(TARGET, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    diff = (PROPOSALS / proposal / "patch.diff").read_text()
+    for flags in (["--dry-run"], []):
+        subprocess.run(["patch", "-p1", "--batch", *flags], input=diff, text=True, cwd=copy, check=True,
+                       capture_output=True)
+    return copy
+
+
+PATCHED = ["pipeline-stages-3", "tile-64-rows", "tma-store-epilogue", "wide-n-tile"]
+
+
+@pytest.mark.parametrize("proposal", PATCHED)
+def test_each_patch_applies_and_changes_one_knob(proposal, tmp_path):
+    copy = apply_in_copy(proposal, tmp_path)
+    before = (TARGET / "submission.py").read_text().splitlines()
+    after = (copy / "submission.py").read_text().splitlines()
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert len(before) == len(after)
+    assert len(changed) == 1
+
+
+def test_the_pitch_only_proposal_has_no_patch():
+    assert not (PROPOSALS / "warp-specialization" / "patch.diff").exists()
+    assert (PROPOSALS / "warp-specialization" / "pitch.md").is_file()
+
+
+@pytest.mark.parametrize("proposal", ["pipeline-stages-3", "tma-store-epilogue", "wide-n-tile"])
+def test_patched_kernel_compiles(proposal, sm100):
+    patched = load_from(apply_in_copy(proposal, sm100), "submission")
+    compiled = patched.compile_kernel(BENCHMARKS[2], options="--keep-ptx --keep-cubin")
+    assert compiled.__cubin__[:4] == b"\x7fELF"
+    _, spills = ptxas_resources(compiled.__ptx__, sm100)
+    assert spills == 0
+    if proposal == "tma-store-epilogue":
+        assert "cp.async.bulk.tensor.2d.global.shared::cta" in compiled.__ptx__  # the TMA store
+
+
+def test_64_row_tile_is_a_compile_error(sm100):
+    from cutlass.base_dsl.common import DSLUserCodeError
+
+    patched = load_from(apply_in_copy("tile-64-rows", sm100), "submission")
+    assert patched.MMA_TILER_MNK == (64, 128, 256)
+    with pytest.raises(DSLUserCodeError) as error:
+        patched.compile_kernel(BENCHMARKS[2])
+    assert SM100_M_ERROR in str(error.value)
+
+
+# ---- on a B200 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", range(len(TASK["tests"])))
+def test_kernel_matches_reference_on_sm100(index):
+    import torch
+
+    if torch.cuda.get_device_capability()[0] < 10:
+        pytest.skip("needs an SM100 GPU")
+    reference = load_from(TARGET, "reference")
+    spec = TASK["tests"][index]
+    data = reference.generate_input(**spec)
+    output = kernel.custom_kernel(data)
+    torch.cuda.synchronize()
+    ok, message = reference.check_implementation(data, output)
+    assert ok, message
