@@ -175,10 +175,21 @@ def test_two_by_three_with_k_16():
     assert torch.equal(out, expected)
 
 
-def test_reference_leaves_the_preallocated_c_alone():
+def test_reference_writes_into_the_preallocated_c_and_returns_it():
     data = one_group([[1.0] * 16], [[1.0] * 16], [[1.0]], [[1.0]])
-    ref.ref_kernel(data)
-    assert torch.isnan(data[0][0][2]).all()
+    (out,) = ref.ref_kernel(data)
+    assert out is data[0][0][2]
+    assert out.item() == 16.0
+
+
+def test_check_is_not_fooled_by_an_output_that_aliases_the_inputs_c():
+    data = small_input()
+    untouched = [c.clone() for _, _, c in data[0]]
+    output = [c for _, _, c in data[0]]  # a kernel that returns C without writing it
+    ok, message = ref.check_implementation(data, output)
+    assert not ok
+    assert message.startswith("group 0:")
+    assert all(torch.equal(c, before) for (_, _, c), before in zip(data[0], untouched))
 
 
 def test_groups_are_independent():
