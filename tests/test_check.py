@@ -140,7 +140,7 @@ GPU_VERDICTS = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant,status", GPU_VERDICTS)
 def test_verdicts_on_gpu(variant, status, tmp_path):
-    result = judge_variant(variant, tmp_path, timeout_s=30 if variant == "hangs" else 180)
+    result = judge_variant(variant, tmp_path, timeout_s=20 if variant == "hangs" else 180)
     print(f"{variant}: {result.status}: {result.summary} ({result.seconds:.1f} s)")
     assert result.status == status, result.summary + "\n" + result.log_tail
     if variant == "cached":
