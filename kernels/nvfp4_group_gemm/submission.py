@@ -9,6 +9,7 @@ arrays that `plan_launch` builds on the host.
 """
 
 import math
+import os
 from dataclasses import dataclass
 
 import cutlass
@@ -703,6 +704,10 @@ METADATA_ARGS = (
 def _compile(options: str = ""):
     from cutlass.cute.runtime import make_ptr
 
+    # The DSL reads CUTE_DSL_ARCH once per process; naming the arch per compile keeps the current value.
+    arch = os.environ.get("CUTE_DSL_ARCH")
+    if arch and "--gpu-arch" not in options:
+        options = f"{options} --gpu-arch {arch}".strip()
     # Host placeholders: nothing is dereferenced at compile time, so this works without a GPU.
     pointers = [make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align) for _, dtype, align in METADATA_ARGS]
     gemm = GroupedBlockScaledGemm(**_knobs())

@@ -40,7 +40,11 @@ def load_from(directory: Path, name: str):
         sys.modules.update(shadowed)
 
 
-kernel = load_from(TARGET, "submission")
+@pytest.fixture(scope="module")
+def kernel():
+    # Imported on first use, not at collection: the DSL fixes its default arch when CuTe is first used,
+    # and other targets' tests in the same process may want another one.
+    return load_from(TARGET, "submission")
 
 
 def sizes(spec):
@@ -62,7 +66,7 @@ BASE_PLANS = [
 
 
 @pytest.mark.parametrize("index", range(4))
-def test_base_plan_of_each_benchmark(index):
+def test_base_plan_of_each_benchmark(kernel, index):
     plan = kernel.plan_launch(sizes(BENCHMARKS[index]))
     tiles, ctas = BASE_PLANS[index]
     assert plan.tiles_per_group == tiles
@@ -75,7 +79,7 @@ def test_base_plan_of_each_benchmark(index):
     assert plan.strides == [(k, k, n) for n, k in zip(spec["n"], spec["k"])]
 
 
-def test_ctas_walk_each_group_row_tiles_first():
+def test_ctas_walk_each_group_row_tiles_first(kernel):
     plan = kernel.plan_launch(sizes(BENCHMARKS[2]))
     work = plan.cta_work
     assert work[:3] == [(0, 0, 0), (0, 1, 0), (0, 0, 1)]
@@ -86,12 +90,12 @@ def test_ctas_walk_each_group_row_tiles_first():
 
 
 @pytest.mark.parametrize("index, ctas", [(0, 176), (1, 364), (2, 60), (3, 64)])
-def test_wide_tile_halves_the_ctas(index, ctas):
+def test_wide_tile_halves_the_ctas(kernel, index, ctas):
     plan = kernel.plan_launch(sizes(BENCHMARKS[index]), tile_mnk=(128, 256, 256))
     assert plan.num_ctas == ctas
 
 
-def test_clusters_pad_each_group_to_whole_clusters():
+def test_clusters_pad_each_group_to_whole_clusters(kernel):
     # Group 0: 1 x 2 tiles -> 2 x 2 with a 2 x 1 cluster; group 1: 2 x 3 tiles, already whole.
     plan = kernel.plan_launch([(40, 256, 256, 1), (200, 384, 256, 1)], cluster_mn=(2, 1))
     assert plan.tiles_per_group == [(2, 2), (2, 3)]
@@ -100,26 +104,26 @@ def test_clusters_pad_each_group_to_whole_clusters():
     assert plan.cta_work[:4] == [(0, 0, 0), (0, 1, 0), (0, 0, 1), (0, 1, 1)]
 
 
-def test_clusters_along_n_keep_a_cluster_contiguous():
+def test_clusters_along_n_keep_a_cluster_contiguous(kernel):
     plan = kernel.plan_launch([(256, 384, 256, 1)], cluster_mn=(1, 2))
     assert plan.tiles_per_group == [(2, 4)]
     # Cluster (rows 0, columns 0-1) first, then (row 1, columns 0-1).
     assert plan.cta_work[:4] == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
 
 
-def test_tma_store_needs_a_fifth_tensor_map():
+def test_tma_store_needs_a_fifth_tensor_map(kernel):
     plan = kernel.plan_launch(sizes(BENCHMARKS[3]), epilogue_store="tma")
     assert plan.tensormap_workspace_shape == (128, 5, 16)
 
 
-def test_plan_refuses_what_the_kernel_cannot_do():
+def test_plan_refuses_what_the_kernel_cannot_do(kernel):
     with pytest.raises(ValueError, match="K = 320"):
         kernel.plan_launch([(128, 128, 320, 1)])
     with pytest.raises(ValueError, match="L = 2"):
         kernel.plan_launch([(128, 128, 256, 2)])
 
 
-def test_tensor_memory_columns():
+def test_tensor_memory_columns(kernel):
     assert kernel.tmem_columns() == (128, 16, 16, 256)
     assert kernel.tmem_columns((128, 256, 256)) == (256, 16, 32, 512)
     assert kernel.tmem_columns((128, 128, 256), 2) == (256, 16, 16, 512)
@@ -127,7 +131,7 @@ def test_tensor_memory_columns():
         kernel.tmem_columns((128, 256, 256), 2)
 
 
-def test_compile_signature_does_not_depend_on_the_shapes():
+def test_compile_signature_does_not_depend_on_the_shapes(kernel):
     first = kernel.compile_signature(TASK["tests"][0])
     assert first == kernel.compile_signature(BENCHMARKS[1])
     assert first["mma_tiler_mnk"] == (128, 128, 256)
@@ -166,7 +170,7 @@ def ptxas_resources(ptx: str, where: Path) -> tuple[int, int]:
     return registers, spills
 
 
-def test_base_compiles_with_ptx_and_cubin(sm100):
+def test_base_compiles_with_ptx_and_cubin(kernel, sm100):
     compiled = kernel.compile_kernel(BENCHMARKS[0], options="--keep-ptx --keep-cubin")
     ptx, cubin = compiled.__ptx__, compiled.__cubin__
     assert ".target sm_100a" in ptx
@@ -238,7 +242,7 @@ def test_64_row_tile_is_a_compile_error(sm100):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("index", range(len(TASK["tests"])))
-def test_kernel_matches_reference_on_sm100(index):
+def test_kernel_matches_reference_on_sm100(kernel, index):
     import torch
 
     if torch.cuda.get_device_capability()[0] < 10:
