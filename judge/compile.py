@@ -1,0 +1,694 @@
+"""Compile stage: CuTe DSL ahead-of-time compile of a candidate, in a child process, on any machine.
+
+For each distinct compile-time configuration among the target's benchmarks the kernel file's compile hook
+runs once, with `CUTE_DSL_ARCH` set from the target, so that a compile error, a compiler crash or a hang
+is a verdict before any GPU is involved. The kept PTX and cubin go to an on-disk cache, and what the
+kernel asks of an SM (registers, spills, shared memory, threads) is read from them (judge/resources.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable
+
+from . import resources
+from .errors import JudgeError
+from .isolation import run_isolated
+from .stages import StageResult
+from .targets import Target
+
+STAGE = "compile"
+KEEP_OPTIONS = "--keep-ptx --keep-cubin"
+DSL_PACKAGE = "nvidia-cutlass-dsl"
+MAX_MESSAGE = 300
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: float | None = None) -> StageResult:
+    """Compile every distinct configuration of the kernel assembled in `workspace`; cached ones skip the child."""
+    workspace = Path(workspace).resolve()
+    cache = CompileCache(Path(cache_dir))
+    kernel_path = workspace / target.kernel_file
+    if not kernel_path.is_file():
+        raise JudgeError(f"{workspace}: no kernel file '{target.kernel_file}' (assemble the workspace first)")
+    limit = timeout_s if timeout_s is not None else target.limits.compile_s
+    if not target.compile_entry:
+        return _import_only(target, workspace, limit)
+
+    if target.arch not in resources.ARCHS and not re.fullmatch(r"sm_\d+[af]?", target.arch):
+        raise JudgeError(
+            f"{target.path / 'judge.toml'}: field 'arch': '{target.arch}' — a compile hook needs an architecture "
+            "such as sm_100a or sm_90a"
+        )
+    try:
+        dsl_version = importlib.metadata.version(DSL_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        raise JudgeError(f"{DSL_PACKAGE} is not installed; the compile stage needs it (pip install 'judge[cute]')") from None
+
+    source = kernel_path.read_text()
+    specs = list(target.benchmarks or target.tests)
+    key_parts = {
+        "source": _sha(source),
+        "arch": target.arch,
+        "dsl": dsl_version,
+        "target": target.fingerprint(),
+    }
+    start = time.monotonic()
+    index_key = _sha(json.dumps({**key_parts, "specs": specs}, sort_keys=True, default=str))
+    known = cache.read_index(index_key)
+    if known is not None and all(cache.has(c["key"]) for c in known):
+        configs = [_from_cache(cache, c) for c in known]
+        return _verdict(target, configs, time.monotonic() - start, dsl_version, log_tail="")
+
+    with tempfile.TemporaryDirectory(prefix="judge-compile-") as tmp:
+        scratch = Path(tmp)
+        progress_path = scratch / "progress.jsonl"
+        outcome = run_isolated(
+            "judge.compile:_child_compile",
+            {
+                "workspace": str(workspace),
+                "kernel_module": _module_name(target.kernel_file),
+                "kernel_file": target.kernel_file,
+                "entry": target.compile_entry,
+                "specs": specs,
+                "options": KEEP_OPTIONS,
+                "key_parts": key_parts,
+                "cache_dir": str(cache.root),
+                "progress_path": str(progress_path),
+            },
+            timeout_s=limit,
+            cwd=scratch,
+            env={
+                "CUTE_DSL_ARCH": target.arch,
+                "CUTE_DSL_DUMP_DIR": str(scratch),
+                # Every compile here is a real one: judge keeps its own cache, keyed on what it can see.
+                "CUTE_DSL_DISABLE_FILE_CACHING": "1",
+            },
+            log_path=workspace / "compile.log",
+        )
+        seconds = time.monotonic() - start
+        if outcome.status != "ok":
+            progress = _read_progress(progress_path)
+            return _child_failed(target, outcome, progress, cache, scratch, seconds, limit, dsl_version)
+        value = outcome.value
+        if value.get("import_error"):
+            error = value["import_error"]
+            return StageResult(STAGE, "failed", error["line"], seconds,
+                               {"arch": target.arch, "dsl_version": dsl_version, "error": error, "configs": []},
+                               outcome.log_tail)
+        configs = [_finish_config(target, c, cache, scratch) for c in value["configs"]]
+    if all(c["ok"] for c in configs):
+        cache.write_index(index_key, [{k: c[k] for k in ("signature", "benchmarks", "key")} for c in configs])
+    return _verdict(target, configs, seconds, dsl_version, outcome.log_tail)
+
+
+def compile_many(
+    jobs: list[tuple[Target, Path]],
+    *,
+    cache_dir: Path,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[StageResult]:
+    """Compile many candidates at once, one child each, across CPU cores; results come back in job order."""
+    results: list[StageResult | None] = [None] * len(jobs)
+    if progress:
+        progress(0, len(jobs))
+    with ThreadPoolExecutor(max_workers=max(1, workers or os.cpu_count() or 1)) as pool:
+        futures = {
+            pool.submit(run_compile, target, workspace, cache_dir=cache_dir): index
+            for index, (target, workspace) in enumerate(jobs)
+        }
+        for done, future in enumerate(as_completed(futures), start=1):
+            results[futures[future]] = future.result()
+            if progress:
+                progress(done, len(jobs))
+    return results  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Configurations and the cache
+
+
+def default_signature(spec: dict[str, Any]) -> dict[str, Any]:
+    """What changes the compiled code when the kernel file does not say: the whole spec less its seed."""
+    return {k: v for k, v in spec.items() if k != "seed"}
+
+
+def canonical(signature: Any) -> Any:
+    """A signature as plain JSON (tuples become lists, unknown objects their str), so equal ones compare equal."""
+    return json.loads(json.dumps(signature, sort_keys=True, default=str))
+
+
+def distinct_configs(signatures: list[Any]) -> list[tuple[Any, list[int]]]:
+    """Equal signatures compile once: each distinct one, in first-seen order, with the specs it serves."""
+    seen: dict[str, int] = {}
+    configs: list[tuple[Any, list[int]]] = []
+    for index, signature in enumerate(signatures):
+        text = json.dumps(canonical(signature), sort_keys=True)
+        if text in seen:
+            configs[seen[text]][1].append(index)
+        else:
+            seen[text] = len(configs)
+            configs.append((canonical(signature), [index]))
+    return configs
+
+
+def cache_key(key_parts: dict[str, str], signature: Any) -> str:
+    """sha256 of kernel source, signature, arch, CuTe DSL version (and the task's own files)."""
+    return _sha(json.dumps({**key_parts, "signature": canonical(signature)}, sort_keys=True))
+
+
+class CompileCache:
+    """Kept PTX, cubin and resource numbers per cache key: `<root>/<key[:2]>/<key>/{meta.json,kernel.ptx,kernel.cubin}`."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root).resolve()
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def has(self, key: str) -> bool:
+        return (self.path(key) / "meta.json").is_file()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        meta = self.path(key) / "meta.json"
+        return json.loads(meta.read_text()) if meta.is_file() else None
+
+    def put(self, key: str, meta: dict[str, Any], files: dict[str, Path]) -> dict[str, str]:
+        """Store atomically (a finished directory is renamed into place); returns where the files now live."""
+        final = self.path(key)
+        stored = {name: str(final / name) for name in files}
+        if self.has(key):
+            return stored
+        final.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{key[:8]}-", dir=final.parent))
+        for name, source in files.items():
+            shutil.copyfile(source, partial / name)
+        (partial / "meta.json").write_text(json.dumps({**meta, "files": stored}, indent=1))
+        try:
+            os.rename(partial, final)
+        except OSError:  # another worker stored the same key first
+            shutil.rmtree(partial, ignore_errors=True)
+        return stored
+
+    def read_index(self, index_key: str) -> list[dict[str, Any]] | None:
+        path = self.root / "index" / f"{index_key}.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def write_index(self, index_key: str, configs: list[dict[str, Any]]) -> None:
+        path = self.root / "index" / f"{index_key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.{id(configs)}.partial")
+        partial.write_text(json.dumps(configs))
+        os.replace(partial, path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Errors
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+_CHAIN = ("The above exception was the direct cause", "During handling of the above exception")
+_HEADER = re.compile(r"^([A-Za-z_][\w.]*)(?::(.*))?$")
+_POINTER = re.compile(r"-->\s*(\S+?):(\d+)")
+_DECORATION = re.compile(r"^\s*(\d+\s*)?\|")
+
+
+def describe_error(traceback_text: str, kernel_file: str) -> dict[str, Any]:
+    """The one line a report shows for a failed compile: exception type, first meaningful message line, and
+    the kernel file's line it points to (the DSL's own `-->` pointer, else the deepest frame in the file)."""
+    lines = _ANSI.sub("", traceback_text).splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")] or [0]
+    blocks = []
+    for n, begin in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        blocks.append(lines[begin:end])
+
+    last = blocks[-1]
+    frames = _frames(last)
+    after = frames[-1][3] + 1 if frames else 1
+    header_at = next((i for i in range(after, len(last)) if last[i] and not last[i][0].isspace()), None)
+    exc_type, body = "Error", []
+    if header_at is not None:
+        match = _HEADER.match(last[header_at])
+        if match:
+            exc_type = match.group(1).rsplit(".", 1)[-1]
+            body = [match.group(2) or ""]
+        else:
+            body = [last[header_at]]
+        for line in last[header_at + 1:]:
+            if any(line.startswith(marker) for marker in _CHAIN):
+                break
+            body.append(line)
+    message = _first_meaningful(body)
+
+    where = None
+    for line in body:
+        pointer = _POINTER.search(line)
+        if pointer and _same_file(pointer.group(1), kernel_file):
+            number = int(pointer.group(2))
+            text = next(
+                (m.group(2) for m in (re.match(r"^\s*(\d+)\s*\|\s?(.*)$", b) for b in body) if m and int(m.group(1)) == number),
+                None,
+            )
+            where = {"file": Path(pointer.group(1)).name, "line": number, "text": text.strip() if text else None}
+            break
+    if where is None:
+        for block in reversed(blocks):
+            mine = [f for f in _frames(block) if _same_file(f[0], kernel_file)]
+            if mine:
+                path, number, text, _ = mine[-1]
+                where = {"file": Path(path).name, "line": number, "text": text}
+                break
+
+    line = f"{exc_type}: {message}" if message else exc_type
+    if where:
+        line += f" ({where['file']}:{where['line']}" + (f": `{where['text']}`)" if where["text"] else ")")
+    return {"type": exc_type, "message": message, "where": where, "line": line}
+
+
+def _frames(block: list[str]) -> list[tuple[str, int, str | None, int]]:
+    """(file, line, source text, index of the last line belonging to the frame) for each frame of a block."""
+    frames = []
+    for i, line in enumerate(block):
+        match = _FRAME.match(line)
+        if not match:
+            continue
+        text, last = None, i
+        if i + 1 < len(block) and block[i + 1].startswith("    ") and not _FRAME.match(block[i + 1]):
+            candidate = block[i + 1].strip()
+            if candidate and set(candidate) - set("^~ "):
+                text, last = candidate, i + 1
+        # caret and tilde lines under the source belong to the frame too
+        while last + 1 < len(block) and block[last + 1].strip() and set(block[last + 1].strip()) <= set("^~ "):
+            last += 1
+        frames.append((match.group(1), int(match.group(2)), text, last))
+    return frames
+
+
+def _first_meaningful(body: list[str]) -> str:
+    stripped = [line.strip() for line in body if line.strip()]
+    for line in stripped:
+        if line.lower().startswith("error:"):
+            return _clip(line[len("error:"):].strip())
+    for line in stripped:
+        if not line.startswith("-->") and not _DECORATION.match(line) and set(line) - set("^~ |"):
+            return _clip(line)
+    return ""
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+def _same_file(path: str, kernel_file: str) -> bool:
+    return Path(path).as_posix().endswith("/" + kernel_file) or path == kernel_file
+
+
+# ---------------------------------------------------------------------------------------------------------
+# After the child: resources, cache, verdict
+
+
+def analyse(ptx_paths: list[Path], cubin_paths: list[Path], arch: str, launches: list[dict]) -> dict[str, Any]:
+    """Per kernel entry: resources from `ptxas -v` (and `cuobjdump` on the DSL's cubin), threads, smem, occupancy."""
+    ptxas = resources.find_tool("ptxas")
+    cuobjdump = resources.find_tool("cuobjdump")
+    notes = []
+    ptxas_numbers: dict[str, dict] = {}
+    entries: dict[str, dict] = {}
+    for ptx in ptx_paths:
+        entries.update(resources.parse_ptx_entries(ptx.read_text()))
+        if ptxas:
+            ptxas_numbers.update(resources.parse_ptxas(resources.run_ptxas(ptx, arch, ptxas)))
+    if not ptxas:
+        notes.append("ptxas not found (pip install nvidia-cuda-nvcc): no registers, spills or stack")
+    cubin_numbers: dict[str, dict] = {}
+    if cuobjdump:
+        for cubin in cubin_paths:
+            cubin_numbers.update(resources.parse_cuobjdump(resources.run_cuobjdump(cubin, cuobjdump)))
+    facts = resources.ARCHS.get(arch)
+    if facts is None:
+        notes.append(f"no architecture facts for {arch}: occupancy not computed")
+
+    by_kernel = {launch["kernel"]: launch for launch in launches if launch.get("kernel")}
+    kernels = []
+    for name in entries or ptxas_numbers:
+        numbers = ptxas_numbers.get(name, {})
+        cubin = cubin_numbers.get(name)
+        entry = entries.get(name, {})
+        launch = by_kernel.get(name)
+        kernel: dict[str, Any] = {"name": name}
+        if cubin:
+            kernel["registers"], kernel["registers_from"] = cubin["registers"], "cubin (cuobjdump)"
+        elif numbers:
+            kernel["registers"], kernel["registers_from"] = numbers["registers"], "ptxas -v"
+        else:
+            kernel["registers"], kernel["registers_from"] = None, None
+        for field in ("spill_stores", "spill_loads", "stack_bytes", "smem_static", "barriers"):
+            kernel[field] = numbers.get(field)
+        if launch is None:
+            kernel["smem_dynamic"] = None
+            kernel["smem_dynamic_from"] = "not found: no launch of this kernel in the compiled host code"
+        elif launch["dynamic_smem"] is None:
+            kernel["smem_dynamic"] = None
+            kernel["smem_dynamic_from"] = "not found: the launch's dynamic shared memory is not a compile-time constant"
+        else:
+            kernel["smem_dynamic"] = launch["dynamic_smem"]
+            kernel["smem_dynamic_from"] = "launch config in the compiled host code"
+        if kernel["smem_static"] is not None and kernel["smem_dynamic"] is not None:
+            kernel["smem_total"] = kernel["smem_static"] + kernel["smem_dynamic"]
+        else:
+            kernel["smem_total"] = None
+        if entry.get("threads"):
+            kernel["threads"], kernel["threads_from"] = entry["threads"], entry["threads_from"]
+        elif launch and launch.get("threads"):
+            kernel["threads"], kernel["threads_from"] = launch["threads"], f"launch blockDim {launch['block']}"
+        else:
+            kernel["threads"], kernel["threads_from"] = None, None
+        kernel["ptxas"] = numbers or None
+        kernel["cubin"] = cubin
+        kernel["occupancy"] = None
+        missing = [k for k in ("registers", "threads", "smem_total") if kernel[k] is None]
+        if facts and not missing:
+            kernel["occupancy"] = resources.occupancy(
+                facts, registers=kernel["registers"], threads=kernel["threads"],
+                smem_bytes=kernel["smem_total"], barriers=kernel["barriers"] or 0,
+            )
+        elif facts:
+            notes.append(f"{name}: occupancy not computed ({', '.join(missing)} unknown)")
+        kernels.append(kernel)
+    return {"kernels": kernels, "notes": notes}
+
+
+_TOOL_VERSIONS: dict[str, str] = {}
+
+
+def tool_versions() -> dict[str, str | None]:
+    """Versions of the tools that read the artifacts, once per process."""
+    out: dict[str, str | None] = {}
+    for name in ("ptxas", "cuobjdump"):
+        path = resources.find_tool(name)
+        if path and path not in _TOOL_VERSIONS:
+            _TOOL_VERSIONS[path] = resources.tool_version(path)
+        out[name] = _TOOL_VERSIONS.get(path) if path else None
+    return out
+
+
+def _finish_config(target: Target, config: dict[str, Any], cache: CompileCache, scratch: Path) -> dict[str, Any]:
+    """One config from the child: read resources from its artifacts and cache them, or describe its error."""
+    if config.get("cached"):
+        return _from_cache(cache, config)
+    out = {
+        "signature": config["signature"],
+        "benchmarks": config["benchmarks"],
+        "key": config["key"],
+        "ok": config["ok"],
+        "cached": False,
+        "seconds": config["seconds"],
+        "error": config.get("error"),
+    }
+    if not config["ok"]:
+        return out
+    ptx_paths = [scratch / p for p in config["ptx"]]
+    cubin_paths = [scratch / p for p in config["cubin"]]
+    out["ptx_bytes"] = sum(p.stat().st_size for p in ptx_paths) if ptx_paths else None
+    out["cubin_bytes"] = sum(p.stat().st_size for p in cubin_paths) if cubin_paths else None
+    if ptx_paths:
+        analysis = analyse(ptx_paths, cubin_paths, target.arch, config["launches"])
+    else:
+        analysis = {"kernels": [], "notes": [config.get("no_artifacts") or "no PTX kept: resources unknown"]}
+    out["kernels"] = analysis["kernels"]
+    out["notes"] = analysis["notes"]
+    out["tools"] = tool_versions()
+    files = {f"kernel{'' if i == 0 else i}.ptx": p for i, p in enumerate(ptx_paths)}
+    files.update({f"kernel{'' if i == 0 else i}.cubin": p for i, p in enumerate(cubin_paths)})
+    meta = {k: out[k] for k in ("signature", "seconds", "ptx_bytes", "cubin_bytes", "kernels", "notes", "tools")}
+    meta["arch"] = target.arch
+    out["files"] = cache.put(config["key"], meta, files)
+    return out
+
+
+def _from_cache(cache: CompileCache, config: dict[str, Any]) -> dict[str, Any]:
+    meta = cache.get(config["key"])
+    return {
+        "signature": config["signature"],
+        "benchmarks": config["benchmarks"],
+        "key": config["key"],
+        "ok": True,
+        "cached": True,
+        "seconds": meta["seconds"],
+        "error": None,
+        "ptx_bytes": meta["ptx_bytes"],
+        "cubin_bytes": meta["cubin_bytes"],
+        "kernels": meta["kernels"],
+        "notes": meta["notes"],
+        "tools": meta["tools"],
+        "files": meta["files"],
+    }
+
+
+def _verdict(target: Target, configs: list[dict], seconds: float, dsl_version: str, log_tail: str) -> StageResult:
+    detail = {
+        "arch": target.arch,
+        "gpu": resources.arch_table(target.arch),
+        "occupancy_model": resources.OCCUPANCY_MODEL,
+        "dsl_version": dsl_version,
+        "entry": target.compile_entry,
+        "configs": configs,
+    }
+    failed = [c for c in configs if not c["ok"]]
+    if failed:
+        first = failed[0]["error"]["line"]
+        if len(configs) > 1 and (len(failed) < len(configs) or len({c["error"]["line"] for c in failed}) > 1):
+            summary = f"{len(failed)} of {len(configs)} configs failed; first: {first}"
+        else:
+            summary = first
+        return StageResult(STAGE, "failed", summary, seconds, detail, log_tail)
+    return StageResult(STAGE, "passed", summarize(target.arch, configs), seconds, detail, log_tail)
+
+
+def summarize(arch: str, configs: list[dict]) -> str:
+    """"compiled 4/4 configs for sm_100a: 168 regs, 0 B spills, 99.3 KB smem, 1 CTA/SM (smem)", worst case first."""
+    n = len(configs)
+    head = f"compiled {n}/{n} config{'s' if n != 1 else ''} for {arch}"
+    cached = sum(1 for c in configs if c["cached"])
+    tail = f" ({cached} cached)" if cached else ""
+    kernels = [k for c in configs for k in c.get("kernels", [])]
+    if not kernels:
+        return head + tail + ": resources unknown (no PTX kept)"
+    parts = []
+    regs = [k["registers"] for k in kernels if k["registers"] is not None]
+    if regs:
+        parts.append(f"{max(regs)} regs")
+    spills = [k["spill_stores"] + k["spill_loads"] for k in kernels if k["spill_stores"] is not None]
+    if spills:
+        parts.append(f"{max(spills)} B spills")
+    smem = [k["smem_total"] for k in kernels if k["smem_total"] is not None]
+    if smem:
+        parts.append(f"{max(smem) / 1024:.1f} KB smem")
+    elif any(k["smem_static"] is not None for k in kernels):
+        parts.append("dynamic smem unknown")
+    occupancies = [k["occupancy"] for k in kernels if k["occupancy"]]
+    if occupancies:
+        worst = min(occupancies, key=lambda o: o["ctas_per_sm"])
+        parts.append(f"{worst['ctas_per_sm']} CTA/SM ({worst['limited_by']})")
+    return head + ": " + ", ".join(parts) + tail
+
+
+def _child_failed(target, outcome, progress, cache, scratch, seconds, limit, dsl_version) -> StageResult:
+    """A crash or hang of the child: still a verdict, naming the config it was compiling, keeping the rest."""
+    done = [_finish_config(target, c, cache, scratch) for c in progress["done"]]
+    current = progress["current"]
+    where = ""
+    if current is not None:
+        where = f" while compiling config {current['index'] + 1} of {current['total']} ({_short(current['signature'])})"
+    elif not progress["started"]:
+        where = " before compiling (importing the kernel file)"
+    if outcome.status == "timed-out":
+        summary = f"timed out after {limit:g} s{where}"
+    else:
+        summary = f"crashed: {outcome.error}{where}"
+    detail = {
+        "arch": target.arch,
+        "gpu": resources.arch_table(target.arch),
+        "dsl_version": dsl_version,
+        "entry": target.compile_entry,
+        "error": outcome.error,
+        "exit_code": outcome.exit_code,
+        "compiling": current,
+        "configs": done,
+    }
+    return StageResult(STAGE, outcome.status, summary, seconds, detail, outcome.log_tail)
+
+
+def _read_progress(path: Path) -> dict[str, Any]:
+    state: dict[str, Any] = {"started": False, "current": None, "done": []}
+    if not path.exists():
+        return state
+    for line in path.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a killed child may be cut short
+            continue
+        if event["event"] == "signatures":
+            state["started"] = True
+        elif event["event"] == "start":
+            state["current"] = event
+        elif event["event"] == "done":
+            state["done"].append(event["config"])
+            state["current"] = None
+    return state
+
+
+def _import_only(target: Target, workspace: Path, limit: float) -> StageResult:
+    """A target without a compile hook: importing the kernel file is all that can be checked ahead of time."""
+    env = {"CUTE_DSL_ARCH": target.arch} if target.arch in resources.ARCHS else None
+    outcome = run_isolated(
+        "judge.compile:_child_import",
+        {"workspace": str(workspace), "kernel_module": _module_name(target.kernel_file), "kernel_file": target.kernel_file},
+        timeout_s=limit, cwd=workspace, env=env, log_path=workspace / "compile.log",
+    )
+    detail: dict[str, Any] = {"arch": target.arch, "entry": None, "configs": []}
+    if outcome.status == "timed-out":
+        return StageResult(STAGE, "timed-out", f"timed out after {limit:g} s importing {target.kernel_file}",
+                           outcome.seconds, {**detail, "error": outcome.error}, outcome.log_tail)
+    if outcome.status == "crashed":
+        return StageResult(STAGE, "crashed", f"crashed: {outcome.error} importing {target.kernel_file}",
+                           outcome.seconds, {**detail, "error": outcome.error}, outcome.log_tail)
+    if outcome.value.get("import_error"):
+        error = outcome.value["import_error"]
+        return StageResult(STAGE, "failed", error["line"], outcome.seconds, {**detail, "error": error}, outcome.log_tail)
+    summary = f"imported {target.kernel_file}; no compile hook: the kernel compiles at its first call"
+    return StageResult(STAGE, "passed", summary, outcome.seconds, detail, outcome.log_tail)
+
+
+def _module_name(kernel_file: str) -> str:
+    return kernel_file.removesuffix(".py").replace("/", ".")
+
+
+def _short(signature: Any, limit: int = 80) -> str:
+    text = json.dumps(signature, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# In the child (cwd: a scratch directory; the DSL drops its PTX there)
+
+
+def _child_import(workspace: str, kernel_module: str, kernel_file: str) -> dict:
+    import importlib
+    import sys
+
+    sys.path.insert(0, workspace)
+    try:
+        importlib.import_module(kernel_module)
+    except Exception as error:
+        return {"import_error": describe_error(_format(error), kernel_file)}
+    return {"import_error": None}
+
+
+def _child_compile(
+    workspace: str,
+    kernel_module: str,
+    kernel_file: str,
+    entry: str,
+    specs: list[dict],
+    options: str,
+    key_parts: dict[str, str],
+    cache_dir: str,
+    progress_path: str,
+) -> dict:
+    import importlib
+    import sys
+
+    sys.path.insert(0, workspace)
+    progress = open(progress_path, "a", buffering=1)
+    try:
+        module = importlib.import_module(kernel_module)
+    except Exception as error:
+        return {"import_error": describe_error(_format(error), kernel_file)}
+    hook = getattr(module, entry, None)
+    if not callable(hook):
+        line = f"AttributeError: {kernel_file} defines no {entry}() (the compile hook judge.toml names)"
+        return {"import_error": {"type": "AttributeError", "message": line, "where": None, "line": line}}
+    signature_of = getattr(module, "compile_signature", None)
+    try:
+        signatures = [signature_of(dict(spec)) if signature_of else default_signature(spec) for spec in specs]
+    except Exception as error:
+        return {"import_error": describe_error(_format(error), kernel_file)}
+    configs = distinct_configs(signatures)
+    progress.write(json.dumps({"event": "signatures", "count": len(configs)}) + "\n")
+
+    cache = CompileCache(Path(cache_dir))
+    results = []
+    for index, (signature, served) in enumerate(configs):
+        key = cache_key(key_parts, signature)
+        result: dict[str, Any] = {"signature": signature, "benchmarks": served, "key": key}
+        if cache.has(key):
+            results.append({**result, "ok": True, "cached": True})
+            continue
+        progress.write(json.dumps({"event": "start", "index": index, "total": len(configs), "signature": signature}) + "\n")
+        start = time.perf_counter()
+        try:
+            compiled = hook(dict(specs[served[0]]), options)
+        except Exception as error:
+            result.update(ok=False, seconds=round(time.perf_counter() - start, 3),
+                          error=describe_error(_format(error), kernel_file))
+            traceback.print_exception(error)
+        else:
+            result.update(ok=True, seconds=round(time.perf_counter() - start, 3), error=None)
+            result.update(_save_artifacts(compiled, index))
+        progress.write(json.dumps({"event": "done", "config": result}) + "\n")
+        results.append(result)
+    return {"configs": results}
+
+
+def _save_artifacts(compiled: Any, index: int) -> dict[str, Any]:
+    """Write the compiled objects' PTX and cubin into the scratch directory; read their launch configs."""
+    objects = list(compiled.values()) if isinstance(compiled, dict) else (
+        list(compiled) if isinstance(compiled, (list, tuple)) else [compiled]
+    )
+    ptx, cubin, launches = [], [], []
+    for n, obj in enumerate(objects):
+        text = getattr(obj, "__ptx__", None)
+        binary = getattr(obj, "__cubin__", None)
+        if text:
+            name = f"config{index}-{n}.ptx"
+            Path(name).write_text(text if isinstance(text, str) else text.decode())
+            ptx.append(name)
+        if binary:
+            name = f"config{index}-{n}.cubin"
+            Path(name).write_bytes(binary)
+            cubin.append(name)
+        module = getattr(obj, "ir_module", None)
+        if module is not None:
+            launches.extend(resources.parse_launches(str(module)))
+    out: dict[str, Any] = {"ptx": ptx, "cubin": cubin, "launches": launches}
+    if not ptx:
+        kind = type(compiled).__name__
+        out["no_artifacts"] = (
+            f"the hook returned a {kind} with no __ptx__: it must return cute.compile's result and pass `options` on"
+        )
+    return out
+
+
+def _format(error: BaseException) -> str:
+    return "".join(traceback.format_exception(error))
