@@ -183,7 +183,7 @@ def test_resources_are_deltas_against_the_round_base(ledger, tmp_path):
     text = lines(render_round(ledger, 1, tmp_path))
     assert "Compile resources against base evaluation #1:" in text
     row = ("| g=8 k=7168 m=40..248 n=4096 | 0 | 168 (+40) | 101376 (+36864) | 0 (+0) | 0 (+0) | 192 (+0) "
-           "| 2 (-1) smem (was registers) | 1000 (+200) | 2000 (+400) |")
+           "| 2 (-1) limited by smem (was registers) | 1000 (+200) | 2000 (+400) |")
     assert row in text
     assert ("- Compile error (g=8 k=7168 m=40..248 n=4096): `DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op` "
             "at `submission.py:40: MMA_TILER_MNK = (64, 128, 256)`") in text
@@ -302,3 +302,41 @@ def test_leaderboard_compounds_winners(ledger, tmp_path):
     view = leaderboard_view(ledger)
     assert json.loads(json.dumps(view)) == view
     assert [r["cumulative"] for r in view["targets"][0]["rounds"]] == [1.06, 1.06]
+
+
+def test_a_round_run_by_the_runner_reports_through_the_cli(tmp_path, monkeypatch):
+    """The runner's own rows (fake stages: no speed of light, a bare device) render, and `judge report` prints the path."""
+    import os
+
+    from click.testing import CliRunner
+    from fakestages import FakeStages
+
+    from judge.cli import main
+    from judge.rounds import Settings, run_round
+
+    fixture = ROOT / "tests" / "fixtures" / "axpy"
+    base = (fixture / "submission.py").read_text().splitlines()
+    i = base.index("SCALE = 2.0")
+    knob = (f"--- a/submission.py\n+++ b/submission.py\n@@ -{i},3 +{i},4 @@\n {base[i - 1]}\n-SCALE = 2.0\n"
+            f"+SCALE = 2.0  # tuned\n+# verdict: speedup 1.25\n {base[i + 1]}\n")
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    os.symlink(fixture, kernels / "axpy")
+    ledger = Ledger(tmp_path / "ledger.db")
+    ledger.submit(Proposal(id="a-fast", title="faster", author="team", round=1, target="axpy", patch=knob,
+                           claim=Claim(low=1.1, high=1.2)), "test")
+    run_round(ledger, 1, settings=Settings(kernels_dir=kernels, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
+                                           stages=FakeStages()))
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(main, ["--ledger", "ledger.db", "report"], catch_exceptions=False)
+    assert result.output == "reports/round-1.md\n"
+    text = lines(tmp_path / "reports" / "round-1.md")
+    assert "| 0 | size=1048576 | 100 | 80.0 | +20.0% | 1.250x [1.244, 1.256] | yes | - | - | 3 |" in text
+    assert "| 1 | size=4194304 | 200 | 160 | +20.0% | 1.250x [1.244, 1.256] | yes | - | - | 3 |" in text
+    assert "| size=1 |  | 128 (+32) | 1024 (+0) | 0 (+0) | 0 (+0) | 128 (+0) | 4 (+0) limited by registers | 100 (+0) | 200 (+0) |" in text
+    assert "| 1 | a-fast r1 | 1.1-1.2x | 1.250x [1.244, 1.256] | above | faster | #2 |" in text
+    assert "- Device: Fake GPU, 4 SMs (evaluations #1, #2)" in text
+    data = json.loads(runner.invoke(main, ["--ledger", "ledger.db", "report", "--json"], catch_exceptions=False).output)
+    assert data["round"]["targets"][0]["winner"]["proposal_id"] == "a-fast"
+    assert runner.invoke(main, ["--ledger", "ledger.db", "report", "--round", "4"]).exit_code == 2
