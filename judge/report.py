@@ -176,6 +176,12 @@ def fmt_line(value: Any) -> str:
     return "" if value is None else " ".join(str(value).split())
 
 
+def fmt_code(value: Any) -> str:
+    """Inline code on one line; a backtick inside (Python tracebacks have them) gets a longer fence."""
+    text = fmt_line(value)
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def fmt_ids(ids: list[int]) -> str:
     return ", ".join(f"#{i}" for i in ids)
 
@@ -203,6 +209,7 @@ def _environment() -> jinja2.Environment:
         device=fmt_device,
         cell=fmt_cell,
         line=fmt_line,
+        code=fmt_code,
         ids=fmt_ids,
     )
     return env
@@ -450,6 +457,11 @@ def _landed(claim: Optional[list], geomean: Optional[float]) -> str:
 def _proposal(ledger: Ledger, revision: dict, round_row: dict, base_resources: dict[str, dict]) -> dict:
     evaluation_row = ledger.latest_evaluation(round_row["id"], revision["id"])
     evaluation = _evaluation(ledger, evaluation_row, base_resources) if evaluation_row else None
+    earlier = ledger.query(
+        "select id, outcome from evaluations where round_id = ? and revision_id = ? and subject = 'candidate' "
+        "and id < ? order by id",
+        (round_row["id"], revision["id"], evaluation_row["id"] if evaluation_row else 0),
+    )
     votes = _votes(ledger, round_row["round"], revision["proposal_id"], round_row["id"])
     has_patch = revision["patch"] is not None
     if evaluation is not None:
@@ -472,6 +484,7 @@ def _proposal(ledger: Ledger, revision: dict, round_row: dict, base_resources: d
         "state": state,
         "note": PITCH_ONLY if state == "pitch" else NOT_EVALUATED if state == "pending" else None,
         "evaluation": evaluation,
+        "earlier_evaluations": earlier,
         "votes": votes,
         "mean_total": _mean_total(votes),
     }
@@ -513,21 +526,19 @@ def _ranking(proposals: list[dict], winner_revision_id: Optional[int]) -> list[d
 
 def _device_groups(ledger: Ledger, round_id: int) -> tuple[list[dict], bool, Optional[str]]:
     """The devices the round's evaluations ran on, whether any GPU stage ran, and why not when none did."""
-    groups: dict[str, list[int]] = {}
-    gpu_ran = False
+    groups: dict[str, dict] = {}
     reason = None
     for e in ledger.evaluations(round_id):
-        groups.setdefault(e["device_json"] or "", []).append(e["id"])
+        group = groups.setdefault(e["device_json"] or "", {"evaluation_ids": [], "gpu_ran": False})
+        group["evaluation_ids"].append(e["id"])
         for s in ledger.stage_results(e["id"]):
             if s.stage in GPU_STAGES:
                 if s.status == "not-run":
                     reason = reason or s.summary.removeprefix("not run: ")
                 else:
-                    gpu_ran = True
-    devices = [
-        {"device": json.loads(key) if key else None, "evaluation_ids": ids} for key, ids in groups.items()
-    ]
-    return devices, gpu_ran, reason
+                    group["gpu_ran"] = True
+    devices = [{"device": json.loads(key) if key else None, **group} for key, group in groups.items()]
+    return devices, any(d["gpu_ran"] for d in devices), reason
 
 
 def _changed(ledger: Ledger, target: str, round: int) -> dict:

@@ -340,3 +340,22 @@ def test_a_round_run_by_the_runner_reports_through_the_cli(tmp_path, monkeypatch
     data = json.loads(runner.invoke(main, ["--ledger", "ledger.db", "report", "--json"], catch_exceptions=False).output)
     assert data["round"]["targets"][0]["winner"]["proposal_id"] == "a-fast"
     assert runner.invoke(main, ["--ledger", "ledger.db", "report", "--round", "4"]).exit_code == 2
+
+
+def test_a_rerun_on_a_gpu_supersedes_the_not_run_evaluation(ledger, tmp_path):
+    r2 = ledger.round_row(TARGET, 2)
+    tile2 = ledger.latest_revision("tile-64-rows")["id"]
+    run = ledger.start_run(r2["id"], ["judge", "run", "--round", "2"])
+    evaluate(ledger, run, r2, tile2, "faster", FASTER.summary,  # 8
+             [PATCHED, compiled(136, 97280, 2, "smem", 950, 1900), CORRECT, FASTER], B200)
+    ledger.finish_run(run, "finished")
+    ledger.set_winner(r2["id"], tile2)
+    text = lines(render_round(ledger, 2, tmp_path))
+    assert "- Status: **faster** (evaluation #8): geomean 1.060x [1.040, 1.080] over 4 benchmarks" in text
+    assert "- Earlier evaluations of this revision in this round (superseded by #8): #6 not-run" in text
+    assert [line.split(" (evaluations ")[1] for line in text if line.startswith("- Device: ")] == ["#5, #6, #7); no GPU stage ran there", "#8)"]
+    assert "| 2 | tile-64-rows r2 | 1.1-1.3x | 1.060x [1.040, 1.080] | below | faster | #8 |" in text
+    assert ("**Winner: tile-64-rows revision 2** by team-tiles, geomean 1.060x [1.040, 1.080] (evaluation #8). "
+            "Its patch applied to this round's base becomes the base of round 3.") in text
+    board = lines(render_leaderboard(ledger, tmp_path))
+    assert any(line.startswith("| 2 | round 1 base + winner tma-store-epilogue r1 |") and "| 1.124x | #8 |" in line for line in board)
