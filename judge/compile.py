@@ -333,13 +333,19 @@ def analyse(ptx_paths: list[Path], cubin_paths: list[Path], arch: str, launches:
     for ptx in ptx_paths:
         entries.update(resources.parse_ptx_entries(ptx.read_text()))
         if ptxas:
-            ptxas_numbers.update(resources.parse_ptxas(resources.run_ptxas(ptx, arch, ptxas)))
+            try:
+                ptxas_numbers.update(resources.parse_ptxas(resources.run_ptxas(ptx, arch, ptxas)))
+            except RuntimeError as error:  # e.g. a PTX ISA newer than this ptxas: the compile itself stands
+                notes.append(str(error))
     if not ptxas:
-        notes.append("ptxas not found (pip install nvidia-cuda-nvcc): no registers, spills or stack")
+        notes.append("ptxas not found (pip install nvidia-cuda-nvcc): no spills, stack or static smem")
     cubin_numbers: dict[str, dict] = {}
     if cuobjdump:
         for cubin in cubin_paths:
-            cubin_numbers.update(resources.parse_cuobjdump(resources.run_cuobjdump(cubin, cuobjdump)))
+            try:
+                cubin_numbers.update(resources.parse_cuobjdump(resources.run_cuobjdump(cubin, cuobjdump)))
+            except RuntimeError as error:
+                notes.append(str(error))
     facts = resources.ARCHS.get(arch)
     if facts is None:
         notes.append(f"no architecture facts for {arch}: occupancy not computed")

@@ -1,6 +1,7 @@
 """judge/compile.py and judge/resources.py: parsers and occupancy on captured text with exact numbers, then
 real CuTe DSL compiles (CPU only) of the fixture kernel and of the contest's targets through run_compile."""
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -22,7 +23,7 @@ KERNELS = HERE.parent / "kernels"
 KB = 1024
 
 needs_dsl = pytest.mark.skipif(
-    resources.find_tool("ptxas") is None or pytest.importorskip("importlib.util").find_spec("cutlass") is None,
+    resources.find_tool("ptxas") is None or importlib.util.find_spec("cutlass") is None,
     reason="needs nvidia-cutlass-dsl and nvidia-cuda-nvcc (pip install 'judge[cute]')",
 )
 
@@ -348,6 +349,7 @@ def test_second_compile_is_a_cache_hit_and_a_changed_source_a_miss(tmp_path, mon
     assert config["kernels"][0]["threads"] == 256 and config["kernels"][0]["smem_dynamic"] == 1024
 
 
+@needs_dsl
 def test_compile_hook_that_raises_fails_with_the_error_line(tmp_path):
     target, ws = workspace(tmp_path, "raises")
     result = run_compile(target, ws, cache_dir=tmp_path / "cache")
@@ -362,6 +364,7 @@ def test_compile_hook_that_raises_fails_with_the_error_line(tmp_path):
     assert "ValueError" in (ws / "compile.log").read_text()
 
 
+@needs_dsl
 def test_compile_hook_that_hangs_times_out(tmp_path):
     target, ws = workspace(tmp_path, "hangs")
     result = run_compile(target, ws, cache_dir=tmp_path / "cache", timeout_s=3)
@@ -370,6 +373,7 @@ def test_compile_hook_that_hangs_times_out(tmp_path):
     assert result.detail["compiling"]["signature"] == {"size": 4096}
 
 
+@needs_dsl
 def test_kernel_file_that_does_not_parse_fails(tmp_path):
     target, ws = workspace(tmp_path, "syntax")
     result = run_compile(target, ws, cache_dir=tmp_path / "cache")
