@@ -347,26 +347,7 @@ class Ledger:
                     }
                 )
                 if stage.stage == "compile":
-                    for config in stage.detail.get("configs", []):
-                        db["kernel_resources"].insert(
-                            {
-                                "evaluation_id": evaluation_id,
-                                "signature": _json(config.get("signature")),
-                                "ok": int(bool(config.get("ok"))),
-                                "registers": config.get("registers"),
-                                "smem_bytes": config.get("smem_bytes"),
-                                "spill_bytes": (config.get("spill_store_bytes") or 0) + (config.get("spill_load_bytes") or 0)
-                                if config.get("ok") else None,
-                                "stack_bytes": config.get("stack_bytes"),
-                                "threads_per_cta": config.get("threads_per_cta"),
-                                "ctas_per_sm": config.get("ctas_per_sm"),
-                                "limiter": config.get("limiter"),
-                                "ptx_bytes": config.get("ptx_bytes"),
-                                "cubin_bytes": config.get("cubin_bytes"),
-                                "compile_seconds": config.get("seconds"),
-                                "error": config.get("error"),
-                            }
-                        )
+                    db["kernel_resources"].insert_all(_resource_rows(evaluation_id, stage.detail))
             if timing:
                 for bench in timing.detail.get("benchmarks", []):
                     bench_id = db["benchmark_results"].insert(
@@ -431,6 +412,47 @@ def shark_from_row(row: dict) -> Shark:
             "criteria": json.loads(row["rubric_json"]),
         }
     )
+
+
+RESOURCE_FIELDS = ("kernel", "registers", "smem_bytes", "spill_bytes", "stack_bytes", "threads_per_cta", "ctas_per_sm", "limiter")
+
+
+def _resource_rows(evaluation_id: int, detail: dict) -> list[dict]:
+    """One row per kernel of each compiled configuration (one row for a configuration that failed)."""
+    rows = []
+    for config in detail.get("configs", []):
+        error = config.get("error")
+        common = {
+            "evaluation_id": evaluation_id,
+            "signature": _json(config.get("signature")),
+            "benchmarks_json": _json(config.get("benchmarks")),
+            "ok": int(bool(config.get("ok"))),
+            "ptx_bytes": config.get("ptx_bytes"),
+            "cubin_bytes": config.get("cubin_bytes"),
+            "compile_seconds": config.get("seconds"),
+            "error": error.get("line") if isinstance(error, dict) else error,
+        }
+        kernels = config.get("kernels") or [None]
+        for kernel in kernels:
+            if kernel is None:
+                rows.append({**common, **dict.fromkeys(RESOURCE_FIELDS)})
+                continue
+            occupancy = kernel.get("occupancy") or {}
+            spills = [kernel.get("spill_stores"), kernel.get("spill_loads")]
+            rows.append(
+                {
+                    **common,
+                    "kernel": kernel.get("name"),
+                    "registers": kernel.get("registers"),
+                    "smem_bytes": kernel.get("smem_total"),
+                    "spill_bytes": sum(spills) if None not in spills else None,
+                    "stack_bytes": kernel.get("stack_bytes"),
+                    "threads_per_cta": kernel.get("threads"),
+                    "ctas_per_sm": occupancy.get("ctas_per_sm"),
+                    "limiter": occupancy.get("limited_by"),
+                }
+            )
+    return rows
 
 
 def _without_raw(stage: StageResult) -> dict:

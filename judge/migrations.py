@@ -198,6 +198,14 @@ def m001_initial(db: sqlite_utils.Database) -> None:
     )
 
 
+@migration
+def m002_kernel_resources_per_kernel(db: sqlite_utils.Database) -> None:
+    """One row per compiled kernel, with the benchmarks its configuration serves, so that a candidate's
+    configuration pairs with the base's by benchmark even when a knob in its signature changed."""
+    db["kernel_resources"].add_column("kernel", str)
+    db["kernel_resources"].add_column("benchmarks_json", str)
+
+
 def applied(db: sqlite_utils.Database) -> list[str]:
     if MIGRATIONS_TABLE not in db.table_names():
         return []

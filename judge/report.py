@@ -21,7 +21,6 @@ from .ledger import Ledger
 from .patching import patch_stats
 from .records import OUTCOME_MEANING, Outcome, Vote
 from .scoring import CORRECTNESS_RULE, SPEEDUP_RULE, Measurement, format_score, score_vote
-from .targets import spec_label
 
 MEASURED = (Outcome.FASTER.value, Outcome.SLOWER.value, Outcome.UNCHANGED.value)
 GPU_STAGES = ("correctness", "timing")
@@ -298,16 +297,22 @@ def _target_rounds(ledger: Ledger, round: int, target: Optional[str]) -> list[di
     return chosen
 
 
-def _resources(ledger: Ledger, evaluation_id: int, stages: list, base: dict[str, dict]) -> list[dict]:
-    """Each compiled configuration's resources, paired with the same configuration of the base."""
-    compile_stage = next((s for s in stages if s.stage == "compile"), None)
-    configs = compile_stage.detail.get("configs", []) if compile_stage else []
+def _resources(ledger: Ledger, evaluation_id: int, stages: list, base: dict[str, list[dict]]) -> list[dict]:
+    """Each compiled kernel's resources, paired with the base's kernel that serves the same benchmarks.
+
+    Pairing by benchmarks, not by signature: a proposal that changes a knob changes the signature, and
+    its delta against the base is exactly what the report is for.
+    """
     out = []
-    for i, row in enumerate(ledger.kernel_resources(evaluation_id)):
-        config = configs[i] if i < len(configs) else {}
-        signature = json.loads(row["signature"]) if row["signature"] else None
-        base_row = base.get(row["signature"]) if row["ok"] else None
+    seen: dict[str, int] = {}
+    for row in ledger.kernel_resources(evaluation_id):
+        key = row["benchmarks_json"]
+        position = seen.get(key, 0)
+        seen[key] = position + 1
+        candidates = base.get(key, [])
+        base_row = candidates[position] if row["ok"] and position < len(candidates) else None
         base_row = base_row if base_row and base_row["ok"] else None
+        signature = json.loads(row["signature"]) if row["signature"] else None
         cells = {
             column: {"value": row[column], "base": base_row[column] if base_row else None} for column in RESOURCE_COLUMNS
         }
@@ -315,11 +320,11 @@ def _resources(ledger: Ledger, evaluation_id: int, stages: list, base: dict[str,
             {
                 "kernel_resources_id": row["id"],
                 "signature": signature,
-                "label": spec_label(signature) if isinstance(signature, dict) and signature else "(all)",
-                "benchmarks": config.get("benchmarks"),
+                "label": signature_label(signature),
+                "kernel": row["kernel"],
+                "benchmarks": json.loads(key) if key else None,
                 "ok": bool(row["ok"]),
                 "error": row["error"],
-                "source_line": config.get("source_line"),
                 "limiter": row["limiter"],
                 "base_limiter": base_row["limiter"] if base_row else None,
                 "has_base": base_row is not None,
@@ -330,7 +335,26 @@ def _resources(ledger: Ledger, evaluation_id: int, stages: list, base: dict[str,
     return out
 
 
-def _evaluation(ledger: Ledger, row: dict, base_resources: dict[str, dict]) -> dict:
+def signature_label(signature) -> str:
+    """A compile signature as knobs read in the source: tuples as 128x128x256, not as ranges."""
+    if not isinstance(signature, dict) or not signature:
+        return "(all)"
+    parts = []
+    for key, value in signature.items():
+        if isinstance(value, (list, tuple)):
+            value = "x".join(str(v) for v in value)
+        parts.append(f"{key}={value}")
+    return " ".join(parts)
+
+
+def _resources_by_benchmarks(ledger: Ledger, evaluation_id: int) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for row in ledger.kernel_resources(evaluation_id):
+        grouped.setdefault(row["benchmarks_json"], []).append(row)
+    return grouped
+
+
+def _evaluation(ledger: Ledger, row: dict, base_resources: dict[str, list[dict]]) -> dict:
     """One evaluation as the report shows it: verdict, stages, benchmarks and compile resources."""
     stages = ledger.stage_results(row["id"])
     benchmarks = []
@@ -454,7 +478,7 @@ def _landed(claim: Optional[list], geomean: Optional[float]) -> str:
 # the round view -----------------------------------------------------------------------------
 
 
-def _proposal(ledger: Ledger, revision: dict, round_row: dict, base_resources: dict[str, dict]) -> dict:
+def _proposal(ledger: Ledger, revision: dict, round_row: dict, base_resources: dict[str, list[dict]]) -> dict:
     evaluation_row = ledger.latest_evaluation(round_row["id"], revision["id"])
     evaluation = _evaluation(ledger, evaluation_row, base_resources) if evaluation_row else None
     earlier = ledger.query(
@@ -684,9 +708,7 @@ def _lineage(ledger: Ledger, target: str, round: int) -> list[dict]:
 def _target_round(ledger: Ledger, round_row: dict) -> dict:
     target, round = round_row["target"], round_row["round"]
     base_row = ledger.latest_evaluation(round_row["id"], None, subject="base")
-    base_resources = (
-        {r["signature"]: r for r in ledger.kernel_resources(base_row["id"])} if base_row else {}
-    )
+    base_resources = _resources_by_benchmarks(ledger, base_row["id"]) if base_row else {}
     base_evaluation = _evaluation(ledger, base_row, {}) if base_row else None
     proposals = [_proposal(ledger, r, round_row, base_resources) for r in _round_revisions(ledger, target, round)]
     ranking = _ranking(proposals, round_row["winner_revision_id"])

@@ -36,14 +36,17 @@ class FakeStages(Stages):
         for i, (target, workspace) in enumerate(jobs):
             self.compiled.append(workspace.name)
             if marker(workspace) == "compile-error":
-                results.append(StageResult("compile", "failed", "DSLUserCodeError: unsupported tile (submission.py:7)", 0.1,
-                                           {"configs": [{"ok": False, "error": "DSLUserCodeError: unsupported tile"}]}))
+                error = {"type": "DSLUserCodeError", "message": "unsupported tile", "line": "DSLUserCodeError: unsupported tile (submission.py:7)"}
+                results.append(StageResult("compile", "failed", error["line"], 0.1,
+                                           {"configs": [{"signature": {"size": 1}, "benchmarks": [0, 1], "ok": False, "error": error}]}))
             else:
                 regs = 96 if workspace.name == "base" else 128
                 results.append(StageResult("compile", "passed", f"compiled: {regs} regs", 0.1,
-                                           {"configs": [{"signature": {"size": 1}, "ok": True, "registers": regs, "smem_bytes": 1024,
-                                                         "spill_store_bytes": 0, "spill_load_bytes": 0, "stack_bytes": 0,
-                                                         "threads_per_cta": 128, "ctas_per_sm": 4, "limiter": "registers",
+                                           {"configs": [{"signature": {"size": 1}, "benchmarks": [0, 1], "ok": True, "error": None,
+                                                         "kernels": [{"name": "k", "registers": regs, "smem_total": 1024,
+                                                                      "spill_stores": 0, "spill_loads": 0, "stack_bytes": 0,
+                                                                      "threads": 128,
+                                                                      "occupancy": {"ctas_per_sm": 4, "limited_by": "registers"}}],
                                                          "ptx_bytes": 100, "cubin_bytes": 200, "seconds": 0.1}]}))
             progress(i + 1, len(jobs))
         return results

@@ -44,7 +44,7 @@ def test_init_creates_the_ledger(env):
     judge, root = env
     result = judge("init")
     assert result.exit_code == 0
-    assert result.output == "ledger ledger.db: schema at m001_initial (1 migrations applied)\n"
+    assert result.output == "ledger ledger.db: schema at m002_kernel_resources_per_kernel (2 migrations applied)\n"
     assert (root / "ledger.db").exists()
 
 

@@ -39,9 +39,11 @@ def patch(old: str, new: str) -> str:
 
 
 def compiled(registers: int, smem: int, ctas: int, limiter: str, ptx: int, cubin: int) -> StageResult:
-    config = {"signature": SIGNATURE, "benchmarks": [0], "ok": True, "registers": registers, "smem_bytes": smem,
-              "spill_store_bytes": 0, "spill_load_bytes": 0, "stack_bytes": 0, "threads_per_cta": 192,
-              "ctas_per_sm": ctas, "limiter": limiter, "ptx_bytes": ptx, "cubin_bytes": cubin, "seconds": 1.2}
+    kernel = {"name": "kernel_grouped_gemm", "registers": registers, "smem_total": smem, "spill_stores": 0,
+              "spill_loads": 0, "stack_bytes": 0, "threads": 192,
+              "occupancy": {"ctas_per_sm": ctas, "limited_by": limiter}}
+    config = {"signature": SIGNATURE, "benchmarks": [0], "ok": True, "kernels": [kernel], "error": None,
+              "ptx_bytes": ptx, "cubin_bytes": cubin, "seconds": 1.2}
     return StageResult("compile", "passed", f"1 configuration compiled: {registers} registers", 1.2, {"configs": [config]})
 
 
@@ -68,9 +70,11 @@ SLOWER = timing([(373.0, 488.0), (372.0, 462.0), (173.0, 249.0), (156.0, 228.0)]
 FASTER = timing([(373.0, 350.0), (372.0, 352.5), (173.0, 163.0), (156.0, 147.0)],
                 [(1.050, 1.080), (1.040, 1.070), (1.045, 1.075), (1.046, 1.076)], 1.06, [1.04, 1.08])
 COMPILE_ERROR = StageResult("compile", "failed", "DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op", 0.8,
-                            {"configs": [{"signature": SIGNATURE, "ok": False,
-                                          "error": "DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op",
-                                          "source_line": "submission.py:40: MMA_TILER_MNK = (64, 128, 256)"}]})
+                            {"configs": [{"signature": SIGNATURE, "benchmarks": [0], "ok": False,
+                                          "error": {"type": "DSLUserCodeError",
+                                                    "message": "tile M=64 is not supported by MmaMXF4NVF4Op",
+                                                    "line": "DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op "
+                                                            "(submission.py:40: `MMA_TILER_MNK = (64, 128, 256)`)"}}]})
 
 
 def proposal(pid, author, round, category, claim, new_line=None, old_line="NUM_AB_STAGES = 1", **extra):
@@ -182,14 +186,14 @@ def test_round_two_states_what_changed_and_that_no_gpu_stage_ran(ledger, tmp_pat
 def test_resources_are_deltas_against_the_round_base(ledger, tmp_path):
     text = lines(render_round(ledger, 1, tmp_path))
     assert "Compile resources against base evaluation #1:" in text
-    row = ("| g=8 k=7168 m=40..248 n=4096 | 0 | 168 (+40) | 101376 (+36864) | 0 (+0) | 0 (+0) | 192 (+0) "
+    row = ("| g=8 k=7168 m=40x248 n=4096 | 0 | 168 (+40) | 101376 (+36864) | 0 (+0) | 0 (+0) | 192 (+0) "
            "| 2 (-1) limited by smem (was registers) | 1000 (+200) | 2000 (+400) |")
     assert row in text
-    assert ("- Compile error (g=8 k=7168 m=40..248 n=4096): `DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op` "
-            "at `submission.py:40: MMA_TILER_MNK = (64, 128, 256)`") in text
+    assert ("- Compile error (g=8 k=7168 m=40x248 n=4096): `` DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op "
+            "(submission.py:40: `MMA_TILER_MNK = (64, 128, 256)`) ``") in text
     # round 2 compares with round 2's base (120 registers), not round 1's
     text2 = lines(render_round(ledger, 2, tmp_path))
-    assert any(line.startswith("| g=8 k=7168 m=40..248 n=4096 | 0 | 136 (+16) | 97280 (+0) |") for line in text2)
+    assert any(line.startswith("| g=8 k=7168 m=40x248 n=4096 | 0 | 136 (+16) | 97280 (+0) |") for line in text2)
 
 
 def test_votes_are_recomputed_and_wrong_totals_flagged(ledger, tmp_path):
@@ -334,7 +338,7 @@ def test_a_round_run_by_the_runner_reports_through_the_cli(tmp_path, monkeypatch
     text = lines(tmp_path / "reports" / "round-1.md")
     assert "| 0 | size=1048576 | 100 | 80.0 | +20.0% | 1.250x [1.244, 1.256] | yes | - | - | 3 |" in text
     assert "| 1 | size=4194304 | 200 | 160 | +20.0% | 1.250x [1.244, 1.256] | yes | - | - | 3 |" in text
-    assert "| size=1 |  | 128 (+32) | 1024 (+0) | 0 (+0) | 0 (+0) | 128 (+0) | 4 (+0) limited by registers | 100 (+0) | 200 (+0) |" in text
+    assert "| size=1 | 0, 1 | 128 (+32) | 1024 (+0) | 0 (+0) | 0 (+0) | 128 (+0) | 4 (+0) limited by registers | 100 (+0) | 200 (+0) |" in text
     assert "| 1 | a-fast r1 | 1.1-1.2x | 1.250x [1.244, 1.256] | above | faster | #2 |" in text
     assert "- Device: Fake GPU, 4 SMs (evaluations #1, #2)" in text
     data = json.loads(runner.invoke(main, ["--ledger", "ledger.db", "report", "--json"], catch_exceptions=False).output)
