@@ -2,8 +2,9 @@
 
 Single repetitions of a GPU kernel jump by tens of percent (clock changes, other work on the host) while
 medians of batches agree to a fraction of a percent, so every estimate here is built on medians, and the
-intervals come from resampling the interleaved (base, candidate) pairs together so that slow drift, which
-moves both members of a pair, cancels. Everything is seeded: the same samples give the same interval.
+intervals come from resampling blocks of interleaved (base, candidate) pairs together, so that drift that
+moves both members of a pair cancels and noise correlated over neighbouring rounds is not mistaken for
+independent evidence. Everything is seeded: the same samples give the same interval.
 """
 
 from __future__ import annotations
@@ -27,19 +28,30 @@ def median(values: Sequence[float]) -> float:
     return float(np.median(np.asarray(values, dtype=float)))
 
 
+def block_length(n: int) -> int:
+    """Rounds per bootstrap block: about n^(1/3), so that noise correlated over neighbouring rounds (host
+    state, clocks) widens the interval instead of being taken for independent evidence."""
+    return max(1, min(n, round(n ** (1 / 3))))
+
+
 def ratio_replicates(base: Sequence[float], cand: Sequence[float], *, resamples: int = RESAMPLES,
                      rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap replicates of median(base) / median(cand), resampling the pairs (base[i], cand[i]) together."""
+    """Bootstrap replicates of median(base) / median(cand): moving blocks of consecutive pairs
+    (base[i], cand[i]) are resampled together, so drift common to a pair cancels."""
     b = np.asarray(base, dtype=float)
     c = np.asarray(cand, dtype=float)
     if b.shape != c.shape or b.ndim != 1 or len(b) == 0:
         raise ValueError(f"paired samples need equal, non-zero lengths, got {b.shape} and {c.shape}")
     n = len(b)
-    step = max(1, _CHUNK_ELEMENTS // n)
+    length = block_length(n)
+    blocks = -(-n // length)
+    offsets = np.arange(length)
+    step = max(1, _CHUNK_ELEMENTS // (blocks * length))
     out = np.empty(resamples)
     for start in range(0, resamples, step):
         count = min(step, resamples - start)
-        idx = rng.integers(0, n, size=(count, n))
+        starts = rng.integers(0, n - length + 1, size=(count, blocks))
+        idx = (starts[:, :, None] + offsets).reshape(count, -1)[:, :n]
         out[start:start + count] = np.median(b[idx], axis=1) / np.median(c[idx], axis=1)
     return out
 

@@ -1,17 +1,17 @@
 """Timing stage: candidate and base in one child process, interleaved, L2 flushed, CUDA events, medians.
 
-How one repetition is timed, and why:
-  flush L2 (write a buffer twice its size) -> synchronize the device -> record `start` -> call the kernel
-  -> record `stream_end` -> synchronize the device -> record `end`.
-`start`..`end` covers everything the call put on any stream, including work on side streams that it never
-joined back to the current stream (events on the current stream alone would miss it, and such a kernel
-would look faster than it is). The price is a near-constant host round trip (device sync returning, then
-`end` being launched) inside every sample; it is measured by null repetitions (the same sequence with no
-call) interleaved with the real ones, and its median is subtracted. `start`..`stream_end` is recorded too:
-when it is much shorter than the total, the kernel leaves work on side streams.
+One repetition: flush L2 (write a buffer twice its size) -> synchronize the device -> record `start` ->
+call the kernel -> record `stream_end` -> synchronize the device (every stream) -> record `end`.
+`start`..`stream_end` is the call as GPU MODE times it: GPU time plus the host's launch time, both on the
+GPU's clock. It misses work that the call leaves on a side stream without joining it back; `stream_end`..`end`
+catches that work: without it, this tail is only the host's round trip through the device sync, as in the
+null repetitions (the same sequence with no call) that are interleaved with the real ones. When either
+kernel's tail exceeds the null tail, both kernels of that benchmark are timed `start`..`end` less the null
+tail ("device-wide"); otherwise `start`..`stream_end` ("stream"), which is free of the sync's host jitter.
 
-Base and candidate alternate (A B, then B A) so that clock and thermal drift hit both alike, and the
-rounds go on until the 95% interval of the median ratio is within ±1% or the time budget is spent.
+Base and candidate alternate order (A B, B A) and swap their two copies of the inputs every other round,
+so that clock drift, order and buffer placement hit both alike. Rounds go on until the 95% interval of the
+median ratio (block bootstrap over rounds, see stats.py) is within ±1%, or the time budget is spent.
 """
 
 from __future__ import annotations
@@ -31,12 +31,16 @@ from .targets import Target
 
 STAGE = "timing"
 BUDGET_PER_BENCHMARK_S = 5.0  # default measuring time per benchmark when the caller gives no budget
-MIN_REPS = 100
+MIN_REPS = 200
 MAX_REPS = 20_000
 HALF_WIDTH = 0.01  # stop once the 95% interval is within ±1% of the ratio
 WARMUP_CALLS = 3
 WARMUP_S = 0.05
-MIN_CORRECTED_US = 1e-3
+MIN_US = 1e-3
+# A tail this much longer than the null tail means work left on a side stream (the null tail's own jitter is
+# a few microseconds on an H100 host).
+SIDE_WORK_US = 3.0
+SIDE_WORK_FRACTION = 0.05
 
 
 def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float | None = None,
@@ -85,12 +89,14 @@ def summarise(raw: dict[str, Any], target: Target) -> dict[str, Any]:
             "significant": stats.significant(low, high),
             "reps": len(base_us),
             "stopped": bench["stopped"],
-            "sync_overhead_us": bench["sync_overhead_us"],
-            "base_stream_median_us": round(stats.median(bench["base_stream_us"]), 3),
-            "cand_stream_median_us": round(stats.median(bench["cand_stream_us"]), 3),
+            "method": bench["method"],
+            "null_tail_us": bench["null_tail_us"],
+            "base_tail_excess_us": bench["base_tail_excess_us"],
+            "cand_tail_excess_us": bench["cand_tail_excess_us"],
             "measuring_s": bench["measuring_s"],
             "base_us": base_us,
             "cand_us": cand_us,
+            "raw": bench["raw"],
         }
         if target.speed_of_light_us:
             entry["speed_of_light_us"] = target.speed_of_light_us[i]
@@ -106,7 +112,8 @@ def summarise(raw: dict[str, Any], target: Target) -> dict[str, Any]:
         "device": raw["device"],
         "device_after": raw["device_after"],
         "measuring_s": round(sum(b["measuring_s"] for b in raw["benchmarks"]), 3),
-        "method": "interleaved pairs, L2 flushed, CUDA events across a device-wide sync, median of nulls subtracted",
+        "method": "interleaved pairs (order and input copies alternated), L2 flushed, CUDA events; "
+                  "device-wide span where a kernel leaves side-stream work",
     }
 
 
@@ -129,7 +136,7 @@ def _load_kernel(directory: str, kernel_file: str, as_name: str):
 
 
 class _CudaTimer:
-    """Times one call as the module docstring says; holds the L2 flush buffer and three reusable events."""
+    """Times one call as the module docstring says: (stream us, tail us); holds the L2 flush buffer and events."""
 
     def __init__(self, l2_bytes: int):
         import torch
@@ -148,7 +155,7 @@ class _CudaTimer:
         torch.cuda.synchronize()
         self.end.record()
         self.end.synchronize()
-        return self.start.elapsed_time(self.end) * 1e3, self.start.elapsed_time(self.stream_end) * 1e3
+        return self.start.elapsed_time(self.stream_end) * 1e3, self.stream_end.elapsed_time(self.end) * 1e3
 
     def null(self) -> float:
         torch = self.torch
@@ -158,7 +165,7 @@ class _CudaTimer:
         torch.cuda.synchronize()
         self.end.record()
         self.end.synchronize()
-        return self.start.elapsed_time(self.end) * 1e3
+        return self.stream_end.elapsed_time(self.end) * 1e3
 
 
 class _HostTimer:
@@ -167,12 +174,10 @@ class _HostTimer:
     def time(self, fn, data) -> tuple[float, float]:
         start = time.perf_counter()
         fn(data)
-        elapsed = (time.perf_counter() - start) * 1e6
-        return elapsed, elapsed
+        return (time.perf_counter() - start) * 1e6, 0.0
 
     def null(self) -> float:
-        start = time.perf_counter()
-        return (time.perf_counter() - start) * 1e6
+        return 0.0
 
 
 def _child_timing(candidate_dir: str, base_dir: str, kernel_file: str, benchmarks: list[dict],
@@ -232,43 +237,68 @@ def _warm_up(timer, fn, data) -> None:
 def _measure(timer, base, base_data, cand, cand_data, *, deadline: float, min_reps: int, max_reps: int,
              half_width: float) -> dict[str, Any]:
     """Interleaved rounds until the ratio's interval is within ±half_width, the deadline, or max_reps."""
-    base_raw, cand_raw, base_stream, cand_stream, nulls = [], [], [], [], []
+    series = {key: [] for key in ("base_stream", "base_tail", "cand_stream", "cand_tail", "null_tail")}
+    copies = (base_data, cand_data)
     next_check = min_reps
     stopped = "max-reps"
-    while len(base_raw) < max_reps:
-        nulls.append(timer.null())
-        if len(base_raw) % 2 == 0:
-            b = timer.time(base, base_data)
-            c = timer.time(cand, cand_data)
-        else:
-            c = timer.time(cand, cand_data)
-            b = timer.time(base, base_data)
-        base_raw.append(b[0])
-        base_stream.append(b[1])
-        cand_raw.append(c[0])
-        cand_stream.append(c[1])
-        n = len(base_raw)
+    n = 0
+    while n < max_reps:
+        series["null_tail"].append(timer.null())
+        # Round k: order A B or B A, and inputs X/Y or Y/X, in a cycle of four.
+        swap = (n // 2) % 2
+        runs = [("base", base, copies[swap]), ("cand", cand, copies[1 - swap])]
+        if n % 2:
+            runs.reverse()
+        for name, fn, data in runs:
+            stream_us, tail_us = timer.time(fn, data)
+            series[f"{name}_stream"].append(stream_us)
+            series[f"{name}_tail"].append(tail_us)
+        n += 1
         if n >= next_check:
-            next_check = n + max(16, n // 4)
-            overhead = stats.median(nulls)
-            ratio, low, high = stats.ratio_ci(_corrected(base_raw, overhead), _corrected(cand_raw, overhead),
-                                              resamples=400)
+            next_check = n + max(50, n // 4)
+            base_us, cand_us, _ = _times(series)
+            ratio, low, high = stats.ratio_ci(base_us, cand_us, resamples=400)
             if stats.precise_enough(ratio, low, high, half_width):
                 stopped = "precise"
                 break
         if time.monotonic() > deadline and n >= min_reps:
             stopped = "budget"
             break
-    overhead = stats.median(nulls)
+    base_us, cand_us, method = _times(series)
+    null = stats.median(series["null_tail"])
     return {
-        "base_us": [round(x, 3) for x in _corrected(base_raw, overhead)],
-        "cand_us": [round(x, 3) for x in _corrected(cand_raw, overhead)],
-        "base_stream_us": [round(x, 3) for x in base_stream],
-        "cand_stream_us": [round(x, 3) for x in cand_stream],
-        "sync_overhead_us": round(overhead, 3),
+        "base_us": _rounded(base_us),
+        "cand_us": _rounded(cand_us),
+        "method": method,
+        "null_tail_us": round(null, 3),
+        "base_tail_excess_us": round(stats.median(series["base_tail"]) - null, 3),
+        "cand_tail_excess_us": round(stats.median(series["cand_tail"]) - null, 3),
+        # The stream series are base_us/cand_us already unless the device-wide method was used.
+        "raw": {key: _rounded(values) for key, values in series.items()
+                if method == "device-wide" or key.endswith("_tail")},
         "stopped": stopped,
     }
 
 
-def _corrected(samples: list[float], overhead: float) -> list[float]:
-    return [max(MIN_CORRECTED_US, x - overhead) for x in samples]
+def side_stream_work(stream_us: list[float], tail_us: list[float], null_tail_us: list[float]) -> bool:
+    """Whether a kernel leaves work running after its current stream is done: its tail after the
+    device-wide sync exceeds the null tail by more than SIDE_WORK_US + SIDE_WORK_FRACTION of its time."""
+    excess = stats.median(tail_us) - stats.median(null_tail_us)
+    return excess > SIDE_WORK_US + SIDE_WORK_FRACTION * stats.median(stream_us)
+
+
+def _times(series: dict[str, list[float]]) -> tuple[list[float], list[float], str]:
+    """The samples to analyse: stream times, or device-wide times when either kernel leaves side-stream work."""
+    nulls = series["null_tail"]
+    if not any(side_stream_work(series[f"{v}_stream"], series[f"{v}_tail"], nulls) for v in ("base", "cand")):
+        return series["base_stream"], series["cand_stream"], "stream"
+    null = stats.median(nulls)
+    device_wide = [
+        [max(MIN_US, s + t - null) for s, t in zip(series[f"{v}_stream"], series[f"{v}_tail"])]
+        for v in ("base", "cand")
+    ]
+    return device_wide[0], device_wide[1], "device-wide"
+
+
+def _rounded(values: list[float]) -> list[float]:
+    return [round(x, 3) for x in values]

@@ -87,3 +87,22 @@ def test_significant():
     assert significant(0.9, 0.99)
     assert not significant(0.99, 1.01)
     assert not significant(1.0, 1.02)
+
+
+def test_block_length():
+    from judge.stats import block_length
+
+    assert [block_length(n) for n in (1, 8, 27, 1000, 8000)] == [1, 2, 3, 10, 20]
+
+
+def test_correlated_noise_widens_the_interval():
+    """Noise that persists over neighbouring rounds (a slow host) carries less evidence than its count."""
+    rng = np.random.default_rng(5)
+    n = 2000
+    slow = np.repeat(rng.lognormal(0, 0.03, n // 50), 50)  # hits the candidate only, in runs of 50 rounds
+    base = 30.0 * rng.lognormal(0, 0.01, n)
+    cand = 30.0 * rng.lognormal(0, 0.01, n) * slow
+    _, low, high = ratio_ci(base, cand)
+    shuffled = rng.permutation(n)
+    _, low_iid, high_iid = ratio_ci(base[shuffled], cand[shuffled])
+    assert (high - low) > 1.5 * (high_iid - low_iid)
