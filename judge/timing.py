@@ -1,11 +1,14 @@
 """Timing stage: candidate and base in one child process, interleaved, L2 flushed, CUDA events, medians.
 
-One repetition: flush L2 (write a buffer twice its size) -> synchronize the device -> record `start` ->
-call the kernel -> record `stream_end` -> synchronize the device (every stream) -> record `end`.
-`start`..`stream_end` is the call as GPU MODE times it: GPU time plus the host's launch time, both on the
-GPU's clock. It misses work that the call leaves on a side stream without joining it back; `stream_end`..`end`
-catches that work: without it, this tail is only the host's round trip through the device sync, as in the
-null repetitions (the same sequence with no call) that are interleaved with the real ones. When either
+One repetition: flush L2 (write a buffer twice its size) -> synchronize the device -> spin the GPU
+(torch.cuda._sleep, longer than the host takes to launch the call) -> record `start` -> call the kernel ->
+record `stream_end` -> synchronize the device (every stream) -> record `end`.
+The spin keeps the host's launch time (and its jitter) out of `start`..`stream_end`: measured on an H100
+with the GPU idle at `start` (as GPU MODE times), identical kernels loaded as "base" and "candidate"
+differed by up to ±1.5% within a process, steadily over the run and whichever input copy each used.
+`start`..`stream_end` misses work that the call leaves on a side stream without joining it back;
+`stream_end`..`end` catches that work: without it, this tail is only the host's round trip through the
+device sync, as in the null repetitions (the same sequence with no call) that are interleaved with the real ones. When either
 kernel's tail exceeds the null tail, both kernels of that benchmark are timed `start`..`end` less the null
 tail ("device-wide"); otherwise `start`..`stream_end` ("stream"), which is free of the sync's host jitter.
 
@@ -36,6 +39,8 @@ MAX_REPS = 20_000
 HALF_WIDTH = 0.01  # stop once the 95% interval is within ±1% of the ratio
 WARMUP_CALLS = 3
 WARMUP_S = 0.05
+SPIN_MARGIN_US = 20.0  # the GPU spins this much plus SPIN_FACTOR x the slowest warm-up launch
+SPIN_FACTOR = 2.0
 MIN_US = 1e-3
 # A tail this much longer than the null tail means work left on a side stream (the null tail's own jitter is
 # a few microseconds on an H100 host).
@@ -94,6 +99,9 @@ def summarise(raw: dict[str, Any], target: Target) -> dict[str, Any]:
             "base_tail_excess_us": bench["base_tail_excess_us"],
             "cand_tail_excess_us": bench["cand_tail_excess_us"],
             "measuring_s": bench["measuring_s"],
+            "spin_us": bench["spin_us"],
+            "host_call_us": bench["host_call_us"],
+            "launch_exposed": bench["launch_exposed"],
             "base_us": base_us,
             "cand_us": cand_us,
             "raw": bench["raw"],
@@ -112,8 +120,8 @@ def summarise(raw: dict[str, Any], target: Target) -> dict[str, Any]:
         "device": raw["device"],
         "device_after": raw["device_after"],
         "measuring_s": round(sum(b["measuring_s"] for b in raw["benchmarks"]), 3),
-        "method": "interleaved pairs (order and input copies alternated), L2 flushed, CUDA events; "
-                  "device-wide span where a kernel leaves side-stream work",
+        "method": "interleaved pairs (order and input copies alternated), L2 flushed, launch hidden behind a GPU "
+                  "spin, CUDA events; device-wide span where a kernel leaves side-stream work",
     }
 
 
@@ -144,13 +152,37 @@ class _CudaTimer:
         self.torch = torch
         self.flush = torch.empty(max(2 * l2_bytes, 8 << 20) // 4, dtype=torch.int32, device="cuda")
         self.start, self.stream_end, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        self.cycles_per_us = self._spin_rate()
+        self.spin_cycles = 0
+        self.host_us: list[float] = []
+
+    def _spin_rate(self) -> float:
+        torch = self.torch
+        rates = []
+        for _ in range(3):
+            torch.cuda.synchronize()
+            self.start.record()
+            torch.cuda._sleep(200_000)
+            self.end.record()
+            self.end.synchronize()
+            rates.append(200_000 / (self.start.elapsed_time(self.end) * 1e3))
+        return stats.median(rates)
+
+    def hide_launch(self, host_us: float) -> None:
+        """Spin the GPU for longer than the host takes to launch the call, so `start` fires when the call's
+        work is already queued: host launch time and its jitter stay out of the measurement."""
+        self.spin_cycles = int(self.cycles_per_us * (SPIN_MARGIN_US + SPIN_FACTOR * host_us))
 
     def time(self, fn, data) -> tuple[float, float]:
         torch = self.torch
         self.flush.zero_()
         torch.cuda.synchronize()
+        if self.spin_cycles:
+            torch.cuda._sleep(self.spin_cycles)
         self.start.record()
+        host_start = time.perf_counter()
         fn(data)
+        self.host_us.append((time.perf_counter() - host_start) * 1e6)
         self.stream_end.record()
         torch.cuda.synchronize()
         self.end.record()
@@ -171,10 +203,20 @@ class _CudaTimer:
 class _HostTimer:
     """Wall-clock stand-in where there is no GPU, so that the child's loop can be tested on a CPU."""
 
+    cycles_per_us = 0.0
+    spin_cycles = 0
+
+    def __init__(self):
+        self.host_us: list[float] = []
+
+    def hide_launch(self, host_us: float) -> None:
+        pass
+
     def time(self, fn, data) -> tuple[float, float]:
         start = time.perf_counter()
         fn(data)
-        return (time.perf_counter() - start) * 1e6, 0.0
+        self.host_us.append((time.perf_counter() - start) * 1e6)
+        return self.host_us[-1], 0.0
 
     def null(self) -> float:
         return 0.0
@@ -205,8 +247,16 @@ def _child_timing(candidate_dir: str, base_dir: str, kernel_file: str, benchmark
         data = reference.generate_input(**spec)
         base_data, cand_data = clone_data(data), clone_data(data)
         del data
+        timer.hide_launch(0.0)
         _warm_up(timer, base, base_data)
         _warm_up(timer, cand, cand_data)
+        # Launch times after warm-up (the first calls may include JIT compiles) size the spin.
+        timer.host_us.clear()
+        for _ in range(3):
+            timer.time(base, base_data)
+            timer.time(cand, cand_data)
+        timer.hide_launch(max(timer.host_us))
+        timer.host_us.clear()
         if index == 0:
             facts = facts_here() if cuda else None  # clocks "before": read with the GPU just warmed up
         share = budget_left / (len(benchmarks) - index)
@@ -216,6 +266,11 @@ def _child_timing(candidate_dir: str, base_dir: str, kernel_file: str, benchmark
         spent = time.monotonic() - started
         budget_left = max(0.0, budget_left - spent)
         samples["measuring_s"] = round(spent, 3)
+        spin_us = timer.spin_cycles / timer.cycles_per_us if timer.spin_cycles else 0.0
+        samples["spin_us"] = round(spin_us, 1)
+        samples["host_call_us"] = round(stats.median(timer.host_us), 1)
+        # Repetitions whose launch took longer than the spin: their host time leaked into the measurement.
+        samples["launch_exposed"] = sum(h > spin_us for h in timer.host_us) if timer.spin_cycles else None
         results.append(samples)
         del base_data, cand_data
     after = read_clocks() if cuda else {}

@@ -112,6 +112,7 @@ def test_summary_from_fixed_samples():
         "benchmarks": [
             {"base_us": [20.0, 21.0, 22.0], "cand_us": [10.0, 10.5, 11.0],
              "stopped": "precise", "measuring_s": 0.1, "method": "stream",
+             "spin_us": 0.0, "host_call_us": 5.0, "launch_exposed": None,
              "null_tail_us": 20.0, "base_tail_excess_us": 0.1, "cand_tail_excess_us": -0.2, "raw": {}},
         ] * 4,
         "device": {"name": "x"},
