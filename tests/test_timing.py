@@ -140,7 +140,8 @@ def test_same_kernel_is_unchanged_on_gpu(tmp_path):
     for b in result.detail["benchmarks"]:
         print(f"  {b['label']}: base {b['base_median_us']} us cand {b['cand_median_us']} us x{b['speedup']} "
               f"[{b['ci_low']}, {b['ci_high']}] reps {b['reps']} ({b['stopped']}, {b['method']}), "
-              f"tail excess {b['base_tail_excess_us']}/{b['cand_tail_excess_us']} us over null {b['null_tail_us']} us")
+              f"tail excess {b['base_tail_excess_us']}/{b['cand_tail_excess_us']} us over null {b['null_tail_us']} us, "
+              f"spin {b['spin_us']} us, host call {b['host_call_us']} us, launch exposed {b['launch_exposed']}")
     print("device:", result.detail["device"], "after:", result.detail["device_after"])
     assert result.status == "passed"
     assert all(b["method"] == "stream" for b in result.detail["benchmarks"])
