@@ -250,9 +250,20 @@ def output_slots(original, after_reference, returned) -> list[str]:
         if not isinstance(after, torch.Tensor):
             continue
         aliased = after.untyped_storage().data_ptr() in returned_storages
-        if aliased or not torch.equal(before, after):
+        if aliased or not _same_bytes(before, after):
             slots.append(path)
     return slots
+
+
+def _same_bytes(before, after) -> bool:
+    """Bitwise equality: works for every dtype (torch.equal has no kernel for packed FP4) and treats an
+    unchanged NaN as unchanged."""
+    import torch
+
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return False
+    as_bytes = lambda t: t.contiguous().reshape(-1).view(torch.uint8)  # noqa: E731
+    return torch.equal(as_bytes(before), as_bytes(after))
 
 
 def poison(data, slots: list[str]) -> list[str]:

@@ -118,6 +118,30 @@ def test_output_slots_found_through_nested_data():
     assert torch.isnan(kernel_data[1]["out"][0]).all() and not torch.isnan(kernel_data[0]).any()
 
 
+def test_nvfp4_outputs_are_found_among_packed_fp4_inputs(monkeypatch):
+    """The SM100 target's data holds float4 tensors, which torch.equal cannot compare: the check must
+    still find exactly the C tensors as outputs (this is the B200 path up to the kernel call)."""
+    torch = pytest.importorskip("torch")
+    target_dir = Path(__file__).resolve().parents[1] / "kernels" / "nvfp4_group_gemm"
+    monkeypatch.syspath_prepend(str(target_dir))
+    for name in ("reference", "task", "utils"):
+        monkeypatch.delitem(__import__("sys").modules, name, raising=False)
+    import reference
+
+    data = reference.generate_input(m=[128, 64], n=[128, 256], k=[256, 256], g=2, seed=1111)
+    after = check.clone_data(data)
+    returned = reference.ref_kernel(after)
+    slots = check.output_slots(data, after, returned)
+    assert slots == ["[0][0][2]", "[0][1][2]"]
+    assert check.poison(check.clone_data(data), slots) == slots
+
+
+def test_unchanged_nan_inputs_are_not_outputs():
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1.0, float("nan")])
+    assert check.output_slots((x,), check.clone_data((x,)), None) == []
+
+
 def test_compare_exact_numbers():
     torch = pytest.importorskip("torch")
     got = torch.tensor([[1.0, 2.0], [3.0, float("inf")]])
