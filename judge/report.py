@@ -45,7 +45,8 @@ CONVENTIONS = [
     "benchmarks; \"significant\" means the interval excludes 1.000x. An outcome is faster (slower) only when "
     "the geomean's interval lies wholly above (below) 1.",
     "before/after: median kernel time in microseconds (us) of the round's base and of the candidate, "
-    "timed interleaved on the same device; shown to 3 significant digits (whole us from 1000 us up).",
+    "timed interleaved on the same device, each repetition after an L2 flush, with the host's launch time excluded "
+    "(the call is queued behind a short GPU spin, so only GPU time counts); shown to 3 significant digits (whole us from 1000 us up).",
     "speedups 3 decimals with \"x\"; changes and % of speed of light 1 decimal; halves round up; "
     "% of SoL = speed of light / after (100% is the hardware bound).",
     "compile resources: value (change against the same configuration of this round's base evaluation); "

@@ -114,7 +114,7 @@ def base_for(ledger: Ledger, target: Target, round: int) -> tuple[str, str]:
     if row:
         return row["base_source"], row["base_origin"]
     if round == 1:
-        return target.kernel_source(), f"kernels/{target.name}/{target.kernel_file}"
+        return target.kernel_source(), _shown(target.kernel_path)
     previous_source, _ = base_for(ledger, target, round - 1)
     previous = ledger.round_row(target.name, round - 1)
     winner = winner_of(ledger, previous["id"]) if previous else None
@@ -335,6 +335,14 @@ def _record(ledger, run_id, round_row, revision, kernel_sha, stages, device, sta
     )
     on_event("verdict", proposal=revision["proposal_id"], outcome=outcome.value, reason=reason)
     return Verdict(revision["proposal_id"], revision["revision"], outcome.value, reason)
+
+
+def _shown(path: Path) -> str:
+    """A path as the user would type it: relative to the working directory when it is below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _fresh(path: Path) -> None:

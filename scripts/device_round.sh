@@ -16,3 +16,16 @@ judge vote votes/fp8_group_gemm_sm90/round-1
 judge run --round 1 --target fp8_group_gemm_sm90 --work-dir "$OUT/work" --cache-dir "$OUT/cache" 2>&1 | tee "$OUT/run.log"
 judge report --round 1 --target fp8_group_gemm_sm90 --out "$OUT"
 judge status
+
+# A GPU MODE problem, unchanged, as a target: GPU_MODE_PROBLEM=path/to/problems/pmpp_v2/vectoradd_py
+if [ -n "${GPU_MODE_PROBLEM:-}" ]; then
+  gm() { python3 -m judge.cli --ledger "$OUT/gpumode.db" --kernels "$(dirname "$GPU_MODE_PROBLEM")" "$@"; }
+  name=$(basename "$GPU_MODE_PROBLEM")
+  gm init
+  printf '%s' "{\"id\": \"torch-add-out\", \"title\": \"torch.add into the output\", \"author\": \"agent-1\", \"round\": 1,
+    \"target\": \"$name\", \"category\": \"memory\", \"claim\": {\"low\": 1.0, \"high\": 1.6},
+    \"pitch\": \"Write A + B straight into the output instead of through a temporary.\",
+    \"patch\": \"--- a/submission.py\n+++ b/submission.py\n@@ -2,6 +2,7 @@\n \n \n def custom_kernel(data: input_t) -> output_t:\n     A, B, output = data\n-    output[...] = A + B\n+    import torch\n+    torch.add(A, B, out=output)\n     return output\n\"}" | gm submit -
+  gm run --round 1 --target "$GPU_MODE_PROBLEM" --work-dir "$OUT/gm-work" --cache-dir "$OUT/gm-cache" 2>&1 | tee "$OUT/gpumode-run.log"
+  gm report --round 1 --out "$OUT/gpumode"
+fi

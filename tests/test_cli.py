@@ -82,7 +82,7 @@ def test_a_hunk_that_does_not_apply_is_named_with_the_base(env):
     assert result.exit_code == 2
     assert result.stderr == (
         "error: proposals/stale/patch.diff: hunk 1 '@@ -5,3 +5,3 @@' of submission.py does not apply to the base "
-        "(context not found; first line: '# knobs') (base: kernels/axpy/submission.py)\n"
+        f"(context not found; first line: '# knobs') (base: {FIXTURE / 'submission.py'})\n"
     )
 
 
