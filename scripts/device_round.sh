@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # A real round on a GPU machine: the Hopper target's example proposals, patched, compiled, checked and
 # timed, then the scorecard. Run where the CuTe DSL bundle is unpacked (see README, "On the GPU machine");
-# the ledger, the report and the logs go to $OUT (default ./device-out).
+# the ledgers and the reports go to $OUT (default ./device-out), workspaces and compile caches to $WORK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-device-out}
-mkdir -p "$OUT"
+WORK=${WORK:-/tmp/judge-device}
+mkdir -p "$OUT" "$WORK"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 judge() { python3 -m judge.cli --ledger "$OUT/ledger.db" "$@"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/nvidia-smi.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 judge init
 judge submit proposals/fp8_group_gemm_sm90
 judge shark add sharks/performance-oracle.toml sharks/measured-referee.toml
 judge vote votes/fp8_group_gemm_sm90/round-1
-judge run --round 1 --target fp8_group_gemm_sm90 --work-dir "$OUT/work" --cache-dir "$OUT/cache" 2>&1 | tee "$OUT/run.log"
+judge run --round 1 --target fp8_group_gemm_sm90 --work-dir "$WORK/work" --cache-dir "$WORK/cache"
 judge report --round 1 --target fp8_group_gemm_sm90 --out "$OUT"
 judge status
 
@@ -26,6 +27,6 @@ if [ -n "${GPU_MODE_PROBLEM:-}" ]; then
     \"target\": \"$name\", \"category\": \"memory\", \"claim\": {\"low\": 1.0, \"high\": 1.6},
     \"pitch\": \"Write A + B straight into the output instead of through a temporary.\",
     \"patch\": \"--- a/submission.py\n+++ b/submission.py\n@@ -2,6 +2,7 @@\n \n \n def custom_kernel(data: input_t) -> output_t:\n     A, B, output = data\n-    output[...] = A + B\n+    import torch\n+    torch.add(A, B, out=output)\n     return output\n\"}" | gm submit -
-  gm run --round 1 --target "$GPU_MODE_PROBLEM" --work-dir "$OUT/gm-work" --cache-dir "$OUT/gm-cache" 2>&1 | tee "$OUT/gpumode-run.log"
+  gm run --round 1 --target "$GPU_MODE_PROBLEM" --work-dir "$WORK/gm-work" --cache-dir "$WORK/gm-cache"
   gm report --round 1 --out "$OUT/gpumode"
 fi
