@@ -366,6 +366,13 @@ def analyse(ptx_paths: list[Path], cubin_paths: list[Path], arch: str, launches:
             kernel["registers"], kernel["registers_from"] = None, None
         for field in ("spill_stores", "spill_loads", "stack_bytes", "smem_static", "barriers"):
             kernel[field] = numbers.get(field)
+        if not numbers and cubin:
+            # No ptxas that reads this PTX (the GPU machine's CUDA 13.0 ptxas is older than CuTe DSL's
+            # PTX ISA): the DSL's own cubin still gives the stack and the static shared memory.
+            reserved = facts.smem_reserved_per_block if facts else 1024
+            kernel["stack_bytes"] = cubin.get("stack_bytes")
+            if cubin.get("shared_bytes") is not None:
+                kernel["smem_static"] = max(cubin["shared_bytes"] - reserved, 0)
         if launch is None:
             kernel["smem_dynamic"] = None
             kernel["smem_dynamic_from"] = "not found: no launch of this kernel in the compiled host code"

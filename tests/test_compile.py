@@ -22,9 +22,11 @@ SAMPLES = HERE / "fixtures" / "compile" / "samples"
 KERNELS = HERE.parent / "kernels"
 KB = 1024
 
+# ptxas from PyPI's nvidia-cuda-nvcc: a system CUDA's ptxas can be older than the DSL's PTX ISA (CUDA 13.0's
+# on the GPU machine cannot read CuTe DSL 4.8.1's PTX), and these tests assert what ptxas reports.
 needs_dsl = pytest.mark.skipif(
-    resources.find_tool("ptxas") is None or importlib.util.find_spec("cutlass") is None,
-    reason="needs nvidia-cutlass-dsl and nvidia-cuda-nvcc (pip install 'judge[cute]')",
+    "site-packages" not in (resources.find_tool("ptxas") or "") or importlib.util.find_spec("cutlass") is None,
+    reason="needs nvidia-cutlass-dsl and nvidia-cuda-nvcc's ptxas (pip install 'judge[cute]')",
 )
 
 # `ptxas -v` (CUDA 13.5) on two PTX files, concatenated: a kernel with static shared memory, and the
@@ -299,6 +301,24 @@ def workspace(tmp_path: Path, variant: str | None = None, name: str = "ws") -> t
     target = load_target(FIXTURE)
     source = (VARIANTS / f"{variant}.py").read_text() if variant else target.kernel_source()
     return target, target.assemble(tmp_path / name, source)
+
+
+@needs_dsl
+@pytest.mark.skipif(resources.find_tool("cuobjdump") is None, reason="needs nvidia-cuda-cuobjdump")
+def test_without_a_ptxas_that_reads_the_ptx_the_cubin_gives_stack_and_smem(tmp_path, monkeypatch):
+    def too_old(ptx, arch, ptxas):
+        raise RuntimeError("ptxas: Unsupported .version 9.1; current version is '9.0'")
+
+    monkeypatch.setattr(resources, "run_ptxas", too_old)
+    target, ws = workspace(tmp_path)
+    result = run_compile(target, ws, cache_dir=tmp_path / "cache")
+    assert result.status == "passed", result.summary
+    (config,) = result.detail["configs"]
+    (kernel,) = config["kernels"]
+    assert kernel["ptxas"] is None and kernel["spill_stores"] is None
+    assert (kernel["stack_bytes"], kernel["smem_static"], kernel["smem_total"]) == (0, 0, 512)
+    assert 0 < kernel["occupancy"]["ctas_per_sm"] <= 32
+    assert "ptxas: Unsupported .version 9.1; current version is '9.0'" in config["notes"]
 
 
 @needs_dsl
