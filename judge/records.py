@@ -39,9 +39,9 @@ OUTCOME_MEANING = {
     Outcome.INCORRECT: "the output differs from the reference beyond tolerance, has NaN/Inf, or is stale",
     Outcome.CRASHED: "the kernel's process died: a Python exception, a CUDA fault, or an exit mid-run",
     Outcome.TIMED_OUT: "a stage ran past its wall-clock limit and its process was killed",
-    Outcome.SLOWER: "correct, and significantly slower than the base (95% interval of the geomean below 1)",
-    Outcome.UNCHANGED: "correct, and the 95% interval of the geomean speedup contains 1.0",
-    Outcome.FASTER: "correct, and significantly faster than the base (95% interval above 1)",
+    Outcome.SLOWER: "correct, and slower than the base: the geomean's 95% interval lies below 1 and the geomean is at least 1% slower",
+    Outcome.UNCHANGED: "correct, and no verdict: the geomean's 95% interval contains 1, or the change is under 1% (run-to-run drift)",
+    Outcome.FASTER: "correct, and faster than the base: the geomean's 95% interval lies above 1 and the geomean is at least 1.01x",
     Outcome.NOT_RUN: "a stage could not run here (e.g. needs sm_100, this machine has none); the proposal stays pending",
 }
 

@@ -43,7 +43,8 @@ CONVENTIONS = [
     "geomean: the geometric mean of the per-benchmark speedups (every benchmark weighs the same).",
     "95% intervals: paired bootstrap of the ratio of medians per benchmark, and of the geomean over all "
     "benchmarks; \"significant\" means the interval excludes 1.000x. An outcome is faster (slower) only when "
-    "the geomean's interval lies wholly above (below) 1.",
+    "the geomean's interval lies wholly above (below) 1 and the geomean is at least 1% away from 1.000x: "
+    "within one run the interval can exclude 1 for a change smaller than the drift between runs (up to 0.8% on the H100).",
     "before/after: median kernel time in microseconds (us) of the round's base and of the candidate, "
     "timed interleaved on the same device, each repetition after an L2 flush, with the host's launch time excluded "
     "(the call is queued behind a short GPU spin, so only GPU time counts); shown to 3 significant digits (whole us from 1000 us up).",

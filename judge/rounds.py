@@ -24,6 +24,11 @@ from .targets import Target, find_target
 
 EventSink = Callable[..., None]
 
+MIN_EFFECT = 0.01
+"""The smallest geomean change that earns 'faster' or 'slower'. The 95% interval covers the noise within one
+run only: the same H100 round run twice on two machines (2026-11-23) measured one candidate at 1.006x
+[1.005, 1.007] and then 0.998x [0.997, 0.999]; batch medians drift 0.2-0.8% between runs."""
+
 
 @dataclass
 class Verdict:
@@ -82,6 +87,7 @@ class Settings:
     cache_dir: Path = Path(".judge-cache")
     workers: Optional[int] = None
     timing_budget_s: Optional[float] = None
+    min_effect: float = MIN_EFFECT
     again: bool = False
     stages: Stages = field(default_factory=Stages)
 
@@ -144,7 +150,7 @@ def check_submission(ledger: Ledger, proposal: Proposal, kernels_dir: Path, sour
 # outcomes ------------------------------------------------------------------------
 
 
-def decide(stages: list[StageResult]) -> tuple[Outcome, str]:
+def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
     """The outcome that the first stage to stop a candidate dictates, with its one-line reason."""
     for stage in stages:
         if stage.status == "passed":
@@ -161,10 +167,13 @@ def decide(stages: list[StageResult]) -> tuple[Outcome, str]:
     if timing is None:
         return Outcome.NOT_RUN, "no timing stage ran"
     low, high = timing.detail["geomean_ci"]
-    if low > 1.0:
+    geomean = timing.detail["geomean"]
+    if low > 1.0 and geomean >= 1.0 + min_effect:
         return Outcome.FASTER, timing.summary
-    if high < 1.0:
+    if high < 1.0 and geomean <= 1.0 / (1.0 + min_effect):
         return Outcome.SLOWER, timing.summary
+    if low > 1.0 or high < 1.0:
+        return Outcome.UNCHANGED, f"{timing.summary}; a change under {min_effect:.1%} is within run-to-run drift"
     return Outcome.UNCHANGED, timing.summary
 
 
@@ -240,7 +249,7 @@ def _run_target_round(
             except JudgeError as error:
                 stage = StageResult("patch", "failed", str(error), time.monotonic() - t0)
                 summary.verdicts.append(
-                    _record(ledger, run_id, round_row, revision, None, [stage], device, started, on_event)
+                    _record(ledger, run_id, round_row, revision, None, [stage], device, started, on_event, settings)
                 )
                 continue
             workspace = root / revision["proposal_id"]
@@ -255,7 +264,7 @@ def _run_target_round(
             if compile_stage.passed or compile_stage.status == "not-run":
                 stages += _gpu_stages(target, workspace, base_dir, gate, settings, on_event, revision["proposal_id"])
             summary.verdicts.append(
-                _record(ledger, run_id, round_row, revision, sha256(source), stages, device, started, on_event)
+                _record(ledger, run_id, round_row, revision, sha256(source), stages, device, started, on_event, settings)
             )
         status = "finished"
     finally:
@@ -280,7 +289,7 @@ def _evaluate_base(ledger, target, round_row, run_id, base_dir, gate, device, se
         stages.append(settings.stages.correctness(target, base_dir))
     elif stages[0].passed:
         stages.append(not_run("correctness", gate))
-    outcome, reason = decide(stages) if not all(s.passed for s in stages) else (Outcome.UNCHANGED, "base kernel")
+    outcome, reason = decide(stages, settings.min_effect) if not all(s.passed for s in stages) else (Outcome.UNCHANGED, "base kernel")
     ledger.record_evaluation(
         run_id=run_id,
         round_id=round_row["id"],
@@ -319,8 +328,8 @@ def _gpu_stages(target, workspace, base_dir, gate, settings, on_event, proposal_
     return [check, settings.stages.timing(target, workspace, base_dir, settings.timing_budget_s)]
 
 
-def _record(ledger, run_id, round_row, revision, kernel_sha, stages, device, started, on_event) -> Verdict:
-    outcome, reason = decide(stages)
+def _record(ledger, run_id, round_row, revision, kernel_sha, stages, device, started, on_event, settings) -> Verdict:
+    outcome, reason = decide(stages, settings.min_effect)
     ledger.record_evaluation(
         run_id=run_id,
         round_id=round_row["id"],

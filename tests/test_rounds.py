@@ -13,7 +13,7 @@ import pytest
 from fakestages import FakeStages
 from judge.errors import JudgeError
 from judge.ledger import Ledger
-from judge.records import Proposal
+from judge.records import Outcome, Proposal
 from judge.rounds import Settings, base_for, decide, run_round
 from judge.stages import StageResult
 from judge.targets import load_target
@@ -123,7 +123,27 @@ def test_a_round_without_proposals_is_an_error(setup):
 
 def test_decide_reads_the_first_stage_that_stopped():
     stages = [StageResult("patch", "passed", "ok"), StageResult("compile", "timed-out", "killed after 300.0 s")]
-    assert decide(stages) == (decide(stages)[0].__class__("timed-out"), "compile: killed after 300.0 s")
+    assert decide(stages) == (Outcome.TIMED_OUT, "compile: killed after 300.0 s")
+
+
+def timed(geomean, low, high):
+    return [StageResult("timing", "passed", f"geomean {geomean}x", 1.0, {"geomean": geomean, "geomean_ci": [low, high]})]
+
+
+@pytest.mark.parametrize("geomean, low, high, outcome", [
+    (1.010, 1.009, 1.011, "faster"),
+    (1.006, 1.005, 1.007, "unchanged"),   # significant within the run, but under the run-to-run drift
+    (0.998, 0.997, 0.999, "unchanged"),
+    (0.990, 0.989, 0.991, "slower"),      # 1 / 1.01 = 0.9901: a 1% slowdown in the same log scale
+    (1.050, 0.990, 1.110, "unchanged"),   # large but not significant
+])
+def test_a_verdict_needs_a_significant_and_large_enough_change(geomean, low, high, outcome):
+    assert decide(timed(geomean, low, high))[0].value == outcome
+
+
+def test_a_small_significant_change_says_why_it_is_unchanged():
+    assert decide(timed(0.998, 0.997, 0.999)) == (
+        Outcome.UNCHANGED, "geomean 0.998x; a change under 1.0% is within run-to-run drift")
 
 
 RUNNER = textwrap.dedent("""
