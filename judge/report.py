@@ -712,6 +712,8 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
     base_row = ledger.latest_evaluation(round_row["id"], None, subject="base")
     base_resources = _resources_by_benchmarks(ledger, base_row["id"]) if base_row else {}
     base_evaluation = _evaluation(ledger, base_row, {}) if base_row else None
+    if base_evaluation and all(stage["status"] == "passed" for stage in base_evaluation["stages"]):
+        base_evaluation["outcome"] = "passed"  # stored as 'unchanged': the base measured against itself
     proposals = [_proposal(ledger, r, round_row, base_resources) for r in _round_revisions(ledger, target, round)]
     ranking = _ranking(proposals, round_row["winner_revision_id"])
     order = {(r["proposal_id"]): r["rank"] for r in ranking}

@@ -289,7 +289,11 @@ def _evaluate_base(ledger, target, round_row, run_id, base_dir, gate, device, se
         stages.append(settings.stages.correctness(target, base_dir))
     elif stages[0].passed:
         stages.append(not_run("correctness", gate))
-    outcome, reason = decide(stages, settings.min_effect) if not all(s.passed for s in stages) else (Outcome.UNCHANGED, "base kernel")
+    # A base that passed every stage it ran is recorded as 'unchanged' against itself; the report says 'passed'.
+    if all(s.passed for s in stages):
+        outcome, reason = Outcome.UNCHANGED, "compiled and correct"
+    else:
+        outcome, reason = decide(stages, settings.min_effect)
     ledger.record_evaluation(
         run_id=run_id,
         round_id=round_row["id"],

@@ -165,7 +165,7 @@ def test_the_header_names_base_device_and_date(ledger, tmp_path):
     text = lines(render_round(ledger, 1, tmp_path))
     assert text[0] == "# Round 1: nvfp4_group_gemm"
     sha = hashlib.sha256(BASE_1.encode()).hexdigest()[:12]
-    assert f"- Base: kernels/nvfp4_group_gemm/submission.py (sha256 {sha}), base evaluation #1: unchanged (base kernel)" in text
+    assert f"- Base: kernels/nvfp4_group_gemm/submission.py (sha256 {sha}), base evaluation #1: passed (base kernel)" in text
     assert "- Changed since the last round: nothing; round 1's base is the target's own kernel file." in text
     assert ("- Device: NVIDIA B200, 148 SMs, sm_100 (capability 10.0), 178.4 GB memory, 126.5 MB L2, SM clock 1965 MHz (max 1965), "
             "memory clock 3996 MHz, 31 C, driver 570.124.06, CUDA 12.8, torch 2.7.0+cu128, CuTe DSL 4.1.0 "

@@ -364,7 +364,12 @@ def _compile(options: str = ""):
 
 def compile_signature(spec: dict) -> dict:
     """Sizes, group count and offsets are run-time arguments: one binary serves every spec."""
-    return {"config": list(_config())}
+    return {
+        "tile_mnk": [TILE_M, TILE_N, TILE_K],
+        "stages": NUM_STAGES,
+        "cluster_mn": list(CLUSTER_SHAPE_MN),
+        "epilogue": EPILOGUE_STORE,
+    }
 
 
 def compile_kernel(spec: dict, options: str = ""):
