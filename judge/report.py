@@ -8,7 +8,6 @@ format numbers through the filters defined here, so the Markdown and `--json` al
 from __future__ import annotations
 
 import json
-import math
 import re
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path

@@ -7,7 +7,6 @@ Each finished evaluation is written at once, so a killed run resumes where it st
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time

@@ -3,15 +3,14 @@ sm_100a of the base and of every example patch, and, where a B200 is present, co
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+
+from target_modules import load_from
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "kernels" / "nvfp4_group_gemm"
@@ -19,23 +18,6 @@ PROPOSALS = ROOT / "proposals" / "nvfp4_group_gemm"
 TASK = yaml.safe_load((TARGET / "task.yml").read_text())
 BENCHMARKS = TASK["benchmarks"]
 SM100_M_ERROR = "expects the M-mode to be 128, but got 64"
-
-
-def load_from(directory: Path, name: str):
-    """Import `directory/name.py` under a fresh module name, with the directory's task.py and utils.py."""
-    shadowed = {key: sys.modules.pop(key) for key in ("task", "utils") if key in sys.modules}
-    sys.path.insert(0, str(directory))
-    try:
-        spec = importlib.util.spec_from_file_location(f"nvfp4_{name}_{uuid.uuid4().hex[:8]}", directory / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(directory))
-        for key in ("task", "utils"):
-            sys.modules.pop(key, None)
-        sys.modules.update(shadowed)
 
 
 @pytest.fixture(scope="module")

@@ -3,38 +3,20 @@ reference against values worked out by hand, and the task's metadata."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tomllib
-import uuid
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
+from target_modules import load_from
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "kernels" / "nvfp4_group_gemm"
 
 
-def load_target_module(name: str):
-    """Import one of the target's files under a fresh name, its own task.py and utils.py taking precedence."""
-    shadowed = {key: sys.modules.pop(key) for key in ("task", "utils") if key in sys.modules}
-    sys.path.insert(0, str(TARGET))
-    try:
-        spec = importlib.util.spec_from_file_location(f"nvfp4_{name}_{uuid.uuid4().hex[:8]}", TARGET / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(TARGET))
-        for key in ("task", "utils"):
-            sys.modules.pop(key, None)
-        sys.modules.update(shadowed)
-
-
-ref = load_target_module("reference")
+ref = load_from(TARGET, "reference")
 
 
 def fp8(values) -> torch.Tensor:
