@@ -49,8 +49,10 @@ CONVENTIONS = [
     "(the call is queued behind a short GPU spin, so only GPU time counts); shown to 3 significant digits (whole us from 1000 us up).",
     "speedups 3 decimals with \"x\"; changes and % of speed of light 1 decimal; halves round up; "
     "% of SoL = speed of light / after (100% is the hardware bound).",
-    "compile resources: value (change against the same configuration of this round's base evaluation); "
-    "spills are store + load bytes; CTAs/SM names the resource that limits it.",
+    "compile resources: value (change against the base's kernel that serves the same benchmarks); "
+    "spills are store + load bytes; CTAs/SM is CUDA's occupancy arithmetic over registers, shared memory, "
+    "threads and barriers and names the resource that limits it; it does not model tensor memory (sm_100) "
+    "or cluster scheduling, so on a B200 it is an upper bound.",
     "shark totals: computed by judge as the sum of weight x score, in exact decimals; a stated total that differs "
     "from it by more than half a unit of its last written digit is flagged.",
 ]
