@@ -575,24 +575,27 @@ def _changed(ledger: Ledger, target: str, round: int) -> dict:
     previous = ledger.round_row(target, round - 1)
     if previous is None:
         return {"previous_round": round - 1, "ran": False, "winner": None}
-    winner = None
-    if previous["winner_revision_id"] is not None:
-        revision = ledger.revision(previous["winner_revision_id"])
-        evaluation = ledger.latest_evaluation(previous["id"], revision["id"])
-        winner = {
-            "proposal_id": revision["proposal_id"],
-            "revision": revision["revision"],
-            "revision_id": revision["id"],
-            "title": revision["title"],
-            "author": revision["author"],
-            "patch_stats": _stats(revision["patch"]),
-            "geomean": evaluation["geomean_speedup"] if evaluation else None,
-            "geomean_ci": [evaluation["geomean_ci_low"], evaluation["geomean_ci_high"]]
-            if evaluation and evaluation["geomean_ci_low"] is not None
-            else None,
-            "evaluation_id": evaluation["id"] if evaluation else None,
-        }
+    winner = _winner(ledger, previous) if previous["winner_revision_id"] is not None else None
     return {"previous_round": round - 1, "ran": True, "winner": winner}
+
+
+def _winner(ledger: Ledger, round_row: dict) -> dict:
+    """A round's winning revision and its measured geomean, from the ledger rows that name it."""
+    revision = ledger.revision(round_row["winner_revision_id"])
+    evaluation = ledger.latest_evaluation(round_row["id"], revision["id"])
+    return {
+        "proposal_id": revision["proposal_id"],
+        "revision": revision["revision"],
+        "revision_id": revision["id"],
+        "title": revision["title"],
+        "author": revision["author"],
+        "patch_stats": _stats(revision["patch"]),
+        "geomean": evaluation["geomean_speedup"] if evaluation else None,
+        "geomean_ci": [evaluation["geomean_ci_low"], evaluation["geomean_ci_high"]]
+        if evaluation and evaluation["geomean_ci_low"] is not None
+        else None,
+        "evaluation_id": evaluation["id"] if evaluation else None,
+    }
 
 
 def _graveyard(ledger: Ledger, target: str, round: int) -> list[dict]:
@@ -722,16 +725,7 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
     winner = next((r for r in ranking if r["winner"]), None)
     if winner is None and round_row["winner_revision_id"] is not None:
         # The winner is a revision this report does not list (a later revision replaced it): name it anyway.
-        revision = ledger.revision(round_row["winner_revision_id"])
-        evaluation = ledger.latest_evaluation(round_row["id"], revision["id"])
-        winner = {
-            "proposal_id": revision["proposal_id"],
-            "revision": revision["revision"],
-            "author": revision["author"],
-            "geomean": evaluation["geomean_speedup"] if evaluation else None,
-            "geomean_ci": [evaluation["geomean_ci_low"], evaluation["geomean_ci_high"]] if evaluation else None,
-            "evaluation_id": evaluation["id"] if evaluation else None,
-        }
+        winner = _winner(ledger, round_row)
     devices, gpu_ran, gpu_reason = _device_groups(ledger, round_row["id"])
     evaluations = ledger.evaluations(round_row["id"])
     bounds = {b for p in proposals for v in p["votes"] for b in v["bounds"]}
