@@ -151,8 +151,13 @@ def _child_probe() -> dict[str, Any] | None:
 _PROBED: list[DeviceFacts | None] = []
 
 
-def gate(target_arch: str) -> str | None:
-    """arch_gate against this machine's GPU, probed once per process (a probe costs a child process)."""
+def probed() -> DeviceFacts | None:
+    """This machine's GPU, probed once per process (a probe costs a child process that imports torch)."""
     if not _PROBED:
         _PROBED.append(probe())
-    return arch_gate(target_arch, _PROBED[0])
+    return _PROBED[0]
+
+
+def gate(target_arch: str) -> str | None:
+    """arch_gate against this machine's GPU, probed once per process."""
+    return arch_gate(target_arch, probed())

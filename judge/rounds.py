@@ -52,9 +52,9 @@ class Stages:
     """The stage functions a round calls; tests substitute fakes, the real ones load torch lazily."""
 
     def probe(self):
-        from .devices import probe
+        from .devices import probed  # the same cached probe the correctness and timing stages gate on
 
-        return probe()
+        return probed()
 
     def arch_gate(self, arch: str, facts) -> Optional[str]:
         from .devices import arch_gate
