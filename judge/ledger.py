@@ -149,9 +149,6 @@ class Ledger:
         """
         return self.query(sql, {"round": round, "target": target})
 
-    def all_revisions(self) -> list[dict]:
-        return self.query("select * from revisions order by proposal_id, revision")
-
     # sharks and votes -----------------------------------------------------
 
     def add_shark(self, shark: Shark, source: str) -> tuple[int, int, str]:

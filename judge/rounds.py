@@ -138,6 +138,7 @@ def check_submission(ledger: Ledger, proposal: Proposal, kernels_dir: Path, sour
     if not proposal.has_patch:
         return
     where = str(Path(source).parent / "patch.diff") if source.endswith(".toml") else f"{source}: field 'patch'"
+    # Paths first: a patch to the wrong file is wrong whatever the base, so its error names no base.
     check_paths(parse_patch(proposal.patch, where), target.kernel_file, where)
     base, origin = base_for(ledger, target, proposal.round)
     try:
