@@ -1,7 +1,10 @@
-"""Entry point of an isolated child: `python -m judge.child module:function kwargs.json result.json`.
+"""Entry point of an isolated child.
 
-Kept tiny on purpose: everything here runs beside candidate code, and anything that goes wrong after the
-result is written must not change the verdict.
+    python -m judge.child module:function args.json result.json      one call, result in a file
+    python -m judge.child serve CMD_FD REPLY_FD setup.json            a worker (judge.worker) serving commands
+
+Kept small on purpose: everything here runs beside candidate code. Confinement (judge.confine) is applied
+after judge's own code and torch are loaded and before any candidate code is imported.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import signal
 import sys
 import traceback
 from pathlib import Path
+
+RUNNER_OPS = {"load", "case", "audit", "setup_benchmark", "prepare_set", "warm_up", "arm", "fire", "report", "null_tail"}
+ORACLE_OPS = {"plan", "verify", "expect"}
 
 
 def _clean(value):
@@ -34,29 +40,100 @@ def _write(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
-def main(argv: list[str]) -> None:
-    func, args_file, result_file = argv
+def _error_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def _start() -> str:
     faulthandler.enable()  # a segfault prints the Python stack into the log
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent's "show me where you hang"
     workspace = os.getcwd()
     # The candidate sees its own files first, and never the directory judge was started from.
     sys.path[:] = [workspace] + [p for p in sys.path if p not in ("", workspace)]
+    return workspace
 
+
+def _confine(policy_json: dict | None) -> dict | None:
+    if policy_json is None:
+        return None
+    from . import confine
+    from .isolation import policy_from_json
+
+    return confine.apply(policy_from_json(policy_json)).to_dict()
+
+
+def call(func: str, args_file: str, result_file: str) -> None:
+    _start()
     module_name, _, function_name = func.partition(":")
-    kwargs = json.loads(Path(args_file).read_text())
+    args = json.loads(Path(args_file).read_text())
+    confinement = None
     try:
         function = getattr(importlib.import_module(module_name), function_name)
-        value = function(**kwargs)
-        text = json.dumps({"ok": True, "value": _clean(value)}, allow_nan=False)
+        confinement = _confine(args.get("policy"))
+        value = function(**args["kwargs"])
+        text = json.dumps({"ok": True, "value": _clean(value), "confinement": confinement}, allow_nan=False)
     except Exception as error:  # the verdict is "crashed" with this line; the traceback goes to the log
         traceback.print_exc()
-        lines = str(error).strip().splitlines()
-        text = json.dumps({"ok": False, "error": f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")})
+        text = json.dumps({"ok": False, "error": _error_line(error), "confinement": confinement})
     _write(Path(result_file), text)
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown (CUDA context destruction, atexit hooks of candidate code): the result is in.
     os._exit(0)
+
+
+def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
+    """Answer the parent's commands one at a time until it says exit (judge.worker is the other end)."""
+    _start()
+    setup = json.loads(Path(setup_file).read_text())
+    commands = os.fdopen(int(cmd_fd), "rb")
+    reply = int(reply_fd)
+    _send = os.write  # bound before candidate code exists
+
+    def send(message: dict) -> None:
+        data = json.dumps(_clean(message), allow_nan=False).encode() + b"\n"
+        while data:
+            data = data[_send(reply, data):]
+
+    try:
+        if setup["role"] == "oracle":
+            from .oracle import Oracle
+
+            server, allowed = Oracle(**setup["init"]), ORACLE_OPS
+        else:
+            from .runner import Runner
+
+            server, allowed = Runner(**setup["init"]), RUNNER_OPS
+        confinement = _confine(setup.get("policy"))
+    except Exception as error:
+        traceback.print_exc()
+        send({"serial": 0, "ok": False, "error": _error_line(error)})
+        os._exit(1)
+    send({"serial": 0, "ok": True, "value": {"pid": os.getpid(), "confinement": confinement}})
+    for line in commands:
+        message = json.loads(line)
+        if message["op"] == "exit":
+            break
+        try:
+            if message["op"] not in allowed:
+                raise ValueError(f"unknown command {message['op']!r}")
+            value = getattr(server, message["op"])(**message["args"])
+            answer = {"serial": message["serial"], "ok": True, "value": value}
+        except Exception as error:
+            traceback.print_exc()
+            answer = {"serial": message["serial"], "ok": False, "error": _error_line(error)}
+        send(answer)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    if argv and argv[0] == "serve":
+        serve(*argv[1:])
+    else:
+        call(*argv)
 
 
 if __name__ == "__main__":

@@ -57,9 +57,11 @@ def probe(timeout_s: float = 120) -> DeviceFacts | None:
 def arch_gate(target_arch: str, facts: DeviceFacts | None) -> str | None:
     """None when a target built for `target_arch` can run on this device, else the reason it cannot.
 
-    "any" needs only a CUDA GPU. "sm_XYa" needs capability X.Y exactly (arch-specific instructions such as
+    "cpu" runs anywhere. "any" needs only a CUDA GPU. "sm_XYa" needs capability X.Y exactly (arch-specific instructions such as
     wgmma and tcgen05); "sm_XY" and "sm_XYf" run on capability X.Y or a later minor of the same major.
     """
+    if target_arch == "cpu":
+        return None
     if target_arch == "any":
         return None if facts is not None else "needs a CUDA GPU, this machine has none"
     match = _ARCH.match(target_arch)

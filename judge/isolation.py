@@ -13,12 +13,15 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from .confine import Policy
 
 LOG_TAIL_LINES = 40
 # How long a hung child gets to print its Python stacks (faulthandler on SIGUSR1) before it is killed.
 DUMP_GRACE_S = 1.0
-_JUDGE_ROOT = str(Path(__file__).resolve().parent.parent)
+JUDGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 @dataclass
@@ -31,46 +34,68 @@ class ChildOutcome:
     seconds: float
     log_tail: str
     error: str
+    confinement: dict | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
 
+def entry_point(func: Callable | str) -> str:
+    """'module:function' for a module-level function, so that a rename fails here and not in the child."""
+    if isinstance(func, str):
+        if ":" not in func:
+            raise ValueError(f"func must be 'module:function', got {func!r}")
+        return func
+    if "." in func.__qualname__ or func.__module__ == "__main__":
+        raise ValueError(f"{func.__qualname__} is not a module-level function a child can import")
+    return f"{func.__module__}:{func.__qualname__}"
+
+
 def run_isolated(
-    func: str,
+    func: Callable | str,
     kwargs: dict,
     *,
     timeout_s: float,
     cwd: Path,
     env: dict[str, str] | None = None,
     log_path: Path | None = None,
+    policy: "Policy | None" = None,
 ) -> ChildOutcome:
-    """Call `func` ("module:function") with `kwargs` in a fresh `python -m judge.child` in its own session.
+    """Call `func` with `kwargs` in a fresh `python -m judge.child` in its own session.
 
     The child's cwd is `cwd` and it comes first on the child's `sys.path`; `env` adds to (or overrides) this
-    process's environment. Arguments and result travel as JSON files; stdout+stderr go to `log_path` (a
-    temporary file when None). Never raises for anything the child does: every ending is a ChildOutcome.
+    process's environment. With a confinement `policy` (judge.confine) the child is confined before `func`
+    is imported, and its environment is the policy's. Arguments and result travel as JSON files;
+    stdout+stderr go to `log_path` (a temporary file when None). Never raises for anything the child does:
+    every ending is a ChildOutcome.
     """
     cwd = Path(cwd).resolve()
-    if ":" not in func:
-        raise ValueError(f"func must be 'module:function', got {func!r}")
+    func = entry_point(func)
     with tempfile.TemporaryDirectory(prefix="judge-child-") as tmp:
         tmp_dir = Path(tmp)
         args_file = tmp_dir / "kwargs.json"
         result_file = tmp_dir / "result.json"
-        args_file.write_text(json.dumps(kwargs))
         log_file = Path(log_path) if log_path is not None else tmp_dir / "child.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
-
         child_env = dict(os.environ)
+        policy_json = None
+        if policy is not None:
+            from . import confine
+
+            policy = confine.Policy(writable=[*policy.writable, tmp_dir], readable=policy.readable,
+                                    network=policy.network)
+            confine.prepare(policy)
+            child_env = confine.child_env(policy, child_env)
+            policy_json = policy_to_json(policy)
+        args_file.write_text(json.dumps({"kwargs": kwargs, "policy": policy_json}))
         child_env.update(env or {})
         child_env["PYTHONUNBUFFERED"] = "1"
         # The judge package must be importable in the child; the workspace still comes first (python -m puts
         # the cwd at sys.path[0], ahead of PYTHONPATH).
         paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if _JUDGE_ROOT not in paths:
-            paths.append(_JUDGE_ROOT)
+        if JUDGE_ROOT not in paths:
+            paths.append(JUDGE_ROOT)
         child_env["PYTHONPATH"] = os.pathsep.join(paths)
 
         command = [sys.executable, "-m", "judge.child", func, str(args_file), str(result_file)]
@@ -91,25 +116,38 @@ def run_isolated(
             except subprocess.TimeoutExpired:
                 timed_out = True
                 _dump_stacks(process)
-                _kill_group(process.pid)
+                kill_group(process.pid)
                 exit_code = process.wait()
             seconds = time.monotonic() - start
             # Grandchildren the candidate left behind die with the group, whatever the ending.
-            _kill_group(process.pid)
-        tail = _tail(log_file)
+            kill_group(process.pid)
+        log_tail = tail(log_file)
 
         if timed_out:
-            return ChildOutcome("timed-out", None, None, seconds, tail, f"killed after {timeout_s:.1f} s")
+            return ChildOutcome("timed-out", None, None, seconds, log_tail, f"killed after {timeout_s:.1f} s")
         result = _read_result(result_file)
         if result is None:
             if exit_code < 0:
                 error = f"killed by signal {_signal_name(-exit_code)}"
             else:
                 error = f"exited with code {exit_code} before returning"
-            return ChildOutcome("crashed", None, exit_code, seconds, tail, error)
+            return ChildOutcome("crashed", None, exit_code, seconds, log_tail, error)
         if result.get("ok"):
-            return ChildOutcome("ok", result.get("value"), exit_code, seconds, tail, "")
-        return ChildOutcome("crashed", None, exit_code, seconds, tail, result.get("error", "unknown error"))
+            return ChildOutcome("ok", result.get("value"), exit_code, seconds, log_tail, "", result.get("confinement"))
+        return ChildOutcome("crashed", None, exit_code, seconds, log_tail, result.get("error", "unknown error"),
+                            result.get("confinement"))
+
+
+def policy_to_json(policy: "Policy") -> dict:
+    return {"writable": [str(p) for p in policy.writable], "readable": [str(p) for p in policy.readable],
+            "network": policy.network}
+
+
+def policy_from_json(data: dict) -> "Policy":
+    from .confine import Policy
+
+    return Policy(writable=[Path(p) for p in data["writable"]], readable=[Path(p) for p in data["readable"]],
+                  network=bool(data["network"]))
 
 
 def _dump_stacks(process: subprocess.Popen) -> None:
@@ -121,7 +159,7 @@ def _dump_stacks(process: subprocess.Popen) -> None:
         pass
 
 
-def _kill_group(pgid: int) -> None:
+def kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -142,7 +180,7 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     if not path.exists():
         return ""
     with open(path, "rb") as handle:

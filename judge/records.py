@@ -22,6 +22,8 @@ class Outcome(str, enum.Enum):
     INCORRECT = "incorrect"
     CRASHED = "crashed"
     TIMED_OUT = "timed-out"
+    TAMPERED = "tampered"
+    IMPLAUSIBLE = "implausible"
     SLOWER = "slower"
     UNCHANGED = "unchanged"
     FASTER = "faster"
@@ -39,6 +41,8 @@ OUTCOME_MEANING = {
     Outcome.INCORRECT: "the output differs from the reference beyond tolerance, has NaN/Inf, or is stale",
     Outcome.CRASHED: "the kernel's process died: a Python exception, a CUDA fault, or an exit mid-run",
     Outcome.TIMED_OUT: "a stage ran past its wall-clock limit and its process was killed",
+    Outcome.TAMPERED: "the kernel's process changed what judge measures or checks with, or reported times its wall clock does not support",
+    Outcome.IMPLAUSIBLE: "timed below the speed of light or beyond the target's speedup bound: held until a person clears it",
     Outcome.SLOWER: "correct, and slower than the base: the geomean's 95% interval lies below 1 and the geomean is at least 1% slower",
     Outcome.UNCHANGED: "correct, and no verdict: the geomean's 95% interval contains 1, or the change is under 1% (run-to-run drift)",
     Outcome.FASTER: "correct, and faster than the base: the geomean's 95% interval lies above 1 and the geomean is at least 1.01x",

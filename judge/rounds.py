@@ -66,15 +66,32 @@ class Stages:
 
         return compile_many(jobs, cache_dir=cache_dir, workers=workers, progress=progress)
 
-    def correctness(self, target: Target, workspace: Path) -> StageResult:
-        from .check import run_correctness
+    def open_round(self, target: Target, root: Path, base_dir: Path):
+        """The round's trusted state (judge.evaluation.Evaluator): secret seeds, oracle, base runner."""
+        from .evaluation import Evaluator, fresh
 
-        return run_correctness(target, workspace)
+        return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir)
 
-    def timing(self, target: Target, candidate: Path, base: Path, budget_s: Optional[float]) -> StageResult:
-        from .timing import run_timing
+    def check_base(self, session, base_dir: Path) -> StageResult:
+        from .check import check
 
-        return run_timing(target, candidate, base, budget_s=budget_s)
+        result, worker = check(session, base_dir)
+        if worker is not None:
+            worker.close()
+        return result
+
+    def evaluate(self, session, workspace: Path, budget_s: Optional[float]) -> list[StageResult]:
+        """Correctness, then timing against the base, in one confined runner for the candidate."""
+        from .check import check
+        from .timing import measure
+
+        result, worker = check(session, workspace)
+        if worker is None:
+            return [result]
+        try:
+            return [result, measure(session, worker, budget_s=budget_s)]
+        finally:
+            worker.close()
 
 
 @dataclass
@@ -161,11 +178,23 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
             return Outcome.TIMED_OUT, f"{stage.stage}: {stage.summary}"
         if stage.status == "crashed":
             return Outcome.CRASHED, f"{stage.stage}: {stage.summary}"
-        failed = {"patch": Outcome.PATCH_FAILED, "compile": Outcome.COMPILE_ERROR, "correctness": Outcome.INCORRECT}
+        if stage.status == "tampered":
+            return Outcome.TAMPERED, f"{stage.stage}: {stage.summary}"
+        failed = {"patch": Outcome.PATCH_FAILED, "compile": Outcome.COMPILE_ERROR, "correctness": Outcome.INCORRECT,
+              "timing": Outcome.INCORRECT}
         return failed.get(stage.stage, Outcome.CRASHED), stage.summary
     timing = next((s for s in stages if s.stage == "timing"), None)
     if timing is None:
         return Outcome.NOT_RUN, "no timing stage ran"
+    outcome, reason = timing_verdict(timing, min_effect)
+    held = implausible(timing.detail)
+    if held:
+        return Outcome.IMPLAUSIBLE, f"{'; '.join(held)} (timing said {outcome.value}: {reason}); held until a person clears it"
+    return outcome, reason
+
+
+def timing_verdict(timing: StageResult, min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
+    """faster, slower or unchanged, from the geomean and its interval."""
     low, high = timing.detail["geomean_ci"]
     geomean = timing.detail["geomean"]
     if low > 1.0 and geomean >= 1.0 + min_effect:
@@ -175,6 +204,20 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
     if low > 1.0 or high < 1.0:
         return Outcome.UNCHANGED, f"{timing.summary}; a change under {min_effect:.1%} is within run-to-run drift"
     return Outcome.UNCHANGED, timing.summary
+
+
+def implausible(detail: dict) -> list[str]:
+    """Why a measurement cannot be true: a time below the speed of light, or a speedup past the target's bound."""
+    reasons = []
+    for bench in detail.get("benchmarks", []):
+        sol = bench.get("speed_of_light_us")
+        if sol and bench["cand_median_us"] < sol:
+            reasons.append(f"benchmark {bench['index']} timed {bench['cand_median_us']:.3f} us, below its speed of "
+                           f"light {sol:.3f} us")
+    bound = detail.get("max_speedup")
+    if bound and detail.get("geomean", 0) > bound:
+        reasons.append(f"geomean {detail['geomean']:.3f}x is past the target's bound of {bound:g}x")
+    return reasons
 
 
 # the round ---------------------------------------------------------------------
@@ -208,6 +251,53 @@ def run_round(
     ]
 
 
+@dataclass
+class RoundRun:
+    """Everything one run of one target's round shares: where its files are, what it runs on, its ledger rows."""
+
+    ledger: Ledger
+    target: Target
+    settings: Settings
+    on_event: EventSink
+    round_row: dict
+    run_id: int
+    root: Path
+    base_dir: Path
+    gate: Optional[str]
+    device: Optional[dict]
+    session: object = None
+
+    def stale(self, previous: Optional[dict]) -> bool:
+        """Whether an earlier evaluation must be redone: asked to, or it was not run for a reason gone now."""
+        if previous is None or self.settings.again:
+            return True
+        return previous["outcome"] == Outcome.NOT_RUN.value and previous["reason"] != self.gate
+
+    def open_session(self):
+        """The trusted state of the kernel-running stages, opened at the first one that runs here."""
+        if self.session is None:
+            self.session = self.settings.stages.open_round(self.target, self.root, self.base_dir)
+        return self.session
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def record(self, revision: Optional[dict], kernel_sha: Optional[str], stages: list[StageResult],
+               started: str, outcome: Optional[tuple[Outcome, str]] = None) -> Verdict:
+        outcome, reason = outcome or decide(stages, self.settings.min_effect)
+        self.ledger.record_evaluation(
+            run_id=self.run_id, round_id=self.round_row["id"], revision_id=revision["id"] if revision else None,
+            subject="candidate" if revision else "base", kernel_sha256=kernel_sha, outcome=outcome.value,
+            reason=reason, stages=stages, device=self.device, started_at=started,
+        )
+        if revision is None:
+            return Verdict("(base)", 0, outcome.value, reason)
+        self.on_event("verdict", proposal=revision["proposal_id"], outcome=outcome.value, reason=reason)
+        return Verdict(revision["proposal_id"], revision["revision"], outcome.value, reason)
+
+
 def _run_target_round(
     ledger: Ledger, target: Target, round: int, revisions: list[dict], settings: Settings, on_event: EventSink
 ) -> RoundSummary:
@@ -216,59 +306,42 @@ def _run_target_round(
     base_source = round_row["base_source"]
     summary = RoundSummary(target.name, round, round_row["base_origin"])
     summary.pitches = [r["proposal_id"] for r in revisions if not r["patch"]]
-    candidates = [r for r in revisions if r["patch"]]
 
     root = settings.work_dir / target.name / f"round-{round}"
     base_dir = root / "base"
     _fresh(base_dir)
     target.assemble(base_dir, base_source)
-
     on_event("probe", target=target.name)
     facts = settings.stages.probe()
-    gate = settings.stages.arch_gate(target.arch, facts)
-    device = _facts_dict(facts)
-
-    run_id = ledger.start_run(round_row["id"], sys.argv)
+    run = RoundRun(ledger, target, settings, on_event, round_row, ledger.start_run(round_row["id"], sys.argv), root,
+                   base_dir, settings.stages.arch_gate(target.arch, facts), _facts_dict(facts))
     status = "interrupted"
     try:
-        _evaluate_base(ledger, target, round_row, run_id, base_dir, gate, device, settings, on_event)
-
+        _evaluate_base(run)
         pending = []
-        for revision in candidates:
+        for revision in (r for r in revisions if r["patch"]):
             previous = ledger.latest_evaluation(round_row["id"], revision["id"])
-            if previous and not settings.again and (previous["outcome"] != Outcome.NOT_RUN.value or previous["reason"] == gate):
+            if not run.stale(previous):
                 summary.verdicts.append(
                     Verdict(revision["proposal_id"], revision["revision"], previous["outcome"], previous["reason"], skipped=True)
                 )
                 on_event("skip", proposal=revision["proposal_id"], outcome=previous["outcome"])
                 continue
-            started = now()
-            t0 = time.monotonic()
-            try:
-                source = apply_patch(base_source, revision["patch"], target.kernel_file, f"patch of {revision['proposal_id']} r{revision['revision']}")
-            except JudgeError as error:
-                stage = StageResult("patch", "failed", str(error), time.monotonic() - t0)
-                summary.verdicts.append(
-                    _record(ledger, run_id, round_row, revision, None, [stage], device, started, on_event, settings)
-                )
-                continue
-            workspace = root / revision["proposal_id"]
-            _fresh(workspace)
-            target.assemble(workspace, source)
-            patch_stage = StageResult("patch", "passed", f"applied to {round_row['base_origin']}", time.monotonic() - t0)
-            pending.append((revision, source, workspace, patch_stage, started))
-
+            prepared = _prepare(run, revision, base_source)
+            if isinstance(prepared, Verdict):
+                summary.verdicts.append(prepared)
+            else:
+                pending.append(prepared)
         compiled = _compile_all(target, [p[2] for p in pending], settings, on_event)
         for (revision, source, workspace, patch_stage, started), compile_stage in zip(pending, compiled):
             stages = [patch_stage, compile_stage]
             if compile_stage.passed or compile_stage.status == "not-run":
-                stages += _gpu_stages(target, workspace, base_dir, gate, settings, on_event, revision["proposal_id"])
-            summary.verdicts.append(
-                _record(ledger, run_id, round_row, revision, sha256(source), stages, device, started, on_event, settings)
-            )
+                stages += _kernel_stages(run, workspace, revision["proposal_id"])
+            summary.verdicts.append(run.record(revision, sha256(source), stages, started))
         status = "finished"
     finally:
-        ledger.finish_run(run_id, status)
+        run.close()
+        ledger.finish_run(run.run_id, status)
 
     winner = winner_of(ledger, round_row["id"])
     ledger.set_winner(round_row["id"], winner["revision_id"] if winner else None)
@@ -276,36 +349,39 @@ def _run_target_round(
     return summary
 
 
-def _evaluate_base(ledger, target, round_row, run_id, base_dir, gate, device, settings, on_event) -> None:
-    """Compile (and, on a suitable GPU, check) the base once per round: the report's deltas start here."""
-    previous = ledger.latest_evaluation(round_row["id"], None, subject="base")
-    if previous and not settings.again and (previous["outcome"] != Outcome.NOT_RUN.value or previous["reason"] == gate):
+def _prepare(run: RoundRun, revision: dict, base_source: str):
+    """Patch the base into a fresh workspace; a patch that does not apply is recorded as the verdict at once."""
+    started = now()
+    t0 = time.monotonic()
+    target = run.target
+    try:
+        source = apply_patch(base_source, revision["patch"], target.kernel_file,
+                             f"patch of {revision['proposal_id']} r{revision['revision']}")
+    except JudgeError as error:
+        stage = StageResult("patch", "failed", str(error), time.monotonic() - t0)
+        return run.record(revision, None, [stage], started)
+    workspace = run.root / revision["proposal_id"]
+    _fresh(workspace)
+    target.assemble(workspace, source)
+    patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
+    return revision, source, workspace, patch_stage, started
+
+
+def _evaluate_base(run: RoundRun) -> None:
+    """Compile (and, where the target runs, check) the base once per round: the report's deltas start here."""
+    if not run.stale(run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")):
         return
     started = now()
-    on_event("stage", proposal="(base)", stage="compile")
-    stages = _compile_all(target, [base_dir], settings, _quiet)
-    if stages[0].passed and gate is None:
-        on_event("stage", proposal="(base)", stage="correctness")
-        stages.append(settings.stages.correctness(target, base_dir))
+    run.on_event("stage", proposal="(base)", stage="compile")
+    stages = _compile_all(run.target, [run.base_dir], run.settings, _quiet)
+    if stages[0].passed and run.gate is None:
+        run.on_event("stage", proposal="(base)", stage="correctness")
+        stages.append(run.settings.stages.check_base(run.open_session(), run.base_dir))
     elif stages[0].passed:
-        stages.append(not_run("correctness", gate))
+        stages.append(not_run("correctness", run.gate))
     # A base that passed every stage it ran is recorded as 'unchanged' against itself; the report says 'passed'.
-    if all(s.passed for s in stages):
-        outcome, reason = Outcome.UNCHANGED, "compiled and correct"
-    else:
-        outcome, reason = decide(stages, settings.min_effect)
-    ledger.record_evaluation(
-        run_id=run_id,
-        round_id=round_row["id"],
-        revision_id=None,
-        subject="base",
-        kernel_sha256=round_row["base_sha256"],
-        outcome=outcome.value,
-        reason=reason,
-        stages=stages,
-        device=device,
-        started_at=started,
-    )
+    outcome = (Outcome.UNCHANGED, "compiled and correct") if all(s.passed for s in stages) else None
+    run.record(None, run.round_row["base_sha256"], stages, started, outcome)
 
 
 def _compile_all(target: Target, workspaces: list[Path], settings: Settings, on_event: EventSink) -> list[StageResult]:
@@ -321,33 +397,11 @@ def _compile_all(target: Target, workspaces: list[Path], settings: Settings, on_
     return results
 
 
-def _gpu_stages(target, workspace, base_dir, gate, settings, on_event, proposal_id) -> list[StageResult]:
-    if gate is not None:
-        return [not_run("correctness", gate), not_run("timing", gate)]
-    on_event("stage", proposal=proposal_id, stage="correctness")
-    check = settings.stages.correctness(target, workspace)
-    if not check.passed:
-        return [check]
-    on_event("stage", proposal=proposal_id, stage="timing")
-    return [check, settings.stages.timing(target, workspace, base_dir, settings.timing_budget_s)]
-
-
-def _record(ledger, run_id, round_row, revision, kernel_sha, stages, device, started, on_event, settings) -> Verdict:
-    outcome, reason = decide(stages, settings.min_effect)
-    ledger.record_evaluation(
-        run_id=run_id,
-        round_id=round_row["id"],
-        revision_id=revision["id"],
-        subject="candidate",
-        kernel_sha256=kernel_sha,
-        outcome=outcome.value,
-        reason=reason,
-        stages=stages,
-        device=device,
-        started_at=started,
-    )
-    on_event("verdict", proposal=revision["proposal_id"], outcome=outcome.value, reason=reason)
-    return Verdict(revision["proposal_id"], revision["revision"], outcome.value, reason)
+def _kernel_stages(run: RoundRun, workspace: Path, proposal_id: str) -> list[StageResult]:
+    if run.gate is not None:
+        return [not_run("correctness", run.gate), not_run("timing", run.gate)]
+    run.on_event("stage", proposal=proposal_id, stage="correctness and timing")
+    return run.settings.stages.evaluate(run.open_session(), workspace, run.settings.timing_budget_s)
 
 
 def _shown(path: Path) -> str:

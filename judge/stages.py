@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-STATUSES = ("passed", "failed", "crashed", "timed-out", "not-run")
+STATUSES = ("passed", "failed", "crashed", "timed-out", "tampered", "not-run")
 STAGES = ("patch", "compile", "correctness", "timing")
 
 

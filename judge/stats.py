@@ -65,6 +65,22 @@ def ratio_ci(base: Sequence[float], cand: Sequence[float], *, confidence: float 
     return ratio, low, high
 
 
+def median_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
+              seed: int = SEED) -> tuple[float, float, float]:
+    """(median, low, high): the median of a series and its moving-block bootstrap interval."""
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 1 or len(v) == 0:
+        raise ValueError("median of no values")
+    n = len(v)
+    length = block_length(n)
+    blocks = -(-n // length)
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, n - length + 1, size=(resamples, blocks))
+    idx = (starts[:, :, None] + np.arange(length)).reshape(resamples, -1)[:, :n]
+    low, high = _percentiles(np.median(v[idx], axis=1), confidence)
+    return float(np.median(v)), low, high
+
+
 def geomean(values: Sequence[float]) -> float:
     """The geometric mean of positive values."""
     if len(values) == 0:

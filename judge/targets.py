@@ -26,6 +26,23 @@ class Limits:
     timing_s: float = 600.0
 
 
+CLOCKS = ("gpu", "call", "host")
+DEFAULT_MAX_SPEEDUP = 10.0
+
+
+@dataclass
+class Distribution:
+    """A named input generator: the reference's generate_input (empty `generator`) or `file.py:function` in the
+    target directory, called with the same keyword arguments. Correctness runs every case under each."""
+
+    name: str
+    generator: str = ""
+
+    @property
+    def file(self) -> str | None:
+        return self.generator.partition(":")[0] or None
+
+
 @dataclass
 class Target:
     """Everything judge needs to know about one kernel problem."""
@@ -43,6 +60,18 @@ class Target:
     speed_of_light_us: list[float] = field(default_factory=list)
     compile_entry: str | None = None
     ranking_by: str = "geom"
+    clock: str = "gpu"
+    distributions: list[Distribution] = field(default_factory=lambda: [Distribution("default")])
+    max_speedup: float = DEFAULT_MAX_SPEEDUP
+
+    @property
+    def on_cpu(self) -> bool:
+        """Every stage runs on the CPU: correctness, and timing with the host's clock."""
+        return self.arch == "cpu"
+
+    @property
+    def deciding_clock(self) -> str:
+        return "host" if self.on_cpu else self.clock
 
     @property
     def kernel_path(self) -> Path:
@@ -74,6 +103,9 @@ class Target:
                 out.write_text(kernel_source)
             else:
                 shutil.copyfile(self.path / source, out)
+        for distribution in self.distributions:
+            if distribution.file:
+                shutil.copyfile(self.path / distribution.file, dest / distribution.file)
         return dest
 
 
@@ -169,6 +201,14 @@ def load_target(path: str | Path) -> Target:
             f"{where}: field 'speed_of_light_us': {len(sol)} values for {len(benchmarks)} benchmarks"
         )
     arch = str(meta.get("arch", "any"))
+    clock = str(meta.get("clock", "gpu"))
+    if clock not in CLOCKS[:2]:
+        raise JudgeError(f"{where}: field 'clock': '{clock}' — 'gpu' (launch hidden) or 'call' (the whole call, "
+                         "launch included, as GPU MODE times)")
+    plausibility = meta.get("plausibility", {})
+    max_speedup = float(plausibility.get("max_speedup", DEFAULT_MAX_SPEEDUP))
+    if max_speedup <= 1:
+        raise JudgeError(f"{where}: field 'plausibility.max_speedup': must be above 1, got {max_speedup}")
     return Target(
         name=meta.get("name", path.name),
         path=path,
@@ -183,7 +223,30 @@ def load_target(path: str | Path) -> Target:
         speed_of_light_us=sol,
         compile_entry=(meta.get("compile") or {}).get("entry"),
         ranking_by=str(task.get("ranking_by", "geom")),
+        clock=clock,
+        distributions=_distributions(meta.get("distributions"), path, where),
+        max_speedup=max_speedup,
     )
+
+
+def _distributions(raw: Any, path: Path, where: Path) -> list[Distribution]:
+    if raw is None:
+        return [Distribution("default")]
+    if not isinstance(raw, list) or not raw:
+        raise JudgeError(f"{where}: field 'distributions': a non-empty list of [[distributions]] tables")
+    out = []
+    for i, entry in enumerate(raw):
+        name, generator = entry.get("name"), str(entry.get("generator", ""))
+        if not isinstance(name, str) or not name:
+            raise JudgeError(f"{where}: field 'distributions[{i}].name': required")
+        if name in {d.name for d in out}:
+            raise JudgeError(f"{where}: field 'distributions[{i}].name': '{name}' appears twice")
+        distribution = Distribution(name, generator)
+        if generator and (":" not in generator or not (path / distribution.file).is_file()):
+            raise JudgeError(f"{where}: field 'distributions[{i}].generator': '{generator}' is not FILE.py:function "
+                             f"with FILE.py in {path}")
+        out.append(distribution)
+    return out
 
 
 def find_target(name_or_path: str, kernels_dir: Path) -> Target:

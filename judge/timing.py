@@ -1,338 +1,316 @@
-"""Timing stage: candidate and base in one child process, interleaved, L2 flushed, CUDA events, medians.
+"""Timing stage: base and candidate in two confined runner processes that take turns on the GPU.
 
-One repetition: flush L2 (write a buffer twice its size) -> synchronize the device -> spin the GPU
-(torch.cuda._sleep, longer than the host takes to launch the call) -> record `start` -> call the kernel ->
-record `stream_end` -> synchronize the device (every stream) -> record `end`.
-The spin keeps the host's launch time (and its jitter) out of `start`..`stream_end`: measured on an H100
-with the GPU idle at `start` (as GPU MODE times), identical kernels loaded as "base" and "candidate"
-differed by up to ±1.5% within a process, steadily over the run and whichever input copy each used.
-`start`..`stream_end` misses work that the call leaves on a side stream without joining it back;
-`stream_end`..`end` catches that work: without it, this tail is only the host's round trip through the
-device sync, as in the null repetitions (the same sequence with no call) that are interleaved with the real ones. When either
-kernel's tail exceeds the null tail, both kernels of that benchmark are timed `start`..`end` less the null
-tail ("device-wide"); otherwise `start`..`stream_end` ("stream"), which is free of the sync's host jitter.
+One turn is one timed call in one runner while the other runner's whole process group is stopped
+(SIGSTOP), so nothing one does can reach the other. Turns alternate order (base first, then candidate
+first) and both run the same secret sequence of input sets. Inside a turn the runner flushes L2, and:
+- clock "gpu": spins the GPU longer than the host takes to launch, then events around the call (launch
+  hidden; measured on an H100, identical kernels differed by up to 1.5% with the launch exposed);
+- clock "call": the GPU idle, events around the whole call (launch included), as GPU MODE times;
+- clock "host" (CPU targets): the host's clock around the call.
+GPU targets measure both GPU clocks, alternating; judge.toml's `clock` says which decides the verdict.
 
-Base and candidate alternate order (A B, B A) and swap their two copies of the inputs every other round,
-so that clock drift, order and buffer placement hit both alike. Rounds go on until the 95% interval of the
-median ratio (block bootstrap over rounds, see stats.py) is within ±1%, or the time budget is spent.
+Nothing a runner reports is taken on trust. Every timed call's output is checked, by projections, against
+the oracle's answer for that input set; the parent's own wall clock around each turn must account for the
+time the runner claims (a runner that reports less than it took is `tampered`); a kernel much faster on
+inputs it has seen before than on new ones is replaying answers; and the runner's own audit names what the
+candidate changed in its process. Rounds go on until the 95% interval of the median ratio on the deciding
+clock is within ±1%, or the budget is spent.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import random
 import time
 from pathlib import Path
 from typing import Any
 
 from . import stats
-from .check import clone_data, module_name
 from .devices import gate
-from .isolation import run_isolated
+from .evaluation import Case, Evaluator, derive, fresh, with_seed
+from .runner import spin_for
 from .stages import StageResult, not_run
 from .targets import Target
+from .tensors import projection_failure
+from .worker import CommandFailed, Worker, WorkerError
 
 STAGE = "timing"
-BUDGET_PER_BENCHMARK_S = 5.0  # default measuring time per benchmark when the caller gives no budget
-MIN_REPS = 200
+BUDGET_PER_BENCHMARK_S = 5.0
+MIN_REPS = 200  # per clock and kernel
 MAX_REPS = 20_000
-HALF_WIDTH = 0.01  # stop once the 95% interval is within ±1% of the ratio
-WARMUP_CALLS = 3
-WARMUP_S = 0.05
-SPIN_MARGIN_US = 20.0  # the GPU spins this much plus SPIN_FACTOR x the slowest warm-up launch
-SPIN_FACTOR = 2.0
+HALF_WIDTH = 0.01
 MIN_US = 1e-3
-# A tail this much longer than the null tail means work left on a side stream (the null tail's own jitter is
-# a few microseconds on an H100 host).
 SIDE_WORK_US = 3.0
 SIDE_WORK_FRACTION = 0.05
+# The wall-clock audit: a candidate's turns may take at most this much longer, beyond the time it reports,
+# than the base's turns do beyond theirs (medians); measured noise on an H100 is a few microseconds.
+WALL_SLACK_US = 50.0
+WALL_SLACK_FRACTION = 0.10
+REPORT_SLACK_FRACTION = 0.25
+# Replay: calls on input sets seen before may not be this much faster than calls on new ones, beyond the base.
+REPLAY_FACTOR = 1.5
 
 
 def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float | None = None,
                timeout_s: float | None = None) -> StageResult:
-    """Time the kernel in `candidate` against the one in `base` on every benchmark of the target."""
+    """Time the kernel in `candidate` against the one in `base` (a round shares one Evaluator instead)."""
     reason = gate(target.arch)
     if reason:
         return not_run(STAGE, reason)
+    candidate = Path(candidate).resolve()
+    with Evaluator(target, fresh(candidate.parent / f".{candidate.name}-oracle"), base_dir=Path(base)) as ev:
+        try:
+            worker = ev.runner(candidate, "timing.log")
+            worker.call("load", target.limits.timing_s)
+        except (WorkerError, CommandFailed) as error:
+            return _stopped(error, 0.0)
+        try:
+            return measure(ev, worker, budget_s=budget_s, timeout_s=timeout_s)
+        finally:
+            worker.close()
+
+
+def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
+            timeout_s: float | None = None) -> StageResult:
+    """Time the loaded kernel in `cand` against the round's base on every benchmark."""
+    target = ev.target
     limit = timeout_s if timeout_s is not None else target.limits.timing_s
-    # The budget counts measuring time only; warm-up (and any JIT compile in it) and imports need the rest.
     budget = budget_s if budget_s is not None else BUDGET_PER_BENCHMARK_S * len(target.benchmarks)
     budget = min(budget, 0.5 * limit)
-    candidate, base = Path(candidate).resolve(), Path(base).resolve()
-    outcome = run_isolated(
-        "judge.timing:_child_timing",
-        {"candidate_dir": str(candidate), "base_dir": str(base), "kernel_file": target.kernel_file,
-         "benchmarks": target.benchmarks, "budget_s": budget},
-        timeout_s=limit,
-        cwd=candidate,
-        log_path=candidate / "timing.log",
-    )
-    if outcome.status != "ok":
-        status = "timed-out" if outcome.status == "timed-out" else "crashed"
-        return StageResult(STAGE, status, f"{status}: {outcome.error}", outcome.seconds,
-                           {"error": outcome.error}, outcome.log_tail)
-    detail = summarise(outcome.value, target)
-    return StageResult(STAGE, "passed", detail.pop("summary"), outcome.seconds, detail, outcome.log_tail)
+    started = time.monotonic()
+    deadline = started + limit
+    try:
+        base = ev.base
+    except (WorkerError, CommandFailed) as error:
+        ev.drop_base()
+        return _stopped(error, time.monotonic() - started, who="base")
+    session = _Session(ev, base, cand, deadline)
+    benchmarks, failure = [], None
+    try:
+        session.freeze()
+        left = budget
+        for index in range(len(target.benchmarks)):
+            share = left / (len(target.benchmarks) - index)
+            t0 = time.monotonic()
+            bench = session.benchmark(index, share)
+            left = max(0.0, left - (time.monotonic() - t0))
+            benchmarks.append(bench)
+            if bench.get("failure"):
+                failure = bench["failure"]
+                break
+        audit = session.turn(cand, "audit").value
+    except (WorkerError, CommandFailed) as error:
+        who = session.last_who
+        if who == "base":
+            ev.drop_base()
+        return _stopped(error, time.monotonic() - started, who=who)
+    finally:
+        session.thaw()
+    seconds = time.monotonic() - started
+    detail = summarise(benchmarks, target, cand.hello.get("confinement"))
+    if failure:
+        return StageResult(STAGE, "failed", failure, seconds, detail, cand.log_tail())
+    reasons = audit + detail.pop("audit_reasons")
+    if reasons:
+        detail["tampered"] = reasons
+        return StageResult(STAGE, "tampered", f"tampered: {'; '.join(reasons)}", seconds, detail, cand.log_tail())
+    return StageResult(STAGE, "passed", detail.pop("summary"), seconds, detail, cand.log_tail())
 
 
-def summarise(raw: dict[str, Any], target: Target) -> dict[str, Any]:
-    """Per-benchmark medians, speedups and intervals, and the geometric mean, from the child's raw samples."""
-    benchmarks = []
-    pairs = []
-    for i, bench in enumerate(raw["benchmarks"]):
-        base_us, cand_us = bench["base_us"], bench["cand_us"]
+class _Session:
+    """The turns of one candidate's timing: who runs, who is frozen, and the per-benchmark loop."""
+
+    def __init__(self, ev: Evaluator, base: Worker, cand: Worker, deadline: float):
+        self.ev, self.base, self.cand, self.deadline = ev, base, cand, deadline
+        self.target = ev.target
+        self.clocks = ["host"] if self.target.on_cpu else ["gpu", "call"]
+        self.last_who = "candidate"
+
+    def freeze(self) -> None:
+        self.base.freeze()
+        self.cand.freeze()
+
+    def thaw(self) -> None:
+        for worker in (self.base, self.cand):
+            if worker.process.poll() is None:
+                worker.thaw()
+
+    def turn(self, worker: Worker, op: str, **args):
+        self.last_who = "base" if worker is self.base else "candidate"
+        reply = worker.call(op, self._left(), **args)
+        worker.freeze()
+        return reply
+
+    def rep(self, worker: Worker, set_index: int, clock: str, spin_us: float, expected: list) -> tuple[dict, str | None]:
+        """One timed call in one worker's turn: arm, fire and report, each timed by the parent; the worker is
+        frozen again only after all three, so no other process runs in between."""
+        armed = worker.call("arm", self._left(), set_index=set_index, clock=clock)
+        fired = worker.call("fire", self._left(), clock=clock, spin_us=spin_us)
+        reported = self.turn(worker, "report")
+        out = reported.value
+        problem = out["problem"] or projection_failure(out["projections"], expected)
+        rep = {**armed.value, **fired.value, "set": set_index, "wall_us": fired.wall_s * 1e6,
+               "report_wall_us": reported.wall_s * 1e6}
+        return rep, problem
+
+    def _left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise WorkerError("timed-out", "ran past the stage's time limit")
+        return left
+
+    def benchmark(self, index: int, share_s: float) -> dict[str, Any]:
+        ev, target = self.ev, self.target
+        spec = target.benchmarks[index]
+        sets = ev.sets_for(index)
+        seeds = ev.timing_seeds(index, sets)
+        expected = ev.expectations(index, sets)
+        distribution = target.distributions[0].name
+        plan = ev.plan(Case("benchmark", index, 1, distribution, with_seed(spec, seeds[1])))
+        workers = {"base": self.base, "cand": self.cand}
+        for worker in workers.values():
+            self.turn(worker, "setup_benchmark", spec=spec, distribution=distribution, seeds=seeds,
+                      slots=plan["slots"], projection_seed=ev.projection_seed(index))
+        host = [us for w in workers.values() for us in self.turn(w, "warm_up").value["host_us"]]
+        spin_us = spin_for(host) if "gpu" in self.clocks else 0.0
+        order = random.Random(derive(ev.secret, "order", index))
+        series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in workers for c in self.clocks}
+        deciding = target.deciding_clock
+        start = time.monotonic()
+        n, next_check, stopped = 0, MIN_REPS, "max-reps"
+        prepared: set[int] = set()
+        while n < MAX_REPS * len(self.clocks):
+            clock = self.clocks[n % len(self.clocks)]
+            set_index = order.randrange(sets)
+            if set_index not in prepared:
+                for worker in workers.values():
+                    self.turn(worker, "prepare_set", set_index=set_index)
+                prepared.add(set_index)
+            turns = list(workers.items())
+            if (n // len(self.clocks)) % 2:
+                turns.reverse()
+            for name, worker in turns:
+                rep, problem = self.rep(worker, set_index, clock, spin_us, expected[set_index])
+                if problem:
+                    who = "the base's" if name == "base" else "its"
+                    return {"index": index, "failure": f"benchmark {index} ({target.benchmark_label(index)}), "
+                            f"timed call {n + 1} on input set {set_index} ({clock} clock): {who} {problem}"}
+                series[(name, clock)].append(rep)
+            n += 1
+            done = len(series[("base", deciding)])
+            if done >= next_check and clock == deciding:
+                next_check = done + max(50, done // 4)
+                base_us, cand_us, _ = _times(series, deciding)
+                ratio, low, high = stats.ratio_ci(base_us, cand_us, resamples=400)
+                if stats.precise_enough(ratio, low, high, HALF_WIDTH):
+                    stopped = "precise"
+                    break
+            if time.monotonic() - start > share_s and done >= MIN_REPS and clock == deciding:
+                stopped = "budget"
+                break
+        return {"index": index, "series": series, "stopped": stopped, "spin_us": round(spin_us, 1),
+                "sets": sets, "measuring_s": round(time.monotonic() - start, 3)}
+
+
+def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) -> dict[str, Any]:
+    """Per-benchmark medians, speedups and intervals on the deciding clock, the other clocks' medians, the
+    audits, and the geometric mean."""
+    deciding = target.deciding_clock
+    out, pairs, reasons = [], [], []
+    for bench in benchmarks:
+        if bench.get("failure"):
+            continue
+        series, i = bench["series"], bench["index"]
+        base_us, cand_us, method = _times(series, deciding)
         ratio, low, high = stats.ratio_ci(base_us, cand_us)
         pairs.append((base_us, cand_us))
+        clocks = {}
+        for clock in sorted({c for _, c in series}):
+            b, c, _ = _times(series, clock)
+            clocks[clock] = {"base_median_us": round(stats.median(b), 3), "cand_median_us": round(stats.median(c), 3),
+                             "speedup": round(stats.median(b) / stats.median(c), 5), "reps": len(b)}
+        audit = _audits(series, deciding)
+        reasons += [f"benchmark {i}: {r}" for r in audit.pop("reasons")]
         entry = {
-            "index": i,
-            "label": target.benchmark_label(i),
-            "base_median_us": round(stats.median(base_us), 3),
-            "cand_median_us": round(stats.median(cand_us), 3),
-            "speedup": round(ratio, 5),
-            "ci_low": round(low, 5),
-            "ci_high": round(high, 5),
-            "significant": stats.significant(low, high),
-            "reps": len(base_us),
-            "stopped": bench["stopped"],
-            "method": bench["method"],
-            "null_tail_us": bench["null_tail_us"],
-            "base_tail_excess_us": bench["base_tail_excess_us"],
-            "cand_tail_excess_us": bench["cand_tail_excess_us"],
-            "measuring_s": bench["measuring_s"],
-            "spin_us": bench["spin_us"],
-            "host_call_us": bench["host_call_us"],
-            "launch_exposed": bench["launch_exposed"],
-            "base_us": base_us,
-            "cand_us": cand_us,
-            "raw": bench["raw"],
+            "index": i, "label": target.benchmark_label(i), "clock": deciding,
+            "base_median_us": round(stats.median(base_us), 3), "cand_median_us": round(stats.median(cand_us), 3),
+            "speedup": round(ratio, 5), "ci_low": round(low, 5), "ci_high": round(high, 5),
+            "significant": stats.significant(low, high), "reps": len(base_us), "stopped": bench["stopped"],
+            "method": method, "clocks": clocks, "audit": audit, "spin_us": bench["spin_us"], "sets": bench["sets"],
+            "measuring_s": bench["measuring_s"], "base_us": _rounded(base_us), "cand_us": _rounded(cand_us),
         }
         if target.speed_of_light_us:
             entry["speed_of_light_us"] = target.speed_of_light_us[i]
-        benchmarks.append(entry)
-    point, low, high = stats.geomean_ci(pairs)
-    n = len(benchmarks)
-    return {
-        "summary": f"geomean {point:.3f}x [{low:.3f}, {high:.3f}] over {n} benchmark{'s' if n != 1 else ''}",
-        "geomean": round(point, 5),
-        "geomean_ci": [round(low, 5), round(high, 5)],
-        "significant": stats.significant(low, high),
-        "benchmarks": benchmarks,
-        "device": raw["device"],
-        "device_after": raw["device_after"],
-        "measuring_s": round(sum(b["measuring_s"] for b in raw["benchmarks"]), 3),
-        "method": "interleaved pairs (order and input copies alternated), L2 flushed, launch hidden behind a GPU "
-                  "spin, CUDA events; device-wide span where a kernel leaves side-stream work",
-    }
+        out.append(entry)
+    detail: dict[str, Any] = {"benchmarks": out, "clock": deciding, "confinement": confinement,
+                              "audit_reasons": reasons, "method": METHOD[deciding]}
+    if pairs:
+        point, low, high = stats.geomean_ci(pairs)
+        n = len(out)
+        detail.update(
+            summary=f"geomean {point:.3f}x [{low:.3f}, {high:.3f}] over {n} benchmark{'s' if n != 1 else ''}",
+            geomean=round(point, 5), geomean_ci=[round(low, 5), round(high, 5)],
+            significant=stats.significant(low, high),
+            measuring_s=round(sum(b["measuring_s"] for b in out), 3))
+    return detail
 
 
-# ---------------------------------------------------------------------------------------------------------
-# In the child (cwd: the candidate's workspace).
+METHOD = {
+    "gpu": "separate base and candidate processes taking turns (order and input sets alternated), L2 flushed, "
+           "launch hidden behind a GPU spin, CUDA events; device-wide span where a kernel leaves side-stream work",
+    "call": "separate base and candidate processes taking turns (order and input sets alternated), L2 flushed, "
+            "GPU idle at the start, CUDA events around the whole call (launch included), device-wide",
+    "host": "separate base and candidate processes taking turns (order and input sets alternated), "
+            "the host's clock around the call",
+}
 
 
-def _load_kernel(directory: str, kernel_file: str, as_name: str):
-    """Import a kernel file under a name of our own, its directory first on sys.path while it loads."""
-    path = Path(directory) / kernel_file
-    spec = importlib.util.spec_from_file_location(as_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[as_name] = module
-    sys.path.insert(0, directory)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(directory)
-    return module.custom_kernel
+def _audits(series: dict, deciding: str) -> dict[str, Any]:
+    """The wall-clock audit and the replay check of one benchmark, with the reasons they failed, if any."""
+    reasons = []
+    excess, overhead = {}, {}
+    for clock in sorted({c for _, c in series}):
+        count = min(len(series[("base", clock)]), len(series[("cand", clock)]))
+        claimed = stats.median([r["us"] for r in series[("base", clock)]])
+        slack = max(WALL_SLACK_US, WALL_SLACK_FRACTION * claimed)
+        for step, residual in (("call", _call_residual), ("report", _report_residual)):
+            unexplained = {w: [residual(r) for r in series[(w, clock)][:count]] for w in ("base", "cand")}
+            if step == "report":  # projections cost time on their own, more so on a CPU: allow for their spread
+                slack = max(slack, REPORT_SLACK_FRACTION * stats.median(unexplained["base"]))
+            overhead[f"{clock} {step}"] = {w: round(stats.median(v), 2) for w, v in unexplained.items()}
+            # Paired by repetition: both ran the same input set at nearly the same moment.
+            point, low, _ = stats.median_ci([c - b for b, c in zip(unexplained["base"], unexplained["cand"])])
+            excess[f"{clock} {step}"] = round(point, 2)
+            if low > slack:
+                reasons.append(
+                    f"its {step} commands took {point:.1f} us longer on the parent's wall clock than the base's, "
+                    f"beyond what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the "
+                    "times it reported are not the times its work took")
+    replay = {w: _replay_ratio([series[(w, c)] for c in sorted({c for _, c in series})]) for w in ("base", "cand")}
+    if replay["cand"] is not None and replay["base"] is not None and replay["cand"] > REPLAY_FACTOR * replay["base"]:
+        reasons.append(f"calls on input sets it had seen before ran {replay['cand']:.2f}x faster than calls on new "
+                       f"ones (the base: {replay['base']:.2f}x): it replays answers it kept")
+    return {"wall_excess_us": excess, "wall_overhead_us": overhead, "replay_ratio": replay, "reasons": reasons}
 
 
-class _CudaTimer:
-    """Times one call as the module docstring says: (stream us, tail us); holds the L2 flush buffer and events."""
-
-    def __init__(self, l2_bytes: int):
-        import torch
-
-        self.torch = torch
-        self.flush = torch.empty(max(2 * l2_bytes, 8 << 20) // 4, dtype=torch.int32, device="cuda")
-        self.start, self.stream_end, self.end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        self.cycles_per_us = self._spin_rate()
-        self.spin_cycles = 0
-        self.host_us: list[float] = []
-
-    def _spin_rate(self) -> float:
-        torch = self.torch
-        rates = []
-        for _ in range(3):
-            torch.cuda.synchronize()
-            self.start.record()
-            torch.cuda._sleep(200_000)
-            self.end.record()
-            self.end.synchronize()
-            rates.append(200_000 / (self.start.elapsed_time(self.end) * 1e3))
-        return stats.median(rates)
-
-    def hide_launch(self, host_us: float) -> None:
-        """Spin the GPU for longer than the host takes to launch the call, so `start` fires when the call's
-        work is already queued: host launch time and its jitter stay out of the measurement."""
-        self.spin_cycles = int(self.cycles_per_us * (SPIN_MARGIN_US + SPIN_FACTOR * host_us))
-
-    def time(self, fn, data) -> tuple[float, float]:
-        torch = self.torch
-        self.flush.zero_()
-        torch.cuda.synchronize()
-        if self.spin_cycles:
-            torch.cuda._sleep(self.spin_cycles)
-        self.start.record()
-        host_start = time.perf_counter()
-        fn(data)
-        self.host_us.append((time.perf_counter() - host_start) * 1e6)
-        self.stream_end.record()
-        torch.cuda.synchronize()
-        self.end.record()
-        self.end.synchronize()
-        return self.start.elapsed_time(self.stream_end) * 1e3, self.stream_end.elapsed_time(self.end) * 1e3
-
-    def null(self) -> float:
-        torch = self.torch
-        torch.cuda.synchronize()
-        self.start.record()
-        self.stream_end.record()
-        torch.cuda.synchronize()
-        self.end.record()
-        self.end.synchronize()
-        return self.stream_end.elapsed_time(self.end) * 1e3
+def _call_residual(rep: dict) -> float:
+    """The parent's wall time around a fire command less the time the runner says it measured in it."""
+    return rep["wall_us"] - rep["us"] - rep["tail_us"] - rep["spin_us"]
 
 
-class _HostTimer:
-    """Wall-clock stand-in where there is no GPU, so that the child's loop can be tested on a CPU."""
-
-    cycles_per_us = 0.0
-    spin_cycles = 0
-
-    def __init__(self):
-        self.host_us: list[float] = []
-
-    def hide_launch(self, host_us: float) -> None:
-        pass
-
-    def time(self, fn, data) -> tuple[float, float]:
-        start = time.perf_counter()
-        fn(data)
-        self.host_us.append((time.perf_counter() - start) * 1e6)
-        return self.host_us[-1], 0.0
-
-    def null(self) -> float:
-        return 0.0
+def _report_residual(rep: dict) -> float:
+    return rep["report_wall_us"]
 
 
-def _child_timing(candidate_dir: str, base_dir: str, kernel_file: str, benchmarks: list[dict],
-                  budget_s: float, min_reps: int = MIN_REPS, max_reps: int = MAX_REPS,
-                  half_width: float = HALF_WIDTH) -> dict:
-    import torch
-
-    import reference  # the candidate's copy; the task's files are the same in both directories
-
-    from .devices import facts_here, read_clocks
-
-    cand = _load_kernel(candidate_dir, kernel_file, f"judge_candidate_{module_name(kernel_file).replace('.', '_')}")
-    base = _load_kernel(base_dir, kernel_file, f"judge_base_{module_name(kernel_file).replace('.', '_')}")
-    cuda = torch.cuda.is_available()
-    facts = None
-    if cuda:
-        props = torch.cuda.get_device_properties(0)
-        timer = _CudaTimer(getattr(props, "L2_cache_size", 64 << 20))
-    else:
-        timer = _HostTimer()
-
-    results = []
-    budget_left = budget_s
-    for index, spec in enumerate(benchmarks):
-        data = reference.generate_input(**spec)
-        base_data, cand_data = clone_data(data), clone_data(data)
-        del data
-        timer.hide_launch(0.0)
-        _warm_up(timer, base, base_data)
-        _warm_up(timer, cand, cand_data)
-        # Launch times after warm-up (the first calls may include JIT compiles) size the spin.
-        timer.host_us.clear()
-        for _ in range(3):
-            timer.time(base, base_data)
-            timer.time(cand, cand_data)
-        timer.hide_launch(max(timer.host_us))
-        timer.host_us.clear()
-        if index == 0:
-            facts = facts_here() if cuda else None  # clocks "before": read with the GPU just warmed up
-        share = budget_left / (len(benchmarks) - index)
-        started = time.monotonic()
-        samples = _measure(timer, base, base_data, cand, cand_data, deadline=started + share,
-                           min_reps=min_reps, max_reps=max_reps, half_width=half_width)
-        spent = time.monotonic() - started
-        budget_left = max(0.0, budget_left - spent)
-        samples["measuring_s"] = round(spent, 3)
-        spin_us = timer.spin_cycles / timer.cycles_per_us if timer.spin_cycles else 0.0
-        samples["spin_us"] = round(spin_us, 1)
-        samples["host_call_us"] = round(stats.median(timer.host_us), 1)
-        # Repetitions whose launch took longer than the spin: their host time leaked into the measurement.
-        samples["launch_exposed"] = sum(h > spin_us for h in timer.host_us) if timer.spin_cycles else None
-        results.append(samples)
-        del base_data, cand_data
-    after = read_clocks() if cuda else {}
-    return {
-        "benchmarks": results,
-        "device": facts.to_dict() if facts else None,
-        "device_after": {k: after.get(k) for k in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c")},
-    }
-
-
-def _warm_up(timer, fn, data) -> None:
-    start = time.monotonic()
-    calls = 0
-    while calls < WARMUP_CALLS or time.monotonic() - start < WARMUP_S:
-        timer.time(fn, data)
-        calls += 1
-
-
-def _measure(timer, base, base_data, cand, cand_data, *, deadline: float, min_reps: int, max_reps: int,
-             half_width: float) -> dict[str, Any]:
-    """Interleaved rounds until the ratio's interval is within ±half_width, the deadline, or max_reps."""
-    series = {key: [] for key in ("base_stream", "base_tail", "cand_stream", "cand_tail", "null_tail")}
-    copies = (base_data, cand_data)
-    next_check = min_reps
-    stopped = "max-reps"
-    n = 0
-    while n < max_reps:
-        series["null_tail"].append(timer.null())
-        # Round k: order A B or B A, and inputs X/Y or Y/X, in a cycle of four.
-        swap = (n // 2) % 2
-        runs = [("base", base, copies[swap]), ("cand", cand, copies[1 - swap])]
-        if n % 2:
-            runs.reverse()
-        for name, fn, data in runs:
-            stream_us, tail_us = timer.time(fn, data)
-            series[f"{name}_stream"].append(stream_us)
-            series[f"{name}_tail"].append(tail_us)
-        n += 1
-        if n >= next_check:
-            next_check = n + max(50, n // 4)
-            base_us, cand_us, _ = _times(series)
-            ratio, low, high = stats.ratio_ci(base_us, cand_us, resamples=400)
-            if stats.precise_enough(ratio, low, high, half_width):
-                stopped = "precise"
-                break
-        if time.monotonic() > deadline and n >= min_reps:
-            stopped = "budget"
-            break
-    base_us, cand_us, method = _times(series)
-    null = stats.median(series["null_tail"])
-    return {
-        "base_us": _rounded(base_us),
-        "cand_us": _rounded(cand_us),
-        "method": method,
-        "null_tail_us": round(null, 3),
-        "base_tail_excess_us": round(stats.median(series["base_tail"]) - null, 3),
-        "cand_tail_excess_us": round(stats.median(series["cand_tail"]) - null, 3),
-        # The stream series are base_us/cand_us already unless the device-wide method was used.
-        "raw": {key: _rounded(values) for key, values in series.items()
-                if method == "device-wide" or key.endswith("_tail")},
-        "stopped": stopped,
-    }
+def _replay_ratio(per_clock: list[list[dict]]) -> float | None:
+    """Median time of first calls on an input set over the median of later calls on the same sets, each call
+    taken relative to its own clock's later calls."""
+    cold = []
+    for reps in per_clock:
+        warm = [r["us"] for r in reps if not r["cold"]]
+        if warm:
+            typical = max(MIN_US, stats.median(warm))
+            cold += [r["us"] / typical for r in reps if r["cold"]]
+    return round(stats.median(cold), 3) if cold else None
 
 
 def side_stream_work(stream_us: list[float], tail_us: list[float], null_tail_us: list[float]) -> bool:
@@ -342,17 +320,29 @@ def side_stream_work(stream_us: list[float], tail_us: list[float], null_tail_us:
     return excess > SIDE_WORK_US + SIDE_WORK_FRACTION * stats.median(stream_us)
 
 
-def _times(series: dict[str, list[float]]) -> tuple[list[float], list[float], str]:
-    """The samples to analyse: stream times, or device-wide times when either kernel leaves side-stream work."""
-    nulls = series["null_tail"]
-    if not any(side_stream_work(series[f"{v}_stream"], series[f"{v}_tail"], nulls) for v in ("base", "cand")):
-        return series["base_stream"], series["cand_stream"], "stream"
+def _times(series: dict, clock: str) -> tuple[list[float], list[float], str]:
+    """The samples to analyse on `clock`: for the GPU clock, stream times, or device-wide times (less the null
+    tail) when either kernel leaves side-stream work; other clocks as measured."""
+    base, cand = series[("base", clock)], series[("cand", clock)]
+    count = min(len(base), len(cand))
+    base, cand = base[:count], cand[:count]
+    if clock != "gpu":
+        return [r["us"] for r in base], [r["us"] for r in cand], clock
+    nulls = [r["null_tail_us"] for r in base + cand]
+    if not any(side_stream_work([r["us"] for r in s], [r["tail_us"] for r in s], nulls) for s in (base, cand)):
+        return [r["us"] for r in base], [r["us"] for r in cand], "stream"
     null = stats.median(nulls)
-    device_wide = [
-        [max(MIN_US, s + t - null) for s, t in zip(series[f"{v}_stream"], series[f"{v}_tail"])]
-        for v in ("base", "cand")
-    ]
-    return device_wide[0], device_wide[1], "device-wide"
+    return ([max(MIN_US, r["us"] + r["tail_us"] - null) for r in base],
+            [max(MIN_US, r["us"] + r["tail_us"] - null) for r in cand], "device-wide")
+
+
+def _stopped(error: Exception, seconds: float, who: str = "candidate") -> StageResult:
+    if isinstance(error, CommandFailed):
+        status, message, log = "crashed", error.error, error.log_tail
+    else:
+        status, message, log = error.status, error.message, error.log_tail
+    prefix = "the base's runner " if who == "base" else ""
+    return StageResult(STAGE, status, f"{status}: {prefix}{message}", seconds, {"error": message, "who": who}, log)
 
 
 def _rounded(values: list[float]) -> list[float]:

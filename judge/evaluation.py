@@ -1,0 +1,213 @@
+"""One round's trusted state for the stages that run kernels: the secret the inputs come from, the oracle
+worker, the base's runner worker, and how candidate runners are started and confined.
+
+Every process that holds contestant code (candidates, and the base, which a past round's winner wrote) is
+a confined runner of its own; the oracle holds only the task's files and is the one judge believes. The
+secret is drawn fresh for each run: seeds in task.yml are public, the ones used are not until the run is
+over (they are recorded with the results).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import JudgeError
+from .oracle import oracle_dir
+from .targets import Target
+from .worker import CommandFailed, Worker, WorkerError
+
+# Timing input sets per benchmark: as many as fit in this many bytes per process, within these bounds.
+SET_MEMORY_BYTES = 4 << 30
+MIN_SETS, MAX_SETS = 2, 8
+ORACLE_LIMIT_S = 600.0
+
+
+def derive(secret: int, *parts: Any) -> int:
+    """A 31-bit seed from the run's secret and a case's coordinates (31 bits suit every generator)."""
+    digest = hashlib.sha256(repr((secret, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def with_seed(spec: dict, seed: int) -> dict:
+    """The spec with its seed replaced; a spec without a seed has fixed inputs and stays as it is."""
+    return {**spec, "seed": seed} if "seed" in spec else dict(spec)
+
+
+@dataclass
+class Case:
+    """One correctness call: which task.yml entry, under which input distribution, with which seed."""
+
+    kind: str  # "test" | "benchmark"
+    index: int
+    call: int
+    distribution: str
+    spec: dict
+
+    @property
+    def key(self) -> tuple:
+        return (self.kind, self.index, self.distribution)
+
+
+@dataclass
+class Evaluator:
+    """Starts and keeps the oracle and the base runner for one round run; see the module docstring."""
+
+    target: Target
+    root: Path
+    base_dir: Path | None = None
+    secret: int = field(default_factory=lambda: secrets.randbits(62))
+    confine: bool = True
+
+    def __post_init__(self):
+        self.root = Path(self.root).resolve()
+        self._oracle: Worker | None = None
+        self._base: Worker | None = None
+        self._plans: dict[tuple, dict] = {}
+        self._expect: dict[int, list] = {}
+
+    # ---- cases and seeds -------------------------------------------------------------------------------
+
+    def cases(self) -> list[Case]:
+        """Every test twice (two seeds: a kernel that keeps an answer fails the second) and every benchmark
+        once, under every input distribution of the target."""
+        out = []
+        for dist in self.target.distributions:
+            for i, spec in enumerate(self.target.tests):
+                for call in (1, 2):
+                    seed = derive(self.secret, "test", i, call, dist.name)
+                    out.append(Case("test", i, call, dist.name, with_seed(spec, seed)))
+            for j, spec in enumerate(self.target.benchmarks):
+                seed = derive(self.secret, "benchmark", j, dist.name)
+                out.append(Case("benchmark", j, 1, dist.name, with_seed(spec, seed)))
+        return out
+
+    def timing_seeds(self, index: int, sets: int) -> list[int]:
+        """The warm-up seed, then one seed per timing input set of benchmark `index`."""
+        return [derive(self.secret, "timing", index, n) for n in range(sets + 1)]
+
+    def projection_seed(self, index: int) -> int:
+        return derive(self.secret, "projection", index)
+
+    @property
+    def generators(self) -> dict[str, str]:
+        return {d.name: d.generator for d in self.target.distributions}
+
+    # ---- the oracle ------------------------------------------------------------------------------------
+
+    @property
+    def oracle(self) -> Worker:
+        if self._oracle is None:
+            directory = oracle_dir(self.target, self.root / "oracle")
+            self._oracle = Worker(
+                "oracle",
+                {"directory": str(directory), "generators": self.generators,
+                 "rtol": self.target.rtol, "atol": self.target.atol},
+                cwd=directory, log_path=self.root / "oracle.log", env=self.env(),
+            )
+        return self._oracle
+
+    def ask(self, op: str, **args) -> Any:
+        """A command to the oracle. Its failure is the target's (its reference), never a candidate's."""
+        try:
+            return self.oracle.call(op, ORACLE_LIMIT_S, **args).value
+        except (WorkerError, CommandFailed) as error:
+            message = error.message if isinstance(error, WorkerError) else error.error
+            raise JudgeError(f"{self.target.path}: the reference failed in the oracle ({op}): {message}; "
+                             f"see {self.root / 'oracle.log'}") from None
+
+    def plan(self, case: Case) -> dict:
+        """Output slots and shapes of a case's spec, from the oracle, once per spec and distribution."""
+        if case.key not in self._plans:
+            self._plans[case.key] = self.ask("plan", spec=case.spec, distribution=case.distribution)
+        return self._plans[case.key]
+
+    def sets_for(self, index: int) -> int:
+        spec = with_seed(self.target.benchmarks[index], 0)
+        plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))
+        per_set = max(1, plan.get("input_bytes", 1))
+        return max(MIN_SETS, min(MAX_SETS, SET_MEMORY_BYTES // per_set))
+
+    def expectations(self, index: int, sets: int) -> list:
+        """For each timing input set of benchmark `index`: the reference's projections and their bounds."""
+        if index not in self._expect:
+            spec = self.target.benchmarks[index]
+            self._expect[index] = self.ask(
+                "expect", spec=spec, distribution=self.target.distributions[0].name,
+                seeds=self.timing_seeds(index, sets)[1:], projection_seed=self.projection_seed(index))
+        return self._expect[index]
+
+    # ---- runners ---------------------------------------------------------------------------------------
+
+    def env(self) -> dict[str, str] | None:
+        """CPU targets never touch a GPU, even on a machine that has one."""
+        import os
+
+        if not self.target.on_cpu:
+            return None
+        return {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+
+    def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
+        """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported."""
+        from .confine import Policy, child_env, prepare
+
+        workspace = Path(workspace).resolve()
+        (workspace / ".judge").mkdir(exist_ok=True)
+        base_env = self.env()
+        policy = None
+        env = base_env
+        if self.confine:
+            rules = Policy(writable=[workspace], readable=[])
+            prepare(rules)
+            env = child_env(rules, base_env if base_env is not None else _environ())
+            from .isolation import policy_to_json
+
+            policy = policy_to_json(rules)
+        return Worker("runner", {"workspace": str(workspace), "kernel_file": self.target.kernel_file,
+                                 "generators": self.generators},
+                      cwd=workspace, log_path=workspace / log_name, policy=policy, env=env)
+
+    @property
+    def base(self) -> Worker:
+        """The base's runner, started once per round run and shared by every candidate's timing."""
+        if self._base is None:
+            if self.base_dir is None:
+                raise ValueError("this evaluator has no base")
+            self._base = self.runner(self.base_dir, "timing-base.log")
+            self._base.call("load", ORACLE_LIMIT_S)
+        return self._base
+
+    def drop_base(self) -> None:
+        """Forget a base runner that failed, so the next candidate starts a fresh one."""
+        if self._base is not None:
+            self._base.close()
+            self._base = None
+
+    def close(self) -> None:
+        for worker in (self._oracle, self._base):
+            if worker is not None:
+                worker.close()
+        self._oracle = self._base = None
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
+
+
+def fresh(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path

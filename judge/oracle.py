@@ -1,0 +1,182 @@
+"""The oracle: the trusted side of every check. It runs in a process where no candidate code was ever
+imported, from a directory no candidate can write, and it alone says what the right answer is.
+
+It regenerates each case's inputs from the case's seed (the task's generate_input is deterministic for a
+seed), runs the reference, finds the output slots the runner must poison, compares the outputs a runner
+saved, and gives the projections that every timed call's output is checked against.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import tensors
+
+# Shown mismatches when the target sets no tolerance (its check_implementation then decides alone).
+FALLBACK_RTOL = FALLBACK_ATOL = 1e-3
+MAX_DUMP_BYTES = 16 << 30
+
+
+class Oracle:
+    """The reference of one target, loaded from a pristine copy of its files."""
+
+    def __init__(self, directory: str, generators: dict[str, str], rtol: float | None, atol: float | None):
+        from .runner import _generator
+
+        sys.path[:] = [directory] + [p for p in sys.path if p not in ("", directory)]
+        os.chdir(directory)
+        import reference
+
+        self.reference = reference
+        self.generators = {name: _generator(reference, spec) for name, spec in generators.items()}
+        self.checker = getattr(reference, "check_implementation", None)
+        self.rtol, self.atol = rtol, atol
+        self.expected_cache: dict[str, Any] = {}
+
+    @property
+    def tolerance(self) -> tuple[float, float]:
+        """The tolerance outputs are held to; without one, check_implementation decides and this is for display."""
+        if self.rtol is not None or self.atol is not None:
+            return self.rtol or 0.0, self.atol or 0.0
+        return (FALLBACK_RTOL, FALLBACK_ATOL) if self.checker is not None else (1e-5, 1e-8)
+
+    def _reference(self, spec: dict, distribution: str):
+        data = self.generators[distribution](**spec)
+        tensors.sync()
+        after = tensors.clone_data(data)
+        expected = self.reference.ref_kernel(after)
+        tensors.sync()
+        return data, after, expected
+
+    def plan(self, spec: dict, distribution: str) -> dict:
+        """The output slots of a spec (paths of the inputs the reference writes) and its outputs' shapes."""
+        import torch
+
+        data, after, expected = self._reference(spec, distribution)
+        return {"slots": tensors.output_slots(data, after, expected),
+                "shapes": [list(t.shape) for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor)],
+                "input_bytes": sum(t.numel() * t.element_size() for _, t in tensors.leaves(data)
+                                   if isinstance(t, torch.Tensor))}
+
+    def verify(self, spec: dict, distribution: str, dump: str) -> dict:
+        """Compare what a runner saved for this case with the reference, and ask check_implementation too."""
+        import torch
+
+        data, _, expected = self._reference(spec, distribution)
+        result: dict[str, Any] = {"passed": True, "reason": ""}
+        try:
+            got = _load_dump(dump)
+        except ValueError as error:
+            return _fail(result, str(error))
+        want = tensors.leaves(expected)
+        if len(got) != len(want):
+            return _fail(result, f"returned {len(got)} tensors, the reference returns {len(want)}")
+        rtol, atol = self.tolerance
+        device = next((t.device for _, t in want if isinstance(t, torch.Tensor)), None)
+        comparisons, outputs = [], []
+        for tensor, (path, reference_value) in zip(got, want):
+            if not isinstance(tensor, torch.Tensor) or not isinstance(reference_value, torch.Tensor):
+                return _fail(result, f"output{path} is not a tensor")
+            if tuple(tensor.shape) != tuple(reference_value.shape):
+                return _fail(result, f"output{path} has shape {tuple(tensor.shape)}, "
+                                     f"expected {tuple(reference_value.shape)}")
+            tensor = tensor.to(device) if device is not None else tensor
+            outputs.append(tensor)
+            comparisons.append(tensors.compare(path, tensor, reference_value, rtol, atol))
+        result["outputs"] = comparisons
+        reasons = []
+        strict = self.rtol is not None or self.atol is not None or self.checker is None
+        for comp in comparisons:
+            if comp["nonfinite"]:
+                reasons.append(f"output{comp['path']} has {comp['nonfinite']} NaN/Inf of {comp['elements']} elements")
+            elif comp["mismatched"] and strict:
+                reasons.append(
+                    f"output{comp['path']}: {comp['mismatched']} of {comp['elements']} elements differ "
+                    f"(max abs err {comp['max_abs_err']:.3g}, max rel err {comp['max_rel_err']:.3g})")
+        if self.checker is not None:
+            # check_implementation gets pristine inputs: GPU MODE's own checkers recompute the reference from them.
+            shaped = outputs[0] if len(want) == 1 and want[0][0] == "" else _rebuild(expected, outputs)
+            ok, message = verdict(self.checker(data, shaped))
+            result["check_implementation"] = {"passed": ok, "message": message[:2000]}
+            if not ok:
+                reasons.append(f"check_implementation: {message.splitlines()[0][:300] if message else 'failed'}")
+        return _fail(result, "; ".join(reasons)) if reasons else result
+
+    def expect(self, spec: dict, distribution: str, seeds: list[int], projection_seed: int) -> list[list[dict]]:
+        """For each timing input set (seed), the reference output's projections and their honest bounds."""
+        projector = tensors.Projector(projection_seed)
+        rtol, atol = self.tolerance
+        out = []
+        for seed in seeds:
+            case = dict(spec)
+            if "seed" in case:
+                case["seed"] = seed
+            _, _, expected = self._reference(case, distribution)
+            out.append(projector.bounds(expected, rtol, atol))
+            del expected
+        return out
+
+
+def _load_dump(path: str) -> list:
+    """A runner's saved outputs: a regular file (not a link the candidate planted) of plain tensors only."""
+    import torch
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise ValueError("the kernel's process saved no output") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("the saved output is not a regular file (the kernel's process replaced it)")
+    if info.st_size > MAX_DUMP_BYTES:
+        raise ValueError(f"the saved output is {info.st_size} bytes, over the {MAX_DUMP_BYTES} limit")
+    try:
+        value = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as error:  # weights_only refuses anything but tensors and plain containers
+        raise ValueError(f"the saved output cannot be read safely: {type(error).__name__}") from None
+    if not isinstance(value, list):
+        raise ValueError("the saved output is not what the runner writes (the kernel's process replaced it)")
+    return value
+
+
+def _rebuild(template, flat: list):
+    """Put tensors back into the nesting of `template` (the reference's output) for check_implementation."""
+    it = iter(flat)
+
+    def walk(node):
+        if isinstance(node, tuple):
+            return tuple(walk(x) for x in node)
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        return next(it)
+
+    return walk(template)
+
+
+def _fail(result: dict, reason: str) -> dict:
+    result["passed"] = False
+    result["reason"] = reason
+    return result
+
+
+def verdict(value) -> tuple[bool, str]:
+    """GPU MODE's checkers return (ok, message), a message that is empty when ok, or a bool."""
+    if isinstance(value, tuple) and len(value) == 2:
+        return bool(value[0]), str(value[1] or "")
+    if isinstance(value, str):
+        return value == "", value
+    if value is None:
+        return True, ""
+    return bool(value), ""
+
+
+def oracle_dir(target, dest: Path) -> Path:
+    """A pristine copy of the task's files (the base kernel included, for problems whose reference imports
+    from it), written by judge for the oracle alone."""
+    target.assemble(dest, target.kernel_source())
+    return dest

@@ -1,0 +1,251 @@
+"""The runner: judge's code inside a process that holds candidate (or base) code, driven by the parent.
+
+Nothing this process says is trusted as it stands. It generates inputs from seeds the parent sends (so the
+candidate never sees a fixed input set in advance), poisons the outputs, calls the kernel and hands back
+outputs (correctness: a file the trusted oracle compares) or times and projections of the output (timing:
+the parent checks them against the oracle and against its own wall clock). Everything it measures with is
+bound before the candidate is imported, and tamper.Baseline names what the candidate changed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import tamper, tensors
+
+WARMUP_CALLS = 3
+WARMUP_S = 0.05
+SPIN_MARGIN_US = 20.0
+SPIN_FACTOR = 2.0
+
+# Bound before any candidate code runs: the runner measures with these, whatever the candidate rebinds.
+_perf = time.perf_counter
+_monotonic = time.monotonic
+
+
+class Runner:
+    """One kernel in one process: loads it, checks cases, times repetitions; the parent's ops call these."""
+
+    def __init__(self, workspace: str, kernel_file: str, generators: dict[str, str]):
+        import torch
+
+        self.torch = torch
+        self.cuda = torch.cuda.is_available()
+        self.workspace = Path(workspace)
+        self.kernel_file = kernel_file
+        sys.path[:] = [workspace] + [p for p in sys.path if p not in ("", workspace)]
+        import reference  # the task's own, imported before any candidate code can touch the workspace
+
+        self.reference = reference
+        self.generators = {name: _generator(reference, spec) for name, spec in generators.items()}
+        self.kernel = None
+        self.bench: dict[str, Any] = {}
+        self._save = torch.save
+        if self.cuda:
+            self._sync = torch.cuda.synchronize
+            self._sleep = torch.cuda._sleep
+            self._event = torch.cuda.Event
+            self._elapsed = torch.cuda.Event.elapsed_time
+            self._record = torch.cuda.Event.record
+            props = torch.cuda.get_device_properties(0)
+            l2 = getattr(props, "L2_cache_size", 64 << 20)
+            self.flush = torch.empty(max(2 * l2, 8 << 20) // 4, dtype=torch.int32, device="cuda")
+            self.events = [self._event(enable_timing=True) for _ in range(3)]
+            self.cycles_per_us = self._spin_rate()
+        self.baseline = tamper.Baseline(self.own_functions())
+
+    def own_functions(self) -> dict[str, Any]:
+        return {name: getattr(Runner, name) for name in ("case", "arm", "fire", "report", "warm_up", "load", "audit", "setup_benchmark", "prepare_set",
+                                                         "_gpu_time", "_call_time", "_host_time", "_content")}
+
+    # ---- loading and correctness ----------------------------------------------------------------------
+
+    def load(self) -> dict:
+        """Import the kernel file as GPU MODE does (`from submission import custom_kernel`)."""
+        module = importlib.import_module(self.kernel_file.removesuffix(".py").replace("/", "."))
+        self.kernel = module.custom_kernel
+        return {"threads_after_import": len(self.baseline.threads)}
+
+    def case(self, spec: dict, distribution: str, slots: list[str], dump: str) -> dict:
+        """One correctness call: fresh inputs from the spec's (secret) seed, outputs poisoned, the kernel's output
+        saved to `dump` for the oracle; the verdict is the oracle's, never this process's."""
+        data = self.generators[distribution](**spec)
+        tensors.sync()
+        poisoned = tensors.poison(data, slots)
+        start = _perf()
+        output = self.kernel(data)
+        tensors.sync()  # every stream: work left on a side stream must be finished before the output is taken
+        seconds = _perf() - start
+        problem = tensors.plain_tensors(output)
+        if problem is None:
+            self._save([t.detach().cpu() for _, t in tensors.leaves(output)], dump)
+        return {"poisoned": poisoned, "kernel_s": round(seconds, 6), "problem": problem}
+
+    def audit(self) -> list[str]:
+        return self.baseline.changes({name: getattr(Runner, name, None) for name in self.baseline.own})
+
+    # ---- timing ----------------------------------------------------------------------------------------
+
+    def setup_benchmark(self, spec: dict, distribution: str, seeds: list[int], slots: list[str],
+                        projection_seed: int) -> dict:
+        """Inputs for one benchmark: two physical copies (made from the warm-up seed) that every timed call
+        runs on, and input sets generated from `seeds[1:]` only when the parent asks (just before their first
+        use), then copied into a physical copy before each call: a cache keyed on which tensor came back
+        returns the wrong set's answer."""
+        self.bench = {"spec": spec, "distribution": distribution, "seeds": seeds, "slots": slots, "sets": {},
+                      "projector": tensors.Projector(projection_seed), "calls": 0,
+                      "timed": set()}
+        warm = self._generate(seeds[0])
+        self.bench["physical"] = [warm, tensors.clone_data(warm)]
+        return {"sets": len(seeds) - 1}
+
+    def warm_up(self) -> dict:
+        """Warm-up calls on both physical copies; the host's launch times afterwards size the GPU spin."""
+        start = _monotonic()
+        calls = 0
+        while calls < 2 * WARMUP_CALLS or _monotonic() - start < WARMUP_S:
+            self._call_time(self.bench["physical"][calls % 2])
+            calls += 1
+        host = [self._call_time(self.bench["physical"][i % 2])[1] for i in range(4)]
+        return {"host_us": host, "calls": calls + 4}
+
+    def arm(self, set_index: int, clock: str) -> dict:
+        """Ready one timed call: the set's content into a physical copy, outputs poisoned (and, for the GPU
+        clock, the null tail measured). Its own command, so the parent's clock around `fire` holds the call
+        and little else."""
+        content, cold = self._content(set_index)
+        calls = self.bench["calls"]
+        self.bench["calls"] = calls + 1
+        data = self.bench["physical"][(calls // 2) % 2]
+        tensors.copy_into(data, content)
+        tensors.poison(data, self.bench["slots"])
+        self.bench["armed"] = data
+        null = self.null_tail() if clock == "gpu" else 0.0
+        return {"cold": cold, "null_tail_us": round(null, 3)}
+
+    def fire(self, clock: str, spin_us: float) -> dict:
+        """The timed call itself, on the armed inputs."""
+        data = self.bench.pop("armed")
+        if clock == "gpu":
+            measured, tail, host = self._gpu_time(data, spin_us)
+        elif clock == "call":
+            (measured, host), tail = self._call_time(data), 0.0
+        else:
+            (measured, host), tail = self._host_time(data), 0.0
+        return {"us": round(measured, 3), "tail_us": round(tail, 3), "host_us": round(host, 2),
+                "spin_us": round(spin_us, 2) if clock == "gpu" else 0.0}
+
+    def report(self) -> dict:
+        """What the call returned, as projections the parent checks against the oracle's."""
+        output = self.bench.pop("output")
+        problem = tensors.plain_tensors(output)
+        projections = None if problem else self.bench["projector"].project(output)
+        tensors.sync()
+        return {"problem": problem, "projections": projections}
+
+    def null_tail(self) -> float:
+        """The device-wide sync's round trip with no work: the tail a kernel's is compared with."""
+        start, stream_end, end = self.events
+        self._sync()
+        self._record(start)
+        self._record(stream_end)
+        self._sync()
+        self._record(end)
+        end.synchronize()
+        return self._elapsed(stream_end, end) * 1e3
+
+    def prepare_set(self, set_index: int) -> dict:
+        """Generate input set `set_index`, in a turn of its own, before its first timed call."""
+        self.bench["sets"][set_index] = self._generate(self.bench["seeds"][1 + set_index])
+        return {"set": set_index}
+
+    def _content(self, set_index: int):
+        """The set's content, and whether this is the kernel's first timed call on it (its answer unseen)."""
+        timed = self.bench["timed"]
+        cold = set_index not in timed
+        timed.add(set_index)
+        return self.bench["sets"][set_index], cold
+
+    def _generate(self, seed: int):
+        spec = dict(self.bench["spec"])
+        if "seed" in spec:
+            spec["seed"] = seed
+        data = self.generators[self.bench["distribution"]](**spec)
+        tensors.sync()
+        return data
+
+    def _spin_rate(self) -> float:
+        start, _, end = self.events
+        rates = []
+        for _ in range(3):
+            self._sync()
+            self._record(start)
+            self._sleep(200_000)
+            self._record(end)
+            end.synchronize()
+            rates.append(200_000 / (self._elapsed(start, end) * 1e3))
+        return sorted(rates)[1]
+
+    def _gpu_time(self, data, spin_us: float) -> tuple[float, float, float]:
+        """GPU time with the host's launch hidden: flush L2, sync, spin the GPU for longer than the launch
+        takes, then events around the call; the device-wide sync after `stream_end` catches side-stream work."""
+        start, stream_end, end = self.events
+        self.flush.zero_()
+        self._sync()
+        self._sleep(int(self.cycles_per_us * spin_us))
+        self._record(start)
+        host_start = _perf()
+        self.bench["output"] = self.kernel(data)
+        host = (_perf() - host_start) * 1e6
+        self._record(stream_end)
+        self._sync()
+        self._record(end)
+        end.synchronize()
+        return self._elapsed(start, stream_end) * 1e3, self._elapsed(stream_end, end) * 1e3, host
+
+    def _call_time(self, data) -> tuple[float, float]:
+        """The contest's clock: the GPU idle at `start`, events around the whole call, launch included, and the
+        device-wide sync before `end` so that side-stream work counts."""
+        if not self.cuda:
+            return self._host_time(data)
+        start, _, end = self.events
+        self.flush.zero_()
+        self._sync()
+        self._record(start)
+        host_start = _perf()
+        self.bench["output"] = self.kernel(data)
+        host = (_perf() - host_start) * 1e6
+        self._sync()
+        self._record(end)
+        end.synchronize()
+        return self._elapsed(start, end) * 1e3, host
+
+    def _host_time(self, data) -> tuple[float, float]:
+        """CPU targets: the host's clock around the call."""
+        start = _perf()
+        self.bench["output"] = self.kernel(data)
+        seconds = (_perf() - start) * 1e6
+        return seconds, seconds
+
+
+def _generator(reference, spec: str):
+    """A distribution's input generator: the reference's generate_input, or `file.py:function` in the workspace."""
+    if not spec:
+        return reference.generate_input
+    file, _, function = spec.partition(":")
+    path = Path(file)
+    module_spec = importlib.util.spec_from_file_location(f"judge_inputs_{path.stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return getattr(module, function)
+
+
+def spin_for(host_us: list[float]) -> float:
+    """A spin long enough to hide the slowest launch seen, with margin."""
+    return SPIN_MARGIN_US + SPIN_FACTOR * max(host_us, default=0.0)
+

@@ -1,0 +1,99 @@
+"""What a candidate may not change in its own process: the objects judge's runner measures and checks with.
+
+The runner takes a baseline before any candidate code is imported and compares after each piece of work.
+A candidate owns its process, so this cannot stop a determined forger (the parent's wall-clock audit and
+the trusted verifier do that); it names the everyday tricks: a patched timer, a replaced reference, a
+swapped save function, a tracing hook, a dispatch mode that intercepts tensors, a thread left running.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import sys
+import threading
+from typing import Any
+
+# (module name, dotted attribute) pairs whose identity must not change once the baseline is taken.
+WATCHED = [
+    ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "monotonic"), ("time", "monotonic_ns"),
+    ("time", "time"), ("time", "sleep"),
+    ("os", "write"), ("os", "replace"), ("os", "_exit"), ("json", "dumps"),
+    ("builtins", "open"), ("builtins", "print"), ("builtins", "isinstance"), ("builtins", "type"),
+    ("torch", "save"), ("torch", "load"), ("torch", "equal"), ("torch", "isfinite"), ("torch", "empty"),
+    ("torch.cuda", "synchronize"), ("torch.cuda", "_sleep"), ("torch.cuda", "current_stream"),
+    ("torch.cuda", "Event"), ("torch.cuda", "is_available"),
+    ("torch.cuda.Event", "record"), ("torch.cuda.Event", "elapsed_time"), ("torch.cuda.Event", "synchronize"),
+    ("torch.cuda.Event", "query"), ("torch.cuda.Event", "__init__"),
+    ("torch.Tensor", "copy_"), ("torch.Tensor", "fill_"), ("torch.Tensor", "zero_"), ("torch.Tensor", "clone"),
+    ("torch.Tensor", "cpu"), ("torch.Tensor", "to"), ("torch.Tensor", "detach"), ("torch.Tensor", "contiguous"),
+    ("torch.Tensor", "__torch_function__"),
+    ("reference", "generate_input"), ("reference", "ref_kernel"), ("reference", "check_implementation"),
+]
+
+
+def _resolve(module: str, attr: str) -> Any:
+    head, _, rest = module.partition(".")
+    obj = sys.modules.get(head)
+    for part in (rest.split(".") if rest else []):
+        obj = getattr(obj, part, None) if obj is not None else None
+    if obj is None:
+        return None
+    # Static lookup: a classmethod fetched with getattr is a new bound object each time.
+    return inspect.getattr_static(obj, attr, None)
+
+
+def _fingerprint(obj: Any) -> tuple[int, int | None]:
+    code = getattr(obj, "__code__", None)
+    return id(obj), id(code) if code is not None else None
+
+
+class Baseline:
+    """Identities of the watched objects, of the runner's own functions, and the process's hooks and threads."""
+
+    def __init__(self, own_functions: dict[str, Any]):
+        self.objects = {f"{m}.{a}": _fingerprint(_resolve(m, a)) for m, a in WATCHED}
+        self.own = {name: _fingerprint(fn) for name, fn in own_functions.items()}
+        self.own_functions = own_functions
+        self.builtins = dict(vars(builtins))
+        self.threads = {t.ident for t in threading.enumerate()}
+        self.meta_path = list(sys.meta_path)
+
+    def changes(self, module_functions: dict[str, Any]) -> list[str]:
+        """What differs from the baseline, one short phrase each; empty when nothing does."""
+        found = []
+        for key, before in self.objects.items():
+            module, _, attr = key.rpartition(".")
+            if _fingerprint(_resolve(module, attr)) != before:
+                found.append(f"{key} replaced")
+        for name, before in self.own.items():
+            if _fingerprint(module_functions.get(name)) != before:
+                found.append(f"judge's {name} replaced")
+        changed_builtins = sorted(k for k, v in vars(builtins).items()
+                                  if k in self.builtins and v is not self.builtins[k] and not k.startswith("_"))
+        found += [f"builtins.{k} replaced" for k in changed_builtins]
+        if sys.gettrace() is not None:
+            found.append("a trace function is set (sys.settrace)")
+        if sys.getprofile() is not None:
+            found.append("a profile function is set (sys.setprofile)")
+        if getattr(threading, "_trace_hook", None) or getattr(threading, "_profile_hook", None):
+            found.append("a thread trace or profile hook is set")
+        if [m for m in sys.meta_path if m not in self.meta_path]:
+            found.append("an import hook was added to sys.meta_path")
+        found += _torch_modes()
+        extra = [t for t in threading.enumerate() if t.ident not in self.threads and t.is_alive()]
+        if extra:
+            found.append(f"threads still running: {', '.join(sorted(t.name for t in extra))}")
+        return found
+
+
+def _torch_modes() -> list[str]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    found = []
+    if torch._C._len_torch_dispatch_stack():
+        found.append("a torch dispatch mode is active (it can intercept every tensor operation)")
+    if torch._C._len_torch_function_stack():
+        found.append("a torch function mode is active (it can intercept every tensor operation)")
+    return found

@@ -1,0 +1,215 @@
+"""A long-lived child process that judge drives with one command at a time, over pipes of its own.
+
+Workers hold either the trusted oracle or a runner beside candidate (or base) code. The parent times every
+command with its own clock, can freeze a worker (SIGSTOP to its whole process group) while another one
+measures, and kills the group when a command outlives its limit. Every command carries a number that the
+reply must echo: a candidate that writes to the reply pipe itself shifts the stream and is caught.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, tail
+
+MAX_REPLY_BYTES = 64 << 20
+START_TIMEOUT_S = 300.0
+
+
+class WorkerError(Exception):
+    """A worker stopped answering as it should: it died, hung, or broke the protocol."""
+
+    def __init__(self, status: str, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.status = status  # "crashed" | "timed-out" | "tampered"
+        self.message = message
+        self.log_tail = log_tail
+
+
+class CommandFailed(Exception):
+    """The command raised inside the worker (e.g. the kernel raised): the worker itself is still usable."""
+
+    def __init__(self, error: str, log_tail: str = ""):
+        super().__init__(error)
+        self.error = error
+        self.log_tail = log_tail
+
+
+@dataclass
+class Reply:
+    value: Any
+    wall_s: float
+
+
+class Worker:
+    """One child process serving `role` ("runner" or "oracle"); see judge.child.serve."""
+
+    def __init__(self, role: str, init: dict, *, cwd: Path, log_path: Path, policy: dict | None = None,
+                 env: dict[str, str] | None = None, start_timeout_s: float = START_TIMEOUT_S):
+        self.role = role
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = tempfile.TemporaryDirectory(prefix="judge-worker-")
+        setup = Path(self._tmp.name) / "setup.json"
+        setup.write_text(json.dumps({"role": role, "init": init, "policy": policy}))
+        cmd_read, self._cmd = os.pipe()
+        self._reply, reply_write = os.pipe()
+        child_env = dict(env if env is not None else os.environ)
+        child_env["PYTHONUNBUFFERED"] = "1"
+        paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if JUDGE_ROOT not in paths:
+            paths.append(JUDGE_ROOT)
+        child_env["PYTHONPATH"] = os.pathsep.join(paths)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "judge.child", "serve", str(cmd_read), str(reply_write), str(setup)],
+                cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(cmd_read, reply_write),
+            )
+        os.close(cmd_read)
+        os.close(reply_write)
+        self._buffer = b""
+        self._serial = 0
+        self.frozen = False
+        self.hello = self._read(0, start_timeout_s).value
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def call(self, op: str, timeout_s: float, **args) -> Reply:
+        """Run one command; its value and the parent's wall-clock time from sending it to the reply."""
+        if self.frozen:
+            self.thaw()
+        self._serial += 1
+        message = json.dumps({"serial": self._serial, "op": op, "args": args}).encode() + b"\n"
+        start = time.perf_counter()
+        try:
+            os.write(self._cmd, message)
+        except (BrokenPipeError, OSError):
+            raise self._died() from None
+        reply = self._read(self._serial, timeout_s)
+        reply.wall_s = time.perf_counter() - start
+        return reply
+
+    def freeze(self) -> None:
+        """Stop every process of the worker's group, so that nothing it runs can disturb another's turn."""
+        self._signal(signal.SIGSTOP)
+        self.frozen = True
+
+    def thaw(self) -> None:
+        self._signal(signal.SIGCONT)
+        self.frozen = False
+
+    def close(self) -> None:
+        """End the worker and everything it started."""
+        if self.process.poll() is None:
+            try:
+                if self.frozen:
+                    self.thaw()
+                os.write(self._cmd, json.dumps({"serial": -1, "op": "exit", "args": {}}).encode() + b"\n")
+                self.process.wait(timeout=2.0)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        kill_group(self.process.pid)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for fd in (self._cmd, self._reply):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._tmp.cleanup()
+
+    def log_tail(self) -> str:
+        return tail(self.log_path)
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- internals -------------------------------------------------------------------------------------
+
+    def _signal(self, number: int) -> None:
+        try:
+            os.killpg(self.process.pid, number)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _read(self, serial: int, timeout_s: float) -> Reply:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._hung(timeout_s)
+            ready, _, _ = select.select([self._reply], [], [], min(left, 1.0))
+            if not ready:
+                if self.process.poll() is not None:
+                    raise self._died()
+                continue
+            chunk = os.read(self._reply, 1 << 20)
+            if not chunk:
+                raise self._died()
+            self._buffer += chunk
+            if len(self._buffer) > MAX_REPLY_BYTES:
+                self._kill()
+                raise WorkerError("tampered", "wrote more than 64 MiB to judge's reply channel", self.log_tail())
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            message = json.loads(line)
+        except ValueError:
+            self._kill()
+            raise WorkerError("tampered", "wrote something other than judge's replies to judge's reply channel",
+                              self.log_tail()) from None
+        if not isinstance(message, dict) or message.get("serial") != serial:
+            self._kill()
+            raise WorkerError("tampered", "answered out of turn on judge's reply channel (a forged reply)",
+                              self.log_tail())
+        if not message.get("ok"):
+            raise CommandFailed(str(message.get("error", "unknown error")), self.log_tail())
+        return Reply(message.get("value"), 0.0)
+
+    def _hung(self, timeout_s: float) -> WorkerError:
+        try:
+            os.kill(self.process.pid, signal.SIGUSR1)  # faulthandler: the Python stacks go to the log
+            time.sleep(DUMP_GRACE_S)
+        except ProcessLookupError:
+            pass
+        self._kill()
+        return WorkerError("timed-out", f"killed after {timeout_s:.1f} s", self.log_tail())
+
+    def _died(self) -> WorkerError:
+        self._kill()
+        code = self.process.returncode
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            message = f"killed by signal {name}"
+        else:
+            message = f"exited with code {code} before returning"
+        return WorkerError("crashed", message, self.log_tail())
+
+    def _kill(self) -> None:
+        if self.frozen:
+            self._signal(signal.SIGCONT)
+            self.frozen = False
+        kill_group(self.process.pid)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
