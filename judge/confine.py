@@ -184,7 +184,7 @@ def apply(policy: Policy) -> Confinement:
 
 
 def _read_paths(policy: Policy) -> list[Path]:
-    # Ancestors of a writable path would expose the workspaces beside it.
+    # Ancestors of a writable path would expose the workspaces beside it, so they go, system trees included.
     return [p for p in system_readable() if not any(_inside(w, [p]) for w in policy.writable)] + policy.readable
 
 
@@ -223,8 +223,8 @@ def _landlock(policy: Policy, readable: list[Path]) -> tuple[str, str]:
     rules = [(p, _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR) for p in readable]
     rules += [(p, write) for p in policy.writable + [Path("/dev/shm")]]
     rules += [(Path("/dev"), _LL_READ_DIR)] + [(p, device) for p in dev_paths]
-    # CUDA's initialisation writes to this process's own /proc entries; without it cuInit fails (error 304).
-    rules += [(Path(f"/proc/{os.getpid()}"), handled & (_LL_READ_FILE | _LL_WRITE_FILE | _LL_TRUNCATE))]
+    # CUDA names its threads through /proc/<pid>/task/<tid>/comm; cuInit fails (error 304) when it cannot.
+    rules += [(Path(f"/proc/{os.getpid()}/task"), handled & (_LL_READ_FILE | _LL_WRITE_FILE | _LL_TRUNCATE))]
     # The kernel takes the largest struct it knows and checks that the fields it does not know are zero.
     attr = _RulesetAttr(handled, net, _LL_SCOPES if abi >= 6 else 0)
     try:
@@ -273,31 +273,33 @@ def _seccomp(lib, policy: Policy) -> tuple[str, str]:
     """Default-allow filter that refuses what reaches other processes, the kernel or the network."""
     if isinstance(lib, BaseException):
         return f"not confined: no seccomp ({type(lib).__name__}: {lib})", ""
-    eperm, unknown = lib.ERRNO(errno.EPERM), []
-    sc = lib.SyscallFilter(lib.ALLOW)
-    sc.set_attr(lib.Attr.CTL_TSYNC, 1)  # every thread, not only this one
-
-    def deny(name, *args, action=eperm):
-        if lib.resolve_syscall(lib.Arch.NATIVE, name) < 0:
-            unknown.append(name)
-        else:
-            sc.add_rule(action, name, *args)
-
-    for name in _DENIED:
-        deny(name)
-    for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):  # arg0: the target
-        for arg in _outside(lib, [0, os.getpid()]):
-            deny(name, arg)
-    for flag in _NAMESPACE_FLAGS:
-        deny("clone", lib.Arg(0, lib.MASKED_EQ, flag, flag))
-    deny("clone3", action=lib.ERRNO(errno.ENOSYS))  # its flags are out of reach; glibc falls back to clone
-    if not policy.network:
-        for arg in _outside(lib, [1, 16]):  # AF_UNIX and AF_NETLINK stay: Python and CUDA use them locally
-            deny("socket", arg)
+    unknown = []
     try:
+        sc = lib.SyscallFilter(lib.ALLOW)
+        sc.set_attr(lib.Attr.CTL_TSYNC, 1)  # every thread, not only this one
+
+        def deny(name, *args, action=lib.ERRNO(errno.EPERM)):
+            if lib.resolve_syscall(lib.Arch.NATIVE, name) < 0:
+                unknown.append(name)
+            else:
+                sc.add_rule(action, name, *args)
+
+        for name in _DENIED:
+            deny(name)
+        # arg0 is the target; 0 is this process group. The pid is this one's: a forked child may only
+        # signal its own group, which is all the judge's killpg needs.
+        for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+            for arg in _outside(lib, [0, os.getpid()]):
+                deny(name, arg)
+        for flag in _NAMESPACE_FLAGS:
+            deny("clone", lib.Arg(0, lib.MASKED_EQ, flag, flag))
+        deny("clone3", action=lib.ERRNO(errno.ENOSYS))  # its flags are out of reach; glibc falls back to clone
+        if not policy.network:
+            for arg in _outside(lib, [1, 16]):  # AF_UNIX and AF_NETLINK stay: Python and CUDA use them locally
+                deny("socket", arg)
         sc.load()
     except OSError as error:
-        return f"not confined: seccomp load failed ({error.strerror})", ""
+        return f"not confined: seccomp filter failed ({error.strerror})", ""
     missed = f"; unknown to libseccomp, so allowed: {', '.join(unknown)}" if unknown else ""
     return ("seccomp: ptrace, process_vm_*, signals to other processes, non-unix sockets, setsid, setpgid, "
             "namespaces, mount, chroot, bpf, perf_event_open, keys, io_uring, userfaultfd, modules, reboot, "
@@ -329,9 +331,12 @@ def _drop_user(policy: Policy, readable: list[Path]) -> str:
         reason = f"the writable paths are not owned by {NOBODY} (prepare() was not called)"
     if reason:
         return f"same uid {uid}: {reason}"
-    os.setgroups([])
-    os.setresgid(NOBODY, NOBODY, NOBODY)
-    os.setresuid(NOBODY, NOBODY, NOBODY)
+    try:
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
+    except OSError as error:
+        return f"same uid {os.getuid()}: dropping to {NOBODY} failed ({error.strerror})"
     return f"uid {NOBODY} (nobody)"
 
 
@@ -352,8 +357,7 @@ def _unreadable_reason(path: Path, search_only: bool = False) -> str:
         if not ancestor.exists():
             break  # prepare() will create the rest, open to others
         mode = ancestor.stat().st_mode
-        is_dir = stat.S_ISDIR(mode)
-        if is_dir and not mode & stat.S_IXOTH:
+        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
             return f"{ancestor} is mode {stat.S_IMODE(mode):04o}: uid {NOBODY} cannot search it"
         if ancestor == path and not search_only and not mode & stat.S_IROTH:
             return f"{ancestor} is mode {stat.S_IMODE(mode):04o}: uid {NOBODY} cannot read it"
