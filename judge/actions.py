@@ -307,3 +307,24 @@ def shark_list(ledger: Ledger) -> list[dict]:
             }
         )
     return out
+
+
+def clear_evaluation(ledger: Ledger, evaluation_id: int, note: str, cleared_by: str) -> dict:
+    """A person's word that an implausible result is real: it then stands at what its timing said, and the
+    round's winner is chosen again."""
+    from .rounds import MIN_EFFECT, timing_verdict
+
+    evaluation = ledger.evaluation(evaluation_id)
+    if evaluation is None:
+        raise JudgeError(f"evaluation {evaluation_id} is not in the ledger (see 'judge show PROPOSAL')")
+    if evaluation["outcome"] != Outcome.IMPLAUSIBLE.value:
+        raise JudgeError(f"evaluation {evaluation_id} is {evaluation['outcome']}, not implausible: nothing to clear")
+    if not note.strip():
+        raise JudgeError("field 'note': say why the result is real (it is kept with the clearance)")
+    timing = next(s for s in ledger.stage_results(evaluation_id) if s.stage == "timing")
+    outcome, reason = timing_verdict(timing, MIN_EFFECT)
+    clearance_id = ledger.clear(evaluation_id, outcome.value, note.strip(), cleared_by)
+    winner = ledger.round_winner(evaluation["round_id"])
+    ledger.set_winner(evaluation["round_id"], winner["revision_id"] if winner else None)
+    return {"clearance_id": clearance_id, "evaluation_id": evaluation_id, "outcome": outcome.value,
+            "reason": reason, "round_winner": winner["proposal_id"] if winner else None}

@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 
 RUNNER_OPS = {"load", "case", "audit", "setup_benchmark", "prepare_set", "warm_up", "arm", "fire", "report", "null_tail"}
-ORACLE_OPS = {"plan", "verify", "expect"}
+ORACLE_OPS = {"plan", "verify", "expect", "facts"}
 
 
 def _clean(value):

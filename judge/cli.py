@@ -252,6 +252,21 @@ def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool
         out.print(str(path), markup=False)
 
 
+@command(main, "clear")
+@click.argument("evaluation_id", type=int)
+@click.option("--note", required=True, help="Why the result is real; kept with the clearance.")
+@click.option("--by", "cleared_by", default=lambda: __import__("getpass").getuser(), show_default="your user name",
+              help="Who clears it.")
+def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, as_json: bool):
+    """Clear an implausible result after checking it by hand: it then stands at what its timing said."""
+    result = actions.clear_evaluation(ctx.ledger, evaluation_id, note, cleared_by)
+    if as_json:
+        emit_json(result)
+        return
+    out.print(f"evaluation {evaluation_id} cleared: it stands as {result['outcome']} ({result['reason']})")
+    out.print(f"round winner: {result['round_winner'] or 'none'}")
+
+
 @command(main, "list")
 @click.option("--round", "round_", type=int, help="Only this round.")
 def list_cmd(ctx: Context, round_, as_json: bool):

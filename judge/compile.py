@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from . import resources
 from .errors import JudgeError
+from .confine import Policy
 from .isolation import run_isolated
 from .stages import StageResult
 from .targets import Target
@@ -98,6 +99,8 @@ def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: 
                 "CUTE_DSL_DISABLE_FILE_CACHING": "1",
             },
             log_path=workspace / "compile.log",
+            # Importing the kernel runs contestant code: confined like every runner, the cache read-only.
+            policy=Policy(writable=[workspace, scratch], readable=[cache.root]),
         )
         seconds = time.monotonic() - start
         if outcome.status != "ok":
@@ -574,6 +577,7 @@ def _import_only(target: Target, workspace: Path, limit: float) -> StageResult:
         "judge.compile:_child_import",
         {"workspace": str(workspace), "kernel_module": _module_name(target.kernel_file), "kernel_file": target.kernel_file},
         timeout_s=limit, cwd=workspace, env=env, log_path=workspace / "compile.log",
+        policy=Policy(writable=[workspace], readable=[]),
     )
     detail: dict[str, Any] = {"arch": target.arch, "entry": None, "configs": []}
     if outcome.status == "timed-out":

@@ -309,6 +309,7 @@ class Ledger:
     ) -> int:
         """Write one finished evaluation with its stages, benchmarks, repetitions and resources at once."""
         timing = next((s for s in stages if s.stage == "timing" and s.status == "passed"), None)
+        confinement = next((s.detail.get("confinement") for s in stages if s.detail.get("confinement")), None)
         geomean = ci = None
         if timing:
             geomean = timing.detail.get("geomean")
@@ -327,6 +328,7 @@ class Ledger:
                     "geomean_ci_low": ci[0] if ci else None,
                     "geomean_ci_high": ci[1] if ci else None,
                     "device_json": _json(device) if device else None,
+                    "confinement": confinement_summary(confinement),
                     "started_at": started_at,
                     "finished_at": now(),
                 }
@@ -360,6 +362,9 @@ class Ledger:
                             "significant": int(bool(bench["significant"])),
                             "reps": bench["reps"],
                             "speed_of_light_us": bench.get("speed_of_light_us"),
+                            "clock": bench.get("clock"),
+                            "clocks_json": _json(bench["clocks"]) if bench.get("clocks") else None,
+                            "audit_json": _json(bench["audit"]) if bench.get("audit") else None,
                         }
                     ).last_pk
                     db["timings"].insert_all(
@@ -396,8 +401,49 @@ class Ledger:
     def benchmark_results(self, evaluation_id: int) -> list[dict]:
         return self.query("select * from benchmark_results where evaluation_id = ? order by benchmark", (evaluation_id,))
 
+    def round_winner(self, round_id: int) -> dict | None:
+        """The latest candidate evaluation per revision of the round that stands as faster, best geomean first."""
+        rows = self.query(
+            """
+            select e.*, r.proposal_id, r.revision, r.patch from evaluations e
+            join revisions r on r.id = e.revision_id
+            left join clearances c on c.evaluation_id = e.id
+            where e.id in (select max(id) from evaluations where round_id = ? and subject = 'candidate'
+                           group by revision_id)
+              and (e.outcome = 'faster' or (e.outcome = 'implausible' and c.outcome = 'faster'))
+            order by e.geomean_speedup desc, e.id
+            """,
+            (round_id,),
+        )
+        return rows[0] if rows else None
+
+    def clear(self, evaluation_id: int, outcome: str, note: str, cleared_by: str) -> int:
+        """Record that a person cleared an implausible result; it then stands at `outcome`. Once only."""
+        with self.transaction() as db:
+            if self.clearance(evaluation_id):
+                raise JudgeError(f"evaluation {evaluation_id} is already cleared")
+            return db["clearances"].insert({"evaluation_id": evaluation_id, "outcome": outcome, "note": note,
+                                            "cleared_by": cleared_by, "cleared_at": now()}).last_pk
+
+    def clearance(self, evaluation_id: int) -> dict | None:
+        rows = self.query("select * from clearances where evaluation_id = ?", (evaluation_id,))
+        return rows[0] if rows else None
+
+    def evaluation(self, evaluation_id: int) -> dict | None:
+        rows = self.query("select * from evaluations where id = ?", (evaluation_id,))
+        return rows[0] if rows else None
+
     def kernel_resources(self, evaluation_id: int) -> list[dict]:
         return self.query("select * from kernel_resources where evaluation_id = ? order by id", (evaluation_id,))
+
+
+def confinement_summary(record: dict | None) -> str | None:
+    """The one line a report shows for a runner's confinement record (judge.confine.Confinement)."""
+    if not record:
+        return None
+    from .confine import Confinement
+
+    return Confinement.from_dict(record).summary()
 
 
 def shark_from_row(row: dict) -> Shark:

@@ -206,6 +206,22 @@ def m002_kernel_resources_per_kernel(db: sqlite_utils.Database) -> None:
     db["kernel_resources"].add_column("benchmarks_json", str)
 
 
+@migration
+def m003_clocks_audits_clearances(db: sqlite_utils.Database) -> None:
+    """Each benchmark result says which clock decided it, what every clock measured and what the audits found;
+    each evaluation says which confinement its kernel ran under; a person can clear an implausible result."""
+    db["benchmark_results"].add_column("clock", str)
+    db["benchmark_results"].add_column("clocks_json", str)
+    db["benchmark_results"].add_column("audit_json", str)
+    db["evaluations"].add_column("confinement", str)
+    db["clearances"].create(
+        {"id": int, "evaluation_id": int, "outcome": str, "note": str, "cleared_by": str, "cleared_at": str},
+        pk="id",
+        foreign_keys=[("evaluation_id", "evaluations", "id")],
+    )
+    db["clearances"].create_index(["evaluation_id"], unique=True)
+
+
 def applied(db: sqlite_utils.Database) -> list[str]:
     if MIGRATIONS_TABLE not in db.table_names():
         return []

@@ -106,6 +106,13 @@ class Oracle:
                 reasons.append(f"check_implementation: {message.splitlines()[0][:300] if message else 'failed'}")
         return _fail(result, "; ".join(reasons)) if reasons else result
 
+    def facts(self) -> dict | None:
+        """The GPU and its clocks as this trusted process sees them (None on a CPU)."""
+        from .devices import facts_here
+
+        facts = facts_here()
+        return facts.to_dict() if facts else None
+
     def expect(self, spec: dict, distribution: str, seeds: list[int], projection_seed: int) -> list[list[dict]]:
         """For each timing input set (seed), the reference output's projections and their honest bounds."""
         projector = tensors.Projector(projection_seed)

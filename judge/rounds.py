@@ -116,18 +116,9 @@ def _quiet(*_args, **_kwargs) -> None:
 
 
 def winner_of(ledger: Ledger, round_id: int) -> Optional[dict]:
-    """The round's best significantly-faster proposal by measured geomean, or None."""
-    rows = ledger.query(
-        """
-        select e.*, r.proposal_id, r.revision, r.patch from evaluations e
-        join revisions r on r.id = e.revision_id
-        where e.id in (select max(id) from evaluations where round_id = ? and subject = 'candidate' group by revision_id)
-          and e.outcome = 'faster'
-        order by e.geomean_speedup desc, e.id
-        """,
-        (round_id,),
-    )
-    return rows[0] if rows else None
+    """The round's best significantly-faster proposal by measured geomean (an implausible one counts only once
+    a person has cleared it as faster), or None."""
+    return ledger.round_winner(round_id)
 
 
 def base_for(ledger: Ledger, target: Target, round: int) -> tuple[str, str]:

@@ -48,6 +48,8 @@ WALL_SLACK_FRACTION = 0.10
 REPORT_SLACK_FRACTION = 0.25
 # Replay: calls on input sets seen before may not be this much faster than calls on new ones, beyond the base.
 REPLAY_FACTOR = 1.5
+# ... and by at least this many microseconds: a first touch of new memory costs a CPU kernel a little.
+REPLAY_FLOOR_US = 20.0
 
 
 def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float | None = None,
@@ -85,6 +87,7 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
         return _stopped(error, time.monotonic() - started, who="base")
     session = _Session(ev, base, cand, deadline)
     benchmarks, failure = [], None
+    facts = None if target.on_cpu else ev.ask("facts")
     try:
         session.freeze()
         left = budget
@@ -107,6 +110,9 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
         session.thaw()
     seconds = time.monotonic() - started
     detail = summarise(benchmarks, target, cand.hello.get("confinement"))
+    after = None if target.on_cpu else ev.ask("facts")
+    detail["device"] = facts
+    detail["device_after"] = {k: after.get(k) for k in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c")} if after else None
     if failure:
         return StageResult(STAGE, "failed", failure, seconds, detail, cand.log_tail())
     reasons = audit + detail.pop("audit_reasons")
@@ -242,6 +248,7 @@ def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) 
             entry["speed_of_light_us"] = target.speed_of_light_us[i]
         out.append(entry)
     detail: dict[str, Any] = {"benchmarks": out, "clock": deciding, "confinement": confinement,
+                              "max_speedup": target.max_speedup,
                               "audit_reasons": reasons, "method": METHOD[deciding]}
     if pairs:
         point, low, high = stats.geomean_ci(pairs)
@@ -285,8 +292,11 @@ def _audits(series: dict, deciding: str) -> dict[str, Any]:
                     f"its {step} commands took {point:.1f} us longer on the parent's wall clock than the base's, "
                     f"beyond what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the "
                     "times it reported are not the times its work took")
-    replay = {w: _replay_ratio([series[(w, c)] for c in sorted({c for _, c in series})]) for w in ("base", "cand")}
-    if replay["cand"] is not None and replay["base"] is not None and replay["cand"] > REPLAY_FACTOR * replay["base"]:
+    clocks = sorted({c for _, c in series})
+    replay = {w: _replay_ratio([series[(w, c)] for c in clocks]) for w in ("base", "cand")}
+    cold_excess = _cold_excess([series[("cand", c)] for c in clocks])
+    if (replay["cand"] is not None and replay["base"] is not None and replay["cand"] > REPLAY_FACTOR * replay["base"]
+            and cold_excess > REPLAY_FLOOR_US):
         reasons.append(f"calls on input sets it had seen before ran {replay['cand']:.2f}x faster than calls on new "
                        f"ones (the base: {replay['base']:.2f}x): it replays answers it kept")
     return {"wall_excess_us": excess, "wall_overhead_us": overhead, "replay_ratio": replay, "reasons": reasons}
@@ -299,6 +309,17 @@ def _call_residual(rep: dict) -> float:
 
 def _report_residual(rep: dict) -> float:
     return rep["report_wall_us"]
+
+
+def _cold_excess(per_clock: list[list[dict]]) -> float:
+    """How many microseconds a first call on a set takes beyond later calls (median over clocks' series)."""
+    excess = []
+    for reps in per_clock:
+        warm = [r["us"] for r in reps if not r["cold"]]
+        if warm:
+            typical = stats.median(warm)
+            excess += [r["us"] - typical for r in reps if r["cold"]]
+    return stats.median(excess) if excess else 0.0
 
 
 def _replay_ratio(per_clock: list[list[dict]]) -> float | None:

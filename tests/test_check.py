@@ -1,7 +1,7 @@
-"""judge/check.py: each kernel variant of the vecadd fixture gets its verdict.
+"""judge/check.py: each kernel variant of the vecadd fixture gets its verdict from the oracle.
 
-On a CPU the fixture's inputs live on the CPU and the GPU gate is bypassed, so that the verdict logic is
-tested everywhere; the `gpu` tests run the same table (and the side-stream kernel) on a real GPU.
+On a CPU the fixture runs as a CPU target (its inputs live on the CPU), so that the whole stage, runner and
+oracle processes included, is tested everywhere; the `gpu` tests run the same table on a real GPU.
 """
 
 import os
@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from judge import check
-from judge.check import run_correctness
+from judge.check import check, run_correctness
+from judge.evaluation import Evaluator, derive
 from judge.targets import load_target
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
 VARIANTS = FIXTURE / "variants"
+SMALL_BENCHMARKS = [{"size": 20000, "seed": 1}, {"size": 40000, "seed": 2}]
 
 
 def cuda_available() -> bool:
@@ -22,45 +23,56 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def judge_variant(variant: str, tmp_path: Path, timeout_s: float = 120):
+def cpu_target():
     target = load_target(FIXTURE)
+    target.arch = "cpu"
+    target.benchmarks = SMALL_BENCHMARKS
+    return target
+
+
+def judge_variant(target, variant: str, tmp_path: Path, timeout_s: float = 120, secret: int = 7):
     workspace = target.assemble(tmp_path / variant, (VARIANTS / f"{variant}.py").read_text())
-    return run_correctness(target, workspace, timeout_s=timeout_s)
-
-
-@pytest.fixture
-def on_cpu(monkeypatch):
-    if cuda_available():
-        pytest.skip("the CPU variant of this test runs where there is no GPU")
-    monkeypatch.setattr(check, "gate", lambda arch: None)
+    with Evaluator(target, tmp_path / "round", secret=secret) as evaluator:
+        result, worker = check(evaluator, workspace, timeout_s=timeout_s)
+        if worker is not None:
+            worker.close()
+    return result
 
 
 def test_not_run_without_a_gpu(tmp_path):
     if cuda_available():
         pytest.skip("this machine has a GPU")
-    result = judge_variant("correct", tmp_path)
+    target = load_target(FIXTURE)
+    result = run_correctness(target, target.assemble(tmp_path / "correct", target.kernel_source()))
     assert result.status == "not-run"
     assert result.summary == "not run: needs a CUDA GPU, this machine has none"
 
 
-def test_correct_passes(on_cpu, tmp_path):
-    result = judge_variant("correct", tmp_path)
+def test_correct_passes_on_secret_seeds(tmp_path):
+    result = judge_variant(cpu_target(), "correct", tmp_path)
     assert result.status == "passed", result.summary + result.log_tail
-    assert result.summary == "6 of 6 checks passed (3 tests x 2 seeds)"
+    assert result.summary == "8 of 8 checks passed (3 tests x 2 seeds + 2 benchmarks)"
     cases = result.detail["cases"]
-    assert [(c["test"], c["call"], c["seed"]) for c in cases] == [
-        (0, 1, 4242), (0, 2, 4243), (1, 1, 5236), (1, 2, 5237), (2, 1, 1001), (2, 2, 1002)
-    ]
-    assert all(c["poisoned"] == ["[2]"] for c in cases)  # the preallocated output, found by the reference
+    expected_seeds = [derive(7, "test", i, call, "default") for i in range(3) for call in (1, 2)]
+    expected_seeds += [derive(7, "benchmark", j, "default") for j in range(2)]
+    assert [c["seed"] for c in cases] == expected_seeds
+    assert not {4242, 4243, 5236, 1001, 1, 2} & {c["seed"] for c in cases}  # task.yml's public seeds are not used
+    assert [(c["kind"], c["test"], c["call"]) for c in cases] == [
+        ("test", 0, 1), ("test", 0, 2), ("test", 1, 1), ("test", 1, 2), ("test", 2, 1), ("test", 2, 2),
+        ("benchmark", 0, 1), ("benchmark", 1, 1)]
+    assert all(c["poisoned"] == ["[2]"] for c in cases)  # the preallocated output, found by the oracle
     assert all(c["check_implementation"] == {"passed": True, "message": ""} for c in cases)
     assert result.detail["tolerance"] == {"rtol": 1e-6, "atol": 1e-6}
-    assert (tmp_path / "correct" / "correctness.log").exists()
+    assert result.detail["confinement"]["filesystem"]
+    assert (tmp_path / "correct" / "worker.log").exists()
 
 
-def test_wrong_fails_with_mismatches(on_cpu, tmp_path):
-    result = judge_variant("wrong", tmp_path)
+def test_wrong_fails_with_mismatches(tmp_path):
+    result = judge_variant(cpu_target(), "wrong", tmp_path)
     assert result.status == "failed"
-    assert result.summary.startswith("6 of 6 checks failed; first: test 0 (size=127), first call (seed 4242): output: ")
+    seed = derive(7, "test", 0, 1, "default")
+    assert result.summary.startswith(
+        f"8 of 8 checks failed; first: test 0 (size=127), first call (seed {seed}): output: ")
     first = result.detail["cases"][0]["outputs"][0]
     assert first["mismatched"] > 100 and first["nonfinite"] == 0
     assert 1e-4 < first["max_abs_err"] < 1e-2  # 0.001 * |b|
@@ -69,90 +81,80 @@ def test_wrong_fails_with_mismatches(on_cpu, tmp_path):
     assert abs(mismatch["got"] - mismatch["expected"]) > 1e-6
 
 
-def test_partial_write_fails_on_poison(on_cpu, tmp_path):
-    result = judge_variant("partial", tmp_path)
+def test_partial_write_fails_on_poison(tmp_path):
+    result = judge_variant(cpu_target(), "partial", tmp_path)
     assert result.status == "failed"
     first = result.detail["cases"][0]
     assert first["reason"].startswith("output has 64 NaN/Inf of 127 elements")
-    assert first["outputs"][0]["first_mismatches"][0] == {"index": [63], "got": "nan", "expected": pytest.approx(
-        first["outputs"][0]["first_mismatches"][0]["expected"])}
+    assert first["outputs"][0]["first_mismatches"][0]["index"] == [63]
+    assert first["outputs"][0]["first_mismatches"][0]["got"] == "nan"
 
 
-def test_cache_is_stale_on_the_second_call(on_cpu, tmp_path):
-    result = judge_variant("cached", tmp_path)
+def test_cache_is_stale_on_the_second_call(tmp_path):
+    result = judge_variant(cpu_target(), "cached", tmp_path)
     assert result.status == "failed"
-    verdicts = [(c["call"], c["passed"]) for c in result.detail["cases"]]
-    assert verdicts == [(1, True), (2, False)] * 3
-    assert result.summary.startswith("3 of 6 checks failed; first: test 0 (size=127), second call (seed 4243)")
+    verdicts = [(c["kind"], c["call"], c["passed"]) for c in result.detail["cases"]]
+    assert verdicts == [("test", 1, True), ("test", 2, False)] * 3 + [("benchmark", 1, True)] * 2
+    seed = derive(7, "test", 0, 2, "default")
+    assert result.summary.startswith(f"3 of 8 checks failed; first: test 0 (size=127), second call (seed {seed})")
 
 
-def test_exception_crashes(on_cpu, tmp_path):
-    result = judge_variant("faults", tmp_path)
+def test_right_on_test_shapes_only_fails_on_a_benchmark_shape(tmp_path):
+    target = cpu_target()
+    source = target.kernel_source().replace(
+        "    torch.add(a, b, out=out)", "    n = min(a.numel(), 100003)\n    torch.add(a[:n], b[:n], out=out[:n])")
+    workspace = target.assemble(tmp_path / "tests-only", source)
+    target.benchmarks = [{"size": 200000, "seed": 1}]
+    with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
+        result, _ = check(evaluator, workspace)
+    assert result.status == "failed"
+    seed = derive(7, "benchmark", 0, "default")
+    assert result.summary == (f"1 of 7 checks failed; first: benchmark 0 (size=200000) (seed {seed}): output has "
+                              "99997 NaN/Inf of 200000 elements; check_implementation: mismatch against the reference")
+
+
+def test_exception_crashes(tmp_path):
+    result = judge_variant(cpu_target(), "faults", tmp_path)
     assert result.status == "crashed"
-    assert result.summary.startswith("crashed: IndexError: index 508 is out of bounds")
+    seed = derive(7, "test", 0, 1, "default")
+    assert result.summary == (f"crashed: IndexError: index 508 is out of bounds for dimension 0 with size 127 "
+                              f"(test 0 (size=127), first call (seed {seed}))")
     assert "Traceback" in result.log_tail
 
 
-def test_hang_times_out(on_cpu, tmp_path):
-    result = judge_variant("hangs", tmp_path, timeout_s=8)
+def test_hang_times_out(tmp_path):
+    result = judge_variant(cpu_target(), "hangs", tmp_path, timeout_s=8)
     assert result.status == "timed-out"
-    assert result.summary == "timed out: killed after 8.0 s"
-    assert result.seconds < 12
+    assert result.summary == "timed-out: killed after 8.0 s" or result.summary.startswith("timed-out: killed after")
+    assert result.seconds < 14
 
 
-def test_output_slots_found_through_nested_data():
-    torch = pytest.importorskip("torch")
-    a, c = torch.ones(4), torch.empty(3)
-    data = (a, {"meta": 3, "out": [c]}, "name")
-    after = check.clone_data(data)
-
-    def reference(d):
-        d[1]["out"][0].fill_(2.0)
-        return d[1]["out"][0]
-
-    returned = reference(after)
-    slots = check.output_slots(data, after, returned)
-    assert slots == ["[1]['out'][0]"]
-    kernel_data = check.clone_data(data)
-    assert check.poison(kernel_data, slots) == ["[1]['out'][0]"]
-    assert torch.isnan(kernel_data[1]["out"][0]).all() and not torch.isnan(kernel_data[0]).any()
+def test_patching_the_reference_in_its_own_process_changes_nothing(tmp_path):
+    target = cpu_target()
+    source = target.kernel_source() + (
+        "\nimport reference\nreference.ref_kernel = lambda data: data[2]\n"
+        "reference.check_implementation = lambda data, output: (True, '')\n\n"
+        "def custom_kernel(data):\n    a, b, out = data\n    out.zero_()\n    return out\n")
+    workspace = target.assemble(tmp_path / "patcher", source)
+    with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
+        result, _ = check(evaluator, workspace)
+    assert result.status == "tampered"
+    assert result.summary == ("tampered: reference.ref_kernel replaced; reference.check_implementation replaced")
+    assert not any(c["passed"] for c in result.detail["cases"])  # the oracle's reference was never touched
 
 
-def test_nvfp4_outputs_are_found_among_packed_fp4_inputs(monkeypatch):
-    """The SM100 target's data holds float4 tensors, which torch.equal cannot compare: the check must
-    still find exactly the C tensors as outputs (this is the B200 path up to the kernel call)."""
-    torch = pytest.importorskip("torch")
-    target_dir = Path(__file__).resolve().parents[1] / "kernels" / "nvfp4_group_gemm"
-    monkeypatch.syspath_prepend(str(target_dir))
-    for name in ("reference", "task", "utils"):
-        monkeypatch.delitem(__import__("sys").modules, name, raising=False)
-    import reference
-
-    data = reference.generate_input(m=[128, 64], n=[128, 256], k=[256, 256], g=2, seed=1111)
-    after = check.clone_data(data)
-    returned = reference.ref_kernel(after)
-    slots = check.output_slots(data, after, returned)
-    assert slots == ["[0][0][2]", "[0][1][2]"]
-    assert check.poison(check.clone_data(data), slots) == slots
-
-
-def test_unchanged_nan_inputs_are_not_outputs():
-    torch = pytest.importorskip("torch")
-    x = torch.tensor([1.0, float("nan")])
-    assert check.output_slots((x,), check.clone_data((x,)), None) == []
-
-
-def test_compare_exact_numbers():
-    torch = pytest.importorskip("torch")
-    got = torch.tensor([[1.0, 2.0], [3.0, float("inf")]])
-    want = torch.tensor([[1.0, 2.5], [3.0, 4.0]])
-    comp = check.compare("", got, want, rtol=0.0, atol=0.1)
-    assert comp["mismatched"] == 2 and comp["nonfinite"] == 1
-    assert comp["max_abs_err"] == 0.5 and comp["max_rel_err"] == 0.2
-    assert comp["first_mismatches"] == [
-        {"index": [0, 1], "got": 2.0, "expected": 2.5},
-        {"index": [1, 1], "got": "inf", "expected": 4.0},
-    ]
+def test_input_distributions_are_all_checked(tmp_path):
+    target = load_target(Path(__file__).resolve().parents[1] / "kernels" / "vecadd_cpu")
+    clamping = target.kernel_source().replace("    torch.add(a, b, out=out)",
+                                              "    torch.add(a, b, out=out)\n    out.clamp_(-12.0, 12.0)")
+    workspace = target.assemble(tmp_path / "clamps", clamping)
+    with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
+        result, _ = check(evaluator, workspace)
+    assert result.status == "failed"
+    failed = {(c["distribution"], c["passed"]) for c in result.detail["cases"]}
+    assert failed == {("randn", True), ("wide", False)}
+    assert result.summary.startswith("8 of 16 checks failed; first: test 0 (size=127), first call (seed ")
+    assert ", wide inputs): output: " in result.summary
 
 
 GPU_VERDICTS = [
@@ -164,11 +166,13 @@ GPU_VERDICTS = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant,status", GPU_VERDICTS)
 def test_verdicts_on_gpu(variant, status, tmp_path):
-    result = judge_variant(variant, tmp_path, timeout_s=20 if variant == "hangs" else 180)
+    target = load_target(FIXTURE)
+    result = judge_variant(target, variant, tmp_path, timeout_s=20 if variant == "hangs" else 180)
     print(f"{variant}: {result.status}: {result.summary} ({result.seconds:.1f} s)")
     assert result.status == status, result.summary + "\n" + result.log_tail
     if variant == "cached":
-        assert [(c["call"], c["passed"]) for c in result.detail["cases"]] == [(1, True), (2, False)] * 3
+        assert [(c["call"], c["passed"]) for c in result.detail["cases"] if c["kind"] == "test"] == \
+            [(1, True), (2, False)] * 3
     if variant == "faults":
         assert "CUDA" in result.summary or "device-side assert" in result.log_tail
 

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from judge.cli import main
+from judge.migrations import MIGRATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
@@ -44,7 +45,8 @@ def test_init_creates_the_ledger(env):
     judge, root = env
     result = judge("init")
     assert result.exit_code == 0
-    assert result.output == "ledger ledger.db: schema at m002_kernel_resources_per_kernel (2 migrations applied)\n"
+    names = [m.__name__ for m in MIGRATIONS]
+    assert result.output == f"ledger ledger.db: schema at {names[-1]} ({len(names)} migrations applied)\n"
     assert (root / "ledger.db").exists()
 
 

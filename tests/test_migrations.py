@@ -2,6 +2,8 @@
 
 import sqlite3
 
+import pytest
+
 import sqlite_utils
 
 from judge import migrations
@@ -55,9 +57,7 @@ def test_a_failing_migration_leaves_the_schema_as_it_was(tmp_path, monkeypatch):
 
     monkeypatch.setattr(migrations, "MIGRATIONS", migrations.MIGRATIONS + [m998_half_done])
     db = sqlite_utils.Database(sqlite3.connect(tmp_path / "ledger.db"))
-    try:
+    with pytest.raises(RuntimeError, match="boom"):
         migrations.migrate(db)
-    except RuntimeError:
-        pass
     assert "scratch" not in db.table_names()
     assert "m998_half_done" not in migrations.applied(db)
