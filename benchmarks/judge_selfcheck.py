@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from judge import devices, stats  # noqa: E402
-from judge.check import run_correctness  # noqa: E402
+from judge.evaluation import Evaluator  # noqa: E402
+from judge.rounds import Stages  # noqa: E402
 from judge.targets import load_target  # noqa: E402
-from judge.timing import run_timing  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "gpumode" / "vecadd"
 DELAYED = FIXTURE / "variants" / "delayed.py"
@@ -57,12 +57,13 @@ def cycles_per_us() -> float:
     return stats.median(rates)
 
 
-def evaluate(target, work: Path, name: str, source: str, base: Path, budget_s: float | None):
-    workspace = target.assemble(work / name, source)
-    check = run_correctness(target, workspace)
+def evaluate(evaluator: Evaluator, work: Path, name: str, source: str, budget_s: float | None):
+    """One candidate as a round evaluates it: its own confined runner, the round's oracle and base runner."""
+    workspace = evaluator.target.assemble(work / name, source)
+    stages = Stages().evaluate(evaluator, workspace, budget_s)
+    check, timing = stages[0], stages[-1]
     if not check.passed:
         raise SystemExit(f"{name}: correctness {check.status}: {check.summary}\n{check.log_tail}")
-    timing = run_timing(target, workspace, base, budget_s=budget_s)
     if not timing.passed:
         raise SystemExit(f"{name}: timing {timing.status}: {timing.summary}\n{timing.log_tail}")
     return check, timing
@@ -81,9 +82,10 @@ def main() -> None:
     rate = cycles_per_us()
     work = Path(tempfile.mkdtemp(prefix="judge-selfcheck-"))
     base = target.assemble(work / "base", delayed_source(0))
+    evaluator = Evaluator(target, work / ".round", base_dir=base)
 
     # A first self-comparison, outside the round, gives the kernel's times for calibrating the delays.
-    _, calib = evaluate(target, work, "calibration", delayed_source(0), base, args.budget_s)
+    _, calib = evaluate(evaluator, work, "calibration", delayed_source(0), args.budget_s)
     times = [b["base_median_us"] for b in calib.detail["benchmarks"]]
     # A fixed spin of d us slows benchmark i by d / t_i; the geomean slows by about mean(d / t_i).
     inv = sum(1 / t for t in times) / len(times)
@@ -98,15 +100,16 @@ def main() -> None:
     round_start = time.monotonic()
     child_s = measuring_s = 0.0
     for name, fraction, source in candidates:
-        check, timing = evaluate(target, work, name, source, base, args.budget_s)
+        check, timing = evaluate(evaluator, work, name, source, args.budget_s)
         child_s += check.seconds + timing.seconds
         measuring_s += timing.detail["measuring_s"]
         rows.append((name, fraction, check, timing))
     round_wall = time.monotonic() - round_start
     for fraction in LADDER_FRACTIONS:
         name = f"slower-{fraction:.2%}"
-        check, timing = evaluate(target, work, name, delayed_source(cycles_for(fraction)), base, args.budget_s)
+        check, timing = evaluate(evaluator, work, name, delayed_source(cycles_for(fraction)), args.budget_s)
         rows.append((name, fraction, check, timing))
+    evaluator.close()
 
     device_after = rows[-1][3].detail["device_after"]
     print(f"# judge self-check, {date.today().isoformat()}")
@@ -123,16 +126,18 @@ def main() -> None:
     print(f"| {round_wall:.1f} | {child_s:.1f} | {measuring_s:.1f} | {round_wall / len(candidates):.1f} |")
     print()
     print("## 2. Same kernel against itself, and 3. calibrated slowdowns")
-    print("| candidate | intended | geomean | 95% interval | significant | reps per benchmark | stopped, method |")
-    print("|---|---|---|---|---|---|---|")
+    print("| candidate | intended | geomean | 95% interval | significant | reps per benchmark | stopped, method "
+          "| wall-clock excess us (gpu clock) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, fraction, _, timing in rows:
         d = timing.detail
         low, high = d["geomean_ci"]
         reps = "/".join(str(b["reps"]) for b in d["benchmarks"])
+        excess = "/".join(f"{b['audit']['wall_excess_us'].get('gpu call', 0):.1f}" for b in d["benchmarks"])
         stopped = "/".join(f"{b['stopped']} {b['method']}" for b in d["benchmarks"])
         intended = "1.0000" if fraction == 0 else f"{1 / (1 + fraction):.4f}"
         print(f"| {name} | {intended} | {d['geomean']:.4f} | [{low:.4f}, {high:.4f}] | "
-              f"{'yes' if d['significant'] else 'no'} | {reps} | {stopped} |")
+              f"{'yes' if d['significant'] else 'no'} | {reps} | {stopped} | {excess} |")
     selfs = [r[3].detail for r in rows if r[1] == 0]
     worst = max(abs(d["geomean"] - 1) for d in selfs)
     contain = sum(d["geomean_ci"][0] <= 1 <= d["geomean_ci"][1] for d in selfs)

@@ -159,11 +159,31 @@ def _dump_stacks(process: subprocess.Popen) -> None:
         pass
 
 
+def session_members(sid: int) -> list[tuple[int, int]]:
+    """(pid, process group) of every live process in session `sid`: a child started with its own session keeps
+    all its descendants there (confined children cannot call setsid), whatever groups they moved to."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] != b"Z":
+            members.append((int(entry), int(fields[2])))
+    return members
+
+
 def kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Kill a child's process group and every other process left in its session."""
+    for target in [pgid] + [pid for pid, group in session_members(pgid) if group != pgid]:
+        try:
+            (os.killpg if target == pgid else os.kill)(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _read_result(path: Path) -> dict | None:

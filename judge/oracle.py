@@ -104,6 +104,8 @@ class Oracle:
             result["check_implementation"] = {"passed": ok, "message": message[:2000]}
             if not ok:
                 reasons.append(f"check_implementation: {message.splitlines()[0][:300] if message else 'failed'}")
+        del data, expected, outputs, got
+        _release()
         return _fail(result, "; ".join(reasons)) if reasons else result
 
     def facts(self) -> dict | None:
@@ -125,7 +127,16 @@ class Oracle:
             _, _, expected = self._reference(case, distribution)
             out.append(projector.bounds(expected, rtol, atol))
             del expected
+        _release()
         return out
+
+
+def _release() -> None:
+    """Give cached GPU memory back: the runners beside this process need it for their input sets."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _load_dump(path: str) -> list:

@@ -57,7 +57,7 @@ class Runner:
             self.flush = torch.empty(max(2 * l2, 8 << 20) // 4, dtype=torch.int32, device="cuda")
             self.events = [self._event(enable_timing=True) for _ in range(3)]
             self.cycles_per_us = self._spin_rate()
-        self.baseline = tamper.Baseline(self.own_functions())
+        self.baseline = tamper.Baseline(self.own_functions(), str(self.workspace.resolve()))
 
     def own_functions(self) -> dict[str, Any]:
         return {name: getattr(Runner, name) for name in ("case", "arm", "fire", "report", "warm_up", "load", "audit", "setup_benchmark", "prepare_set",
@@ -97,6 +97,9 @@ class Runner:
         runs on, and input sets generated from `seeds[1:]` only when the parent asks (just before their first
         use), then copied into a physical copy before each call: a cache keyed on which tensor came back
         returns the wrong set's answer."""
+        self.bench = {}
+        if self.cuda:
+            self.torch.cuda.empty_cache()  # the previous benchmark's sets
         self.bench = {"spec": spec, "distribution": distribution, "seeds": seeds, "slots": slots, "sets": {},
                       "projector": tensors.Projector(projection_seed), "calls": 0,
                       "timed": set()}

@@ -51,7 +51,8 @@ def _fingerprint(obj: Any) -> tuple[int, int | None]:
 class Baseline:
     """Identities of the watched objects, of the runner's own functions, and the process's hooks and threads."""
 
-    def __init__(self, own_functions: dict[str, Any]):
+    def __init__(self, own_functions: dict[str, Any], workspace: str = ""):
+        self.workspace = workspace
         self.objects = {f"{m}.{a}": _fingerprint(_resolve(m, a)) for m, a in WATCHED}
         self.own = {name: _fingerprint(fn) for name, fn in own_functions.items()}
         self.own_functions = own_functions
@@ -81,9 +82,26 @@ class Baseline:
         if [m for m in sys.meta_path if m not in self.meta_path]:
             found.append("an import hook was added to sys.meta_path")
         found += _torch_modes()
-        extra = [t for t in threading.enumerate() if t.ident not in self.threads and t.is_alive()]
-        if extra:
-            found.append(f"threads still running: {', '.join(sorted(t.name for t in extra))}")
+        found += self._kernel_threads()
+        return found
+
+    def _kernel_threads(self) -> list[str]:
+        """Threads running the kernel file's own code between calls: work that outlives the call. Threads of
+        libraries (torch.compile's workers, tqdm) run no code of the workspace and are left alone."""
+        if not self.workspace:
+            return []
+        frames = sys._current_frames()
+        found = []
+        for thread in threading.enumerate():
+            if thread.ident in self.threads or not thread.is_alive():
+                continue
+            frame = frames.get(thread.ident)
+            while frame is not None:
+                if frame.f_code.co_filename.startswith(self.workspace):
+                    found.append(f"a thread runs the kernel's code after its call returned ({thread.name} at "
+                                 f"{frame.f_code.co_filename.removeprefix(self.workspace).lstrip('/')}:{frame.f_lineno})")
+                    break
+                frame = frame.f_back
         return found
 
 

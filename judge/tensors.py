@@ -150,9 +150,14 @@ def sync() -> None:
 
 
 class Projector:
-    """Random projections <w, y> of outputs, with weights drawn from a seed, so that the result of every timed
-    call can be checked by a few numbers: the runner projects what the kernel returned, the oracle projects
-    the reference's answer and bounds how far an honest output's projection can be from it."""
+    """Random projections <w, y> of outputs, with weights of +-1 drawn from a seed, so that the result of every
+    timed call can be checked by a few numbers: the runner projects what the kernel returned, the oracle
+    projects the reference's answer and bounds how far an honest output's projection can be from it.
+
+    Weights are kept as int8 (one byte per element and projection) and applied in float64 chunks, so that
+    outputs of hundreds of millions of elements fit beside the kernel's own data."""
+
+    CHUNK = 1 << 24
 
     def __init__(self, seed: int):
         self.seed = seed
@@ -164,9 +169,19 @@ class Projector:
         key = (index, tensor.numel(), str(tensor.device))
         if key not in self._weights:
             gen = torch.Generator(device=tensor.device).manual_seed(self.seed + 7919 * index)
-            self._weights[key] = torch.randn(PROJECTIONS, tensor.numel(), generator=gen, device=tensor.device,
-                                             dtype=torch.float32).double()
+            bits = torch.randint(0, 2, (PROJECTIONS, tensor.numel()), generator=gen, device=tensor.device,
+                                 dtype=torch.int8)
+            self._weights[key] = bits.mul_(2).sub_(1)
         return self._weights[key]
+
+    def _dot(self, weights, flat) -> list[float]:
+        import torch
+
+        total = torch.zeros(PROJECTIONS, dtype=torch.float64, device=flat.device)
+        for start in range(0, flat.numel(), self.CHUNK):
+            part = flat[start:start + self.CHUNK].double()
+            total += torch.mv(weights[:, start:start + self.CHUNK].double(), part)
+        return total.tolist()
 
     def project(self, output) -> list[dict]:
         """Per output leaf: the projections (in float64: float32's rounding over a million elements is already
@@ -175,9 +190,9 @@ class Projector:
 
         out = []
         for index, (path, tensor) in enumerate(leaves(output)):
-            flat = tensor.detach().reshape(-1).double()
-            nonfinite = flat.numel() - int(torch.isfinite(flat).sum())
-            values = torch.mv(self.weights(index, tensor), flat).tolist() if not nonfinite else [0.0] * PROJECTIONS
+            flat = tensor.detach().reshape(-1)
+            nonfinite = flat.numel() - int(torch.isfinite(flat).sum()) if flat.is_floating_point() else 0
+            values = self._dot(self.weights(index, tensor), flat) if not nonfinite else [0.0] * PROJECTIONS
             out.append({"path": path, "nonfinite": nonfinite, "values": values})
         return out
 
@@ -187,12 +202,13 @@ class Projector:
 
         out = []
         for index, (path, tensor) in enumerate(leaves(expected)):
-            flat = tensor.detach().reshape(-1).double()
-            weights = self.weights(index, tensor)
-            values = (weights * flat).sum(dim=1)
-            spread = float(torch.linalg.vector_norm(atol + rtol * flat.abs()))
-            out.append({"path": path, "values": [float(v) for v in values],
-                        "allowed": PROJECTION_SIGMAS * max(spread, 1e-30)})
+            flat = tensor.detach().reshape(-1)
+            values = self._dot(self.weights(index, tensor), flat)
+            spread = 0.0
+            for start in range(0, flat.numel(), self.CHUNK):
+                part = flat[start:start + self.CHUNK].double()
+                spread += float(((atol + rtol * part.abs()) ** 2).sum())
+            out.append({"path": path, "values": values, "allowed": PROJECTION_SIGMAS * max(spread ** 0.5, 1e-30)})
         return out
 
 

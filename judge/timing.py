@@ -96,6 +96,9 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
             t0 = time.monotonic()
             bench = session.benchmark(index, share)
             left = max(0.0, left - (time.monotonic() - t0))
+            strays = cand.strays()
+            if strays:
+                bench.setdefault("strays", strays)
             benchmarks.append(bench)
             if bench.get("failure"):
                 failure = bench["failure"]
@@ -236,6 +239,9 @@ def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) 
                              "speedup": round(stats.median(b) / stats.median(c), 5), "reps": len(b)}
         audit = _audits(series, deciding)
         reasons += [f"benchmark {i}: {r}" for r in audit.pop("reasons")]
+        if bench.get("strays"):
+            reasons.append(f"benchmark {i}: processes it started left its process group and kept running while "
+                           f"the base was timed (pids {', '.join(map(str, bench['strays']))})")
         entry = {
             "index": i, "label": target.benchmark_label(i), "clock": deciding,
             "base_median_us": round(stats.median(base_us), 3), "cand_median_us": round(stats.median(cand_us), 3),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, tail
+from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, session_members, tail
 
 MAX_REPLY_BYTES = 64 << 20
 START_TIMEOUT_S = 300.0
@@ -110,6 +110,11 @@ class Worker:
     def thaw(self) -> None:
         self._signal(signal.SIGCONT)
         self.frozen = False
+
+    def strays(self) -> list[int]:
+        """Processes the worker started that left its process group and are still alive: a freeze does not
+        reach them, so they must not be running while another worker measures."""
+        return sorted(pid for pid, group in session_members(self.process.pid) if group != self.process.pid)
 
     def close(self) -> None:
         """End the worker and everything it started."""
