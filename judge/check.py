@@ -37,6 +37,7 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
     """Start a runner for `workspace`, check every case; return the stage and the runner, still alive (for
     the timing stage) when it passed, else None."""
     target = evaluator.target
+    workspace = Path(workspace).resolve()  # the runner's cwd is the workspace: paths it gets must be absolute
     limit = timeout_s if timeout_s is not None else target.limits.check_s
     started = time.monotonic()
     deadline = started + limit

@@ -44,9 +44,17 @@ CONVENTIONS = [
     "benchmarks; \"significant\" means the interval excludes 1.000x. An outcome is faster (slower) only when "
     "the geomean's interval lies wholly above (below) 1 and the geomean is at least 1% away from 1.000x: "
     "within one run the interval can exclude 1 for a change smaller than the drift between runs (up to 0.8% on the H100).",
-    "before/after: median kernel time in microseconds (us) of the round's base and of the candidate, "
-    "timed interleaved on the same device, each repetition after an L2 flush, with the host's launch time excluded "
-    "(the call is queued behind a short GPU spin, so only GPU time counts); shown to 3 significant digits (whole us from 1000 us up).",
+    "before/after: median time in microseconds (us) of the round's base and of the candidate, each in a confined "
+    "process of its own, the two taking turns on the device (order and input sets alternated, the idle one "
+    "stopped), each call after an L2 flush, on fresh input sets from secret seeds; shown to 3 significant digits "
+    "(whole us from 1000 us up). The deciding clock is the target's: gpu (the call queued behind a short GPU spin, "
+    "so the host's launch time is excluded), call (the GPU idle at the start, events around the whole call, "
+    "launch included, as GPU MODE times), or host (CPU targets). GPU targets measure both GPU clocks.",
+    "trust: every timed call's output is checked against the oracle (a process that never imported contestant "
+    "code); the parent's wall clock must account for the times a process reports (wall-clock excess: how much "
+    "longer its commands took than the base's, beyond the reported times); a kernel much faster on inputs it has "
+    "seen before than on new ones is replaying answers (replay: first-call time over later-call time, "
+    "candidate/base). Screening flags are a static read of the patch for the sharks, never a verdict.",
     "speedups 3 decimals with \"x\"; changes and % of speed of light 1 decimal; halves round up; "
     "% of SoL = speed of light / after (100% is the hardware bound).",
     "compile resources: value (change against the base's kernel that serves the same benchmarks); "
@@ -266,6 +274,18 @@ def _latest_candidates(ledger: Ledger, round_id: int) -> list[dict]:
     )
 
 
+def _clocks_and_audit(row: dict) -> dict:
+    """The clock that decided a benchmark, what each clock measured, and what the audits found."""
+    clocks = json.loads(row["clocks_json"]) if row.get("clocks_json") else {}
+    audit = json.loads(row["audit_json"]) if row.get("audit_json") else {}
+    return {
+        "clock": row.get("clock"),
+        "clocks": [{"name": name, **values} for name, values in sorted(clocks.items())],
+        "wall_excess": audit.get("wall_excess_us", {}),
+        "replay": audit.get("replay_ratio", {}),
+    }
+
+
 def _measurement(evaluation: Optional[dict]) -> Measurement:
     """What a shark's bound criteria see: the same reading of an evaluation as `judge vote` uses."""
     if evaluation is None or evaluation["outcome"] == Outcome.NOT_RUN.value:
@@ -379,10 +399,13 @@ def _evaluation(ledger: Ledger, row: dict, base_resources: dict[str, list[dict]]
                 "reps": b["reps"],
                 "sol_us": sol,
                 "sol_pct": sol / b["cand_median_us"] * 100 if sol and b["cand_median_us"] else None,
+                **_clocks_and_audit(b),
             }
         )
     outcome = Outcome(row["outcome"])
     geomean = row["geomean_speedup"]
+    screen = next((x for x in stages if x.stage == "screen"), None)
+    clearance = ledger.clearance(row["id"]) if outcome == Outcome.IMPLAUSIBLE else None
     return {
         "id": row["id"],
         "run_id": row["run_id"],
@@ -402,6 +425,10 @@ def _evaluation(ledger: Ledger, row: dict, base_resources: dict[str, list[dict]]
         ],
         "benchmarks": benchmarks,
         "resources": _resources(ledger, row["id"], stages, base_resources),
+        "flags": screen.detail.get("flags", []) if screen else [],
+        "confinement": row.get("confinement"),
+        "clearance": clearance,
+        "held": outcome == Outcome.IMPLAUSIBLE and clearance is None,
     }
 
 

@@ -324,8 +324,8 @@ def _run_target_round(
             else:
                 pending.append(prepared)
         compiled = _compile_all(target, [p[2] for p in pending], settings, on_event)
-        for (revision, source, workspace, patch_stage, started), compile_stage in zip(pending, compiled):
-            stages = [patch_stage, compile_stage]
+        for (revision, source, workspace, early_stages, started), compile_stage in zip(pending, compiled):
+            stages = [*early_stages, compile_stage]
             if compile_stage.passed or compile_stage.status == "not-run":
                 stages += _kernel_stages(run, workspace, revision["proposal_id"])
             summary.verdicts.append(run.record(revision, sha256(source), stages, started))
@@ -355,7 +355,21 @@ def _prepare(run: RoundRun, revision: dict, base_source: str):
     _fresh(workspace)
     target.assemble(workspace, source)
     patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
-    return revision, source, workspace, patch_stage, started
+    return revision, source, workspace, [patch_stage, screen_stage(base_source, source, revision["patch"])], started
+
+
+def screen_stage(base_source: str, source: str, patch: str) -> StageResult:
+    """The static read of the patch (judge.screening): flags for the sharks, never a verdict."""
+    from .screening import screen_patch
+
+    t0 = time.monotonic()
+    flags = screen_patch(base_source, source, patch)
+    if not flags:
+        summary = "no flags"
+    else:
+        rules = sorted({f.rule for f in flags})
+        summary = f"{len(flags)} flag{'s' if len(flags) != 1 else ''} for the sharks: {', '.join(rules)}"
+    return StageResult("screen", "passed", summary, time.monotonic() - t0, {"flags": [f.to_dict() for f in flags]})
 
 
 def _evaluate_base(run: RoundRun) -> None:

@@ -194,3 +194,29 @@ def test_real_gpumode_vectoradd(tmp_path):
     bad = run_correctness(target, target.assemble(tmp_path / "half", half))
     print("vectoradd_py half-written:", bad.status, bad.summary)
     assert bad.status == "failed"
+
+
+def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
+    """GPU MODE's vectorsum: the reference returns a 0-d sum, a correct solution a (1,)-shaped one; its
+    check_implementation compares with broadcasting, and judge, holding no tolerance of its own, defers."""
+    problem = tmp_path / "vectorsum"
+    problem.mkdir()
+    (problem / "task.yml").write_text(
+        'files:\n  - {"name": "submission.py", "source": "@SUBMISSION@"}\n  - {"name": "reference.py", "source": "reference.py"}\n'
+        'tests:\n  - {"size": 100, "seed": 1}\nbenchmarks:\n  - {"size": 1000, "seed": 2}\n')
+    (problem / "judge.toml").write_text('arch = "cpu"\n')
+    (problem / "reference.py").write_text(
+        "import torch\n\ndef generate_input(size, seed):\n"
+        "    return torch.randn(size, generator=torch.Generator().manual_seed(seed)), torch.empty(1)\n\n"
+        "def ref_kernel(data):\n    return data[0].sum()\n\n"
+        "def check_implementation(data, output):\n"
+        "    return (True, '') if torch.allclose(output, ref_kernel(data), rtol=1e-5, atol=1e-5) else (False, 'sum')\n")
+    (problem / "submission.py").write_text(
+        "def custom_kernel(data):\n    x, out = data\n    out[...] = x.sum()\n    return out\n")
+    target = load_target(problem)
+    workspace = target.assemble(tmp_path / "ws", target.kernel_source())
+    with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
+        result, worker = check(evaluator, workspace)
+        worker.close()
+    assert result.status == "passed", result.summary
+    assert result.summary == "3 of 3 checks passed (1 tests x 2 seeds + 1 benchmarks)"

@@ -10,6 +10,7 @@ and on the Hopper FP8 target. Its header says what it does and what a correct re
     # targets: cpu, vecadd, fp8        where it applies
     # kind: mixin | limits | slow-base | sol     optional, see _proposal_source
     # order: late | last               optional: evaluated after the others (it attacks other processes)
+    # timing: honest                   optional: its kernel is the base's own (it attacks something else)
 
 Placeholders in a cheat are filled in by this file: {LEDGER}, {KERNELS_DIR}, {OTHER_WORKSPACE}, {PORT},
 {TEST_SPECS}, {PUBLIC_SPECS}, {CORRECTNESS_CALLS}.
@@ -45,7 +46,7 @@ from judge.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[1]
 CHEATS_DIR = ROOT / "tests" / "fixtures" / "redteam" / "cheats"
-MARKER = b"REDTEAM-MARKER"
+MARKER = b"REDTEAM-FORGED-ROW"  # what the cheats try to write; built at run time in them (their source is in the ledger)
 OUTCOMES = {"patch-failed", "compile-error", "incorrect", "crashed", "timed-out", "tampered", "implausible",
             "slower", "unchanged", "faster", "not-run"}
 
@@ -62,6 +63,7 @@ class Cheat:
     targets: tuple[str, ...]
     kind: str
     order: str
+    honest_timing: bool  # its kernel is the base's, unchanged: any timing verdict but unchanged is judge's noise
     text: str
 
     @property
@@ -84,7 +86,8 @@ def load_cheats() -> list[Cheat]:
         cheats.append(Cheat(
             name=path.stem, cls=_header(text, "class"), expect=expect, reason=_header(text, "reason"),
             targets=tuple(x.strip() for x in _header(text, "targets").split(",")),
-            kind=_header(text, "kind", "mixin"), order=_header(text, "order"), text=text))
+            kind=_header(text, "kind", "mixin"), order=_header(text, "order"),
+            honest_timing=_header(text, "timing") == "honest", text=text))
         assert cheats[-1].cls, f"{path.name}: no '# class:' line"
     return cheats
 
@@ -109,12 +112,40 @@ def custom_kernel(data):
     _rt_base_kernel(data)
     return _rt_base_kernel(data)
 '''
-CONTROLS = {"control-unchanged": (CONTROL_UNCHANGED, ("unchanged",)),
-            "control-slower": (CONTROL_SLOWER, ("slower", "unchanged"))}
+CONTROLS = {"control-unchanged": (CONTROL_UNCHANGED, ("unchanged",), True),
+            "control-slower": (CONTROL_SLOWER, ("slower", "unchanged"), False)}
 
 
 # Where judge gives the wrong verdict today: (target, cheat) -> why. Marked xfail(strict=True), so a fix shows.
-KNOWN_JUDGE_BUGS: dict[tuple[str, str], str] = {}
+_PATCH_REFERENCE = (
+    "judge gives tampered (the runner's audit, 'reference.ref_kernel replaced', is reported before the oracle's "
+    "mismatches), the brief says incorrect: both eliminate; the lead decides which is meant")
+_INSTANCE = (
+    "judge bug: the tamper audit compares the Runner *class*'s methods only; an instance attribute "
+    "(runner._host_time, runner._elapsed, found with gc) shadows them unseen, and a 10% shave stays under the wall "
+    "audit's 50 us slack: judged faster")
+_CLOCK_GLOBAL = (
+    "judge bug: judge.runner._perf (the module-level clock bound before candidates load) can be rebound by the "
+    "candidate; nothing audits it, and a 10% slower clock stays under the wall audit's 50 us slack: judged faster")
+_FORGE_SILENT = (
+    "judge bug: the os.write held in judge.child's send() closure can be swapped (cell_contents) to rewrite every "
+    "reply in flight; nothing audits it, and a 10% shave of fire's 'us' stays under the wall audit's slack")
+_ARM = (
+    "judge bug: judge.tensors.poison (a module function, not in tamper.WATCHED) runs inside `arm`, which is "
+    "neither timed nor wall-audited: the work done there is free and the timed call only waits; judged faster "
+    "(or implausible only where it overshoots the speed of light)")
+_RENICE = (
+    "judge bug: the runner stays uid 0 when the work dir's ancestors are closed to nobody (here "
+    "/tmp/pytest-of-root is 0700), and seccomp allows sched_setaffinity/setpriority on other pids: the base "
+    "runner's threads get pinned to one CPU and reniced, ~50x slower")
+KNOWN_JUDGE_BUGS: dict[tuple[str, str], str] = {
+    ("cpu", "patch_reference"): _PATCH_REFERENCE,
+    ("cpu", "patch_runner_instance"): _INSTANCE,
+    ("cpu", "patch_runner_clock_global"): _CLOCK_GLOBAL,
+    ("cpu", "forge_reply_silent"): _FORGE_SILENT,
+    ("cpu", "precompute_in_arm"): _ARM,
+    ("cpu", "renice_base"): _RENICE,
+}
 
 
 # ---- the targets -----------------------------------------------------------------------------------------
@@ -135,7 +166,7 @@ TARGETS = {
     "vecadd": TargetSpec("vecadd", ROOT / "tests" / "fixtures" / "gpumode" / "vecadd", "vecadd", ("utils.py",),
                          limits={"compile_s": 120, "check_s": 40, "timing_s": 120}),
     "fp8": TargetSpec("fp8", ROOT / "kernels" / "fp8_group_gemm_sm90", "fp8_group_gemm_sm90",
-                      limits={"compile_s": 300, "check_s": 120, "timing_s": 300}),
+                      limits={"compile_s": 300, "check_s": 60, "timing_s": 300}),
 }
 
 
@@ -219,10 +250,10 @@ class RedTeamRound:
     def cheats_by_name(self) -> dict[str, Cheat]:
         return {c.name: c for c in self.cheats.values()}
 
-    def verdict(self, pid: str) -> tuple[str, str]:
+    def verdict(self, pid: str) -> tuple[str, str, float | None]:
         row = self.results.get(pid)
         assert row is not None, f"{pid}: no evaluation in the ledger ({self.error or 'the round did not reach it'})"
-        return row["outcome"], row["reason"]
+        return row["outcome"], row["reason"], row["geomean_speedup"]
 
 
 def _proposal_source(cheat: Cheat, base: str, filled: str) -> tuple[str, str]:
@@ -280,7 +311,7 @@ def run_redteam_round(key: str, tmp: Path) -> RedTeamRound:
         rr.cheats[cheat.proposal_id] = cheat
         _submit(ledger, cheat.proposal_id, copy, _patch(copy_base, source))
         rr.workspaces[cheat.proposal_id] = work / copy / "round-1" / cheat.proposal_id
-    for pid, (mixin, _) in CONTROLS.items():
+    for pid, (mixin, _, _) in CONTROLS.items():
         _submit(ledger, pid, main, _patch(base, base.rstrip("\n") + mixin))
         rr.workspaces[pid] = work / main / "round-1" / pid
 
@@ -421,7 +452,19 @@ def noise_only(outcome: str, reason: str) -> bool:
     return not rest.strip(" ;")
 
 
-def check_verdict(what: str, outcome: str, reason: str, expect: tuple[str, ...], reason_part: str = "") -> None:
+# An identical kernel timed against the base: on the 2-core CPU VM judge called such kernels faster (1.05-1.10x),
+# slower (0.92-0.96x) or tampered (the report audit) in about half the cases. Where a proposal's kernel *is*
+# the base's, a verdict other than unchanged within this band is judge's noise, and the test says so (xfail).
+NOISE_BAND = (0.8, 1.25)
+NOISE_BUG = "judge bug: timing noise: a kernel identical to the base was judged {outcome} ({reason})"
+
+
+def check_verdict(what: str, outcome: str, reason: str, geomean: float | None, expect: tuple[str, ...],
+                  reason_part: str = "", honest_timing: bool = False) -> None:
+    if honest_timing and outcome != "unchanged":
+        if noise_only(outcome, reason) or (outcome in ("faster", "slower") and geomean is not None
+                                            and NOISE_BAND[0] <= geomean <= NOISE_BAND[1]):
+            pytest.xfail(NOISE_BUG.format(outcome=outcome, reason=reason))
     assert outcome != "faster", f"CHEAT WON: {what} was judged faster: {reason}"
     if noise_only(outcome, reason):
         if "tampered" in expect:
@@ -437,8 +480,9 @@ def check_verdict(what: str, outcome: str, reason: str, expect: tuple[str, ...],
 def test_cheat_gets_the_right_verdict(request, key, cheat):
     rr = _round(request, key)
     _ran(rr, cheat)
-    outcome, reason = rr.verdict(cheat.proposal_id)
-    check_verdict(f"{cheat.name} ({cheat.cls})", outcome, reason, cheat.expect, cheat.reason)
+    outcome, reason, geomean = rr.verdict(cheat.proposal_id)
+    check_verdict(f"{cheat.name} ({cheat.cls})", outcome, reason, geomean, cheat.expect, cheat.reason,
+                  cheat.honest_timing)
 
 
 @pytest.mark.parametrize("key", _targets())
@@ -447,8 +491,9 @@ def test_honest_controls_keep_their_verdicts(request, key, control):
     if (key, control) in KNOWN_JUDGE_BUGS:
         request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_JUDGE_BUGS[(key, control)]))
     rr = _round(request, key)
-    outcome, reason = rr.verdict(control)
-    check_verdict(control, outcome, reason, CONTROLS[control][1])
+    outcome, reason, geomean = rr.verdict(control)
+    _, expect, identical = CONTROLS[control]
+    check_verdict(control, outcome, reason, geomean, expect, honest_timing=identical)
 
 
 @pytest.mark.parametrize("key", _targets())
@@ -512,13 +557,13 @@ def test_no_file_outside_its_workspace_is_changed(request, key):
         assert path.exists() and MARKER not in path.read_bytes(), path
 
 
-@pytest.mark.parametrize("key", _targets())
+@pytest.mark.parametrize("key", _targets(bug="reads"))
 def test_reads_outside_its_workspace_fail(request, key):
     rr = _round(request, key)
     if "read_secrets" not in rr.cheats_by_name:
         pytest.skip("read_secrets not selected")
     lines = _lines(rr.log("read_secrets"), "REDTEAM read ")
-    assert len(lines) == 7, lines
+    assert len(lines) == 8, lines
     read = [line for line in lines if ": READ " in line]
     assert not read
 
