@@ -112,6 +112,7 @@ def custom_kernel(data):
     _rt_base_kernel(data)
     return _rt_base_kernel(data)
 '''
+# id: (mixin, right verdicts, whether its kernel is the base's own)
 CONTROLS = {"control-unchanged": (CONTROL_UNCHANGED, ("unchanged",), True),
             "control-slower": (CONTROL_SLOWER, ("slower", "unchanged"), False)}
 
@@ -135,9 +136,13 @@ _ARM = (
     "neither timed nor wall-audited: the work done there is free and the timed call only waits; judged faster "
     "(or implausible only where it overshoots the speed of light)")
 _RENICE = (
-    "judge bug: the runner stays uid 0 when the work dir's ancestors are closed to nobody (here "
-    "/tmp/pytest-of-root is 0700), and seccomp allows sched_setaffinity/setpriority on other pids: the base "
-    "runner's threads get pinned to one CPU and reniced, ~50x slower")
+    "judge bug: the runner stays uid 0 whenever a path it reads is closed to nobody (here: 'same uid 0: /root is "
+    "mode 0700', Python lives under /root/.pyenv), and seccomp allows sched_setaffinity/setpriority on other "
+    "pids: the base runner's threads get pinned to one CPU and reniced, ~50x slower (implausible, or tampered "
+    "by the replay check, instead of unchanged)")
+_READS = (
+    "judge bug: a runner reads /proc/<judge's pid>/environ (the environment judge was started with, and any "
+    "secret in it): Landlock lets it read /proc and it runs with judge's uid (its /proc/<pid>/mem is refused)")
 KNOWN_JUDGE_BUGS: dict[tuple[str, str], str] = {
     ("cpu", "patch_reference"): _PATCH_REFERENCE,
     ("cpu", "patch_runner_instance"): _INSTANCE,
@@ -145,6 +150,7 @@ KNOWN_JUDGE_BUGS: dict[tuple[str, str], str] = {
     ("cpu", "forge_reply_silent"): _FORGE_SILENT,
     ("cpu", "precompute_in_arm"): _ARM,
     ("cpu", "renice_base"): _RENICE,
+    ("cpu", "reads"): _READS,
 }
 
 
@@ -452,19 +458,22 @@ def noise_only(outcome: str, reason: str) -> bool:
     return not rest.strip(" ;")
 
 
-# An identical kernel timed against the base: on the 2-core CPU VM judge called such kernels faster (1.05-1.10x),
-# slower (0.92-0.96x) or tampered (the report audit) in about half the cases. Where a proposal's kernel *is*
-# the base's, a verdict other than unchanged within this band is judge's noise, and the test says so (xfail).
+# A kernel identical to the base, timed against it: on the 2-core CPU VM judge called such kernels faster
+# (1.05-1.10x), slower (0.92-0.97x) or tampered (the report audit; the replay check, 2.6x "faster on sets seen
+# before") in about half the cases. Where a proposal's kernel is honest, a timing-stage `tampered` is judge's
+# noise, and so is faster/slower within NOISE_BAND for a kernel that is the base's own: the test says so (xfail,
+# naming the judge bug) instead of failing or passing.
 NOISE_BAND = (0.8, 1.25)
-NOISE_BUG = "judge bug: timing noise: a kernel identical to the base was judged {outcome} ({reason})"
+NOISE_BUG = "judge bug: timing noise: honest code (the base's own kernel) was judged {outcome}: {reason}"
 
 
 def check_verdict(what: str, outcome: str, reason: str, geomean: float | None, expect: tuple[str, ...],
-                  reason_part: str = "", honest_timing: bool = False) -> None:
-    if honest_timing and outcome != "unchanged":
-        if noise_only(outcome, reason) or (outcome in ("faster", "slower") and geomean is not None
-                                            and NOISE_BAND[0] <= geomean <= NOISE_BAND[1]):
-            pytest.xfail(NOISE_BUG.format(outcome=outcome, reason=reason))
+                  reason_part: str = "", honest: bool = False, identical: bool = False) -> None:
+    if outcome not in expect and honest and outcome == "tampered" and reason.startswith("timing: tampered:"):
+        pytest.xfail(NOISE_BUG.format(outcome=outcome, reason=reason))
+    if outcome not in expect and identical and outcome in ("faster", "slower") and geomean is not None \
+            and NOISE_BAND[0] <= geomean <= NOISE_BAND[1]:
+        pytest.xfail(NOISE_BUG.format(outcome=outcome, reason=reason))
     assert outcome != "faster", f"CHEAT WON: {what} was judged faster: {reason}"
     if noise_only(outcome, reason):
         if "tampered" in expect:
@@ -482,7 +491,7 @@ def test_cheat_gets_the_right_verdict(request, key, cheat):
     _ran(rr, cheat)
     outcome, reason, geomean = rr.verdict(cheat.proposal_id)
     check_verdict(f"{cheat.name} ({cheat.cls})", outcome, reason, geomean, cheat.expect, cheat.reason,
-                  cheat.honest_timing)
+                  honest=cheat.honest_timing, identical=cheat.honest_timing)
 
 
 @pytest.mark.parametrize("key", _targets())
@@ -493,7 +502,7 @@ def test_honest_controls_keep_their_verdicts(request, key, control):
     rr = _round(request, key)
     outcome, reason, geomean = rr.verdict(control)
     _, expect, identical = CONTROLS[control]
-    check_verdict(control, outcome, reason, geomean, expect, honest_timing=identical)
+    check_verdict(control, outcome, reason, geomean, expect, honest=True, identical=identical)
 
 
 @pytest.mark.parametrize("key", _targets())

@@ -184,3 +184,38 @@ def test_killing_a_run_loses_no_finished_result_and_a_second_run_resumes(setup, 
     assert [r["status"] for r in ledger.query("select status from runs order by id")] == ["interrupted", "finished"]
     assert ledger.query("select count(*) as n from evaluations where subject = 'candidate'")[0]["n"] == 3
     assert summary.winner == "a"
+
+
+def test_an_implausible_speedup_cannot_win_until_a_person_clears_it(setup):
+    from judge import actions
+
+    ledger, settings = setup
+    ledger.submit(proposal("a-too-good", "speedup 20"), "test")
+    ledger.submit(proposal("b-fast", "speedup 1.25", knob=("CHUNKS = 1", "CHUNKS = 2")), "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert outcomes(summary)["a-too-good"] == (
+        "implausible", "geomean 20.000x is past the target's bound of 10x (timing said faster: geomean 20.000x "
+        "[19.900, 20.100] over 2 benchmarks); held until a person clears it")
+    assert summary.winner == "b-fast"
+    round_id = ledger.round_row("axpy", 1)["id"]
+    evaluation = ledger.latest_evaluation(round_id, ledger.latest_revision("a-too-good")["id"])
+    with pytest.raises(JudgeError, match="field 'note': say why the result is real"):
+        actions.clear_evaluation(ledger, evaluation["id"], "  ", "referee")
+    result = actions.clear_evaluation(ledger, evaluation["id"], "re-timed by hand: the base sleeps", "referee")
+    assert result == {"clearance_id": 1, "evaluation_id": evaluation["id"], "outcome": "faster",
+                      "reason": "geomean 20.000x [19.900, 20.100] over 2 benchmarks", "round_winner": "a-too-good"}
+    assert ledger.rounds("axpy")[0]["winner_revision_id"] == evaluation["revision_id"]
+    with pytest.raises(JudgeError, match=f"evaluation {evaluation['id']} is already cleared"):
+        actions.clear_evaluation(ledger, evaluation["id"], "again", "referee")
+    faster = ledger.latest_evaluation(round_id, ledger.latest_revision("b-fast")["id"])
+    with pytest.raises(JudgeError, match=f"evaluation {faster['id']} is faster, not implausible: nothing to clear"):
+        actions.clear_evaluation(ledger, faster["id"], "why", "referee")
+
+
+def test_a_time_below_the_speed_of_light_is_implausible():
+    timing = StageResult("timing", "passed", "geomean 1.500x [1.490, 1.510] over 1 benchmark", 1.0, {
+        "geomean": 1.5, "geomean_ci": [1.49, 1.51], "max_speedup": 10.0,
+        "benchmarks": [{"index": 0, "cand_median_us": 1.2, "speed_of_light_us": 1.525}]})
+    assert decide([timing]) == (
+        Outcome.IMPLAUSIBLE, "benchmark 0 timed 1.200 us, below its speed of light 1.525 us (timing said faster: "
+        "geomean 1.500x [1.490, 1.510] over 1 benchmark); held until a person clears it")

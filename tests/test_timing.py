@@ -246,3 +246,24 @@ def test_real_gpumode_vectoradd_timing(tmp_path):
               f"[{b['ci_low']}, {b['ci_high']}] reps {b['reps']}")
     assert result.status == "passed"
     assert result.detail["geomean"] > 1.0
+
+
+@pytest.mark.gpu
+def test_host_work_is_slower_under_the_call_clock(tmp_path):
+    """A patch that only adds host work (a small tensor built from a Python list, a blocking copy) is hidden
+    by the GPU clock's spin and must show up under the call clock, which the contest ranks by."""
+    target = load_target(FIXTURE)
+    target.benchmarks = target.benchmarks[:2]
+    base = assemble(target, tmp_path, "base", target.kernel_source())
+    host_work = target.kernel_source().replace(
+        "    torch.add(a, b, out=out)", "    torch.tensor(list(range(64)), device=a.device).sum().item()\n"
+        "    torch.add(a, b, out=out)")
+    assert host_work != target.kernel_source()
+    cand = assemble(target, tmp_path, "cand", host_work)
+    target.clock = "call"
+    result = run_timing(target, cand, base, budget_s=6)
+    print("host work:", result.summary, [b["clocks"] for b in result.detail["benchmarks"]])
+    assert result.status == "passed", result.summary
+    assert all(b["clock"] == "call" for b in result.detail["benchmarks"])
+    assert result.detail["geomean_ci"][1] < 1.0
+    assert all(b["clocks"]["call"]["speedup"] < b["clocks"]["gpu"]["speedup"] for b in result.detail["benchmarks"])
