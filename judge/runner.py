@@ -59,9 +59,15 @@ class Runner:
             self.cycles_per_us = self._spin_rate()
         self.baseline = tamper.Baseline(self.own_functions(), str(self.workspace.resolve()))
 
-    def own_functions(self) -> dict[str, Any]:
-        return {name: getattr(Runner, name) for name in ("case", "arm", "fire", "report", "warm_up", "load", "audit", "setup_benchmark", "prepare_set",
-                                                         "_gpu_time", "_call_time", "_host_time", "_content")}
+    def own_functions(self) -> dict[str, tuple[Any, str]]:
+        """Everything of judge's that measures, copies, poisons or hands over outputs in this process."""
+        places = {f"Runner.{name}": (Runner, name) for name in (
+            "case", "arm", "fire", "report", "warm_up", "load", "audit", "setup_benchmark", "prepare_set",
+            "null_tail", "_gpu_time", "_call_time", "_host_time", "_content", "_generate")}
+        places.update({f"tensors.{name}": (tensors, name) for name in (
+            "copy_into", "poison", "plain_tensors", "leaves", "sync", "clone_data")})
+        places.update({f"tensors.Projector.{name}": (tensors.Projector, name) for name in ("project", "weights", "_dot")})
+        return places
 
     # ---- loading and correctness ----------------------------------------------------------------------
 
@@ -87,7 +93,7 @@ class Runner:
         return {"poisoned": poisoned, "kernel_s": round(seconds, 6), "problem": problem}
 
     def audit(self) -> list[str]:
-        return self.baseline.changes({name: getattr(Runner, name, None) for name in self.baseline.own})
+        return self.baseline.changes()
 
     # ---- timing ----------------------------------------------------------------------------------------
 

@@ -51,25 +51,27 @@ def _fingerprint(obj: Any) -> tuple[int, int | None]:
 class Baseline:
     """Identities of the watched objects, of the runner's own functions, and the process's hooks and threads."""
 
-    def __init__(self, own_functions: dict[str, Any], workspace: str = ""):
+    def __init__(self, own: dict[str, tuple[Any, str]], workspace: str = ""):
+        """`own`: judge's own functions in this process, by label, as (class or module, attribute name)."""
         self.workspace = workspace
         self.objects = {f"{m}.{a}": _fingerprint(_resolve(m, a)) for m, a in WATCHED}
-        self.own = {name: _fingerprint(fn) for name, fn in own_functions.items()}
-        self.own_functions = own_functions
+        self.own_places = own
+        self.own = {label: _fingerprint(inspect.getattr_static(owner, attr, None)) for label, (owner, attr) in own.items()}
         self.builtins = dict(vars(builtins))
         self.threads = {t.ident for t in threading.enumerate()}
         self.meta_path = list(sys.meta_path)
 
-    def changes(self, module_functions: dict[str, Any]) -> list[str]:
+    def changes(self) -> list[str]:
         """What differs from the baseline, one short phrase each; empty when nothing does."""
         found = []
         for key, before in self.objects.items():
             module, _, attr = key.rpartition(".")
             if _fingerprint(_resolve(module, attr)) != before:
                 found.append(f"{key} replaced")
-        for name, before in self.own.items():
-            if _fingerprint(module_functions.get(name)) != before:
-                found.append(f"judge's {name} replaced")
+        for label, before in self.own.items():
+            owner, attr = self.own_places[label]
+            if _fingerprint(inspect.getattr_static(owner, attr, None)) != before:
+                found.append(f"judge's {label} replaced")
         changed_builtins = sorted(k for k, v in vars(builtins).items()
                                   if k in self.builtins and v is not self.builtins[k] and not k.startswith("_"))
         found += [f"builtins.{k} replaced" for k in changed_builtins]
