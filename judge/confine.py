@@ -36,6 +36,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
 _NAMESPACE_FLAGS = [0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, _CLONE_NEWNET]
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_CAPBSET_DROP = 24
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # Denied outright by seccomp: reach into other processes, the kernel, the clock, or out of the sandbox.
 # setsid is denied so that every descendant stays in the worker's session, where judge finds and kills it;
 # setpgid is not: build tools (ninja for torch's load_inline) put their jobs in process groups of their own.
@@ -97,6 +99,8 @@ class Confinement:
             net = "network allowed" if self.network == "allowed" else "network not confined"
         calls = "seccomp" if self.syscalls.startswith("seccomp") else "no seccomp"
         user = "uid nobody" if self.user.startswith(f"uid {NOBODY}") else f"uid {self.user.split()[2].rstrip(':')}"
+        if "without capabilities" in self.user:
+            user += " without capabilities"
         return f"{fs}, {net}, {calls}, {user}"
 
     def to_dict(self) -> dict:
@@ -107,10 +111,24 @@ class Confinement:
         return cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
+# What a child's environment keeps of the user's: what Python, torch, CUDA and the compilers read, never
+# the rest (credentials, tokens, the judge's own JUDGE_* settings).
+_ENV_KEEP = {"PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "LANG",
+             "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "USER", "LOGNAME", "SHELL", "CC", "CXX"}
+_ENV_PREFIXES = ("LC_", "CUDA", "NVIDIA_", "CUTE_DSL_", "TORCH", "PYTORCH_", "TRITON_", "OMP_", "MKL_",
+                 "OPENBLAS_", "CUBLAS_", "CUDNN_", "NCCL_", "NVCC_", "CUTLASS_")
+
+
+def minimal_env(base_env: dict[str, str]) -> dict[str, str]:
+    """The part of an environment a kernel's process needs; the rest could hold the user's secrets."""
+    return {k: v for k, v in base_env.items()
+            if k in _ENV_KEEP or (k.startswith(_ENV_PREFIXES) and not k.startswith("JUDGE_"))}
+
+
 def child_env(policy: Policy, base_env: dict[str, str]) -> dict[str, str]:
-    """`base_env` without the judge's own JUDGE_* settings, with every cache and scratch variable inside the
-    workspace (a value already inside a writable path, such as the compile stage's dump dir, is kept)."""
-    env = {k: v for k, v in base_env.items() if not k.startswith("JUDGE_")}
+    """`minimal_env(base_env)`, with every cache and scratch variable inside the workspace (a value already
+    inside a writable path, such as the compile stage's dump dir, is kept)."""
+    env = minimal_env(base_env)
     for name, sub in _ENV_DIRS.items():
         if not (name in env and _inside(Path(env[name]), policy.writable)):
             env[name] = str(policy.writable[0] / sub)
@@ -332,7 +350,7 @@ def _drop_user(policy: Policy, readable: list[Path]) -> str:
     if not reason and any(p.exists() and p.stat().st_uid != NOBODY for p in policy.writable):
         reason = f"the writable paths are not owned by {NOBODY} (prepare() was not called)"
     if reason:
-        return f"same uid {uid}: {reason}"
+        return f"same uid {uid}{_drop_capabilities()}: {reason}"
     try:
         os.setgroups([])
         os.setresgid(NOBODY, NOBODY, NOBODY)
@@ -340,6 +358,20 @@ def _drop_user(policy: Policy, readable: list[Path]) -> str:
     except OSError as error:
         return f"same uid {os.getuid()}: dropping to {NOBODY} failed ({error.strerror})"
     return f"uid {NOBODY} (nobody)"
+
+
+def _drop_capabilities() -> str:
+    """Staying root, give up every capability (bounding set, then effective, permitted and inheritable): root
+    without them cannot read other processes' /proc entries that their owners made non-dumpable, nor override
+    file permissions. Returns the phrase for the record."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last capability the kernel knows
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    if libc.capset(header, data) != 0:
+        return f" (keeping its capabilities: capset failed, errno {ctypes.get_errno()})"
+    return " without capabilities"
 
 
 def _drop_blocker(policy: Policy, readable: list[Path]) -> str:

@@ -65,6 +65,7 @@ class Evaluator:
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
+        _not_dumpable()
         self._oracle: Worker | None = None
         self._base: Worker | None = None
         self._plans: dict[tuple, dict] = {}
@@ -143,13 +144,18 @@ class Evaluator:
 
     # ---- runners ---------------------------------------------------------------------------------------
 
-    def env(self) -> dict[str, str] | None:
-        """CPU targets never touch a GPU, even on a machine that has one."""
+    def env(self) -> dict[str, str]:
+        """The children's environment: what torch and CUDA need, none of the user's other variables (a kernel
+        could read the oracle's). CPU targets never touch a GPU and run single-threaded, so that base and
+        candidate do not fight over the cores."""
         import os
 
-        if not self.target.on_cpu:
-            return None
-        return {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+        from .confine import minimal_env
+
+        env = minimal_env(dict(os.environ))
+        if self.target.on_cpu:
+            env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        return env
 
     def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
         """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported."""
@@ -157,13 +163,12 @@ class Evaluator:
 
         workspace = Path(workspace).resolve()
         (workspace / ".judge").mkdir(exist_ok=True)
-        base_env = self.env()
         policy = None
-        env = base_env
+        env = self.env()
         if self.confine:
             rules = Policy(writable=[workspace], readable=[])
             prepare(rules)
-            env = child_env(rules, base_env if base_env is not None else _environ())
+            env = child_env(rules, env)
             from .isolation import policy_to_json
 
             policy = policy_to_json(rules)
@@ -200,10 +205,12 @@ class Evaluator:
         self.close()
 
 
-def _environ() -> dict[str, str]:
-    import os
+def _not_dumpable() -> None:
+    """Make judge's own /proc entries (its environment, its memory) unreadable to the kernels' processes, which
+    give up every capability when they stay root (judge.confine)."""
+    import ctypes
 
-    return dict(os.environ)
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
 
 
 def fresh(path: Path) -> Path:

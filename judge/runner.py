@@ -58,6 +58,8 @@ class Runner:
             self.events = [self._event(enable_timing=True) for _ in range(3)]
             self.cycles_per_us = self._spin_rate()
         self.baseline = tamper.Baseline(self.own_functions(), str(self.workspace.resolve()))
+        # The primitives bound on this object; audit() checks that they are still the same objects.
+        self._bound = {name: id(value) for name, value in vars(self).items() if callable(value)}
 
     def own_functions(self) -> dict[str, tuple[Any, str]]:
         """Everything of judge's that measures, copies, poisons or hands over outputs in this process."""
@@ -67,6 +69,7 @@ class Runner:
         places.update({f"tensors.{name}": (tensors, name) for name in (
             "copy_into", "poison", "plain_tensors", "leaves", "sync", "clone_data")})
         places.update({f"tensors.Projector.{name}": (tensors.Projector, name) for name in ("project", "weights", "_dot")})
+        places.update({f"runner.{name}": (sys.modules[__name__], name) for name in ("_perf", "_monotonic")})
         return places
 
     # ---- loading and correctness ----------------------------------------------------------------------
@@ -93,7 +96,14 @@ class Runner:
         return {"poisoned": poisoned, "kernel_s": round(seconds, 6), "problem": problem}
 
     def audit(self) -> list[str]:
-        return self.baseline.changes()
+        """What the kernel changed of judge's in this process: tamper.Baseline's list, and this object's own
+        bound primitives and methods (an instance attribute can shadow a method of the class)."""
+        found = self.baseline.changes()
+        found += [f"judge's runner.{name} replaced" for name, before in self._bound.items()
+                  if id(vars(self).get(name)) != before]
+        found += [f"judge's runner.{name} shadowed on the instance" for name in vars(self)
+                  if callable(getattr(Runner, name, None)) and name not in self._bound]
+        return found
 
     # ---- timing ----------------------------------------------------------------------------------------
 

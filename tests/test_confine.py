@@ -92,6 +92,8 @@ def test_record_says_what_is_in_force(full):
     fs = f"landlock abi {ABI}" if ABI else "no landlock"
     net = "no network" if SECCOMP or NETNS else "no tcp" if ABI >= 4 else "network not confined"
     user = "uid nobody" if full.uid == confine.NOBODY else f"uid {os.getuid()}"
+    if os.geteuid() == 0 and full.uid != confine.NOBODY:
+        user += " without capabilities"  # root that stays root gives up its capabilities
     assert full.record.summary() == f"{fs}, {net}, {'seccomp' if SECCOMP else 'no seccomp'}, {user}"
     assert full.record.network.startswith("none (network namespace)") == NETNS
 
@@ -175,7 +177,8 @@ def test_with_nothing_available_the_child_runs_and_says_so(tmp_path):
     record, results = Confinement.from_dict(probe["confinement"]), probe["results"]
     assert record.network == ("not confined: no network namespace (disabled by the test), "
                               "no landlock tcp rules, no seccomp")
-    assert record.summary() == f"no landlock, network not confined, no seccomp, uid {os.getuid()}"
+    without = " without capabilities" if os.geteuid() == 0 and "without capabilities" in record.user else ""
+    assert record.summary() == f"no landlock, network not confined, no seccomp, uid {os.getuid()}{without}"
     assert results["write_workspace"] == "ok"
     assert results["connect"] == "ok"
 

@@ -55,12 +55,21 @@ def test_every_honest_kernel_in_the_repository_screens_clean(path):
     assert [(f.rule, f.line, f.why) for f in screen((ROOT / path).read_text())] == BASE_FLAGS.get(path, [])
 
 
+# The CPU example target ships cheats on purpose: what the sharks see for each.
+EXAMPLE_FLAGS = {
+    "vecadd_cpu/faster-clock": [("timing", 16), ("timing", 17), ("monkeypatch", 18), ("timing", 18)],
+    "vecadd_cpu/reuse-answer": [("cache-by-identity", 14), ("cache-by-identity", 15), ("cache-by-identity", 16)],
+}
+
+
 @pytest.mark.parametrize("patch", sorted(glob.glob(str(ROOT / "proposals/*/*/patch.diff"))))
-def test_the_example_proposals_add_no_flags(patch):
+def test_the_example_proposals_flags(patch):
     target = Path(patch).parent.parent.name
     base = (ROOT / "kernels" / target / "submission.py").read_text()
     text = Path(patch).read_text()
-    assert screen_patch(base, apply_patch(base, text, "submission.py"), text) == []
+    flags = screen_patch(base, apply_patch(base, text, "submission.py"), text)
+    key = f"{target}/{Path(patch).parent.name}"
+    assert [(f.rule, f.line) for f in flags] == EXAMPLE_FLAGS.get(key, [])
 
 
 def test_a_patch_that_caches_results_on_data_ptr_is_flagged_on_its_added_lines():
