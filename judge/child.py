@@ -19,6 +19,8 @@ import sys
 import traceback
 from pathlib import Path
 
+# The exit code of a child whose reply channel was swapped in its own process (judge.worker reads it).
+REPLY_TAMPERED_EXIT = 86
 RUNNER_OPS = {"load", "case", "audit", "setup_benchmark", "prepare_set", "warm_up", "arm", "fire", "report", "null_tail"}
 ORACLE_OPS = {"plan", "verify", "expect", "facts"}
 
@@ -46,6 +48,9 @@ def _error_line(error: BaseException) -> str:
 
 
 def _start() -> str:
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a child never outlives judge, frozen or not
     faulthandler.enable()  # a segfault prints the Python stack into the log
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent's "show me where you hang"
     workspace = os.getcwd()
@@ -90,8 +95,13 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
     commands = os.fdopen(int(cmd_fd), "rb")
     reply = int(reply_fd)
     _send = os.write  # bound before candidate code exists
+    send_id = id(_send)
 
     def send(message: dict) -> None:
+        if id(_send) != send_id:  # the kernel swapped the writer this closure holds: its replies cannot be trusted
+            sys.stderr.write("judge: the reply channel's writer was replaced in this process\n")
+            sys.stderr.flush()
+            os._exit(REPLY_TAMPERED_EXIT)
         data = json.dumps(_clean(message), allow_nan=False).encode() + b"\n"
         while data:
             data = data[_send(reply, data):]

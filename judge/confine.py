@@ -311,6 +311,15 @@ def _seccomp(lib, policy: Policy) -> tuple[str, str]:
         for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
             for arg in _outside(lib, [0, os.getpid()]):
                 deny(name, arg)
+        # Nor may it pin, renice, reschedule or re-limit another process (the base's runner is one).
+        for name in ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "prlimit64"):
+            for arg in _outside(lib, [0, os.getpid()]):
+                deny(name, arg)
+        for name, who_index in (("setpriority", 1), ("ioprio_set", 1)):
+            for arg in _outside(lib, [0, os.getpid()], who_index):
+                deny(name, arg)
+        deny("setpriority", lib.Arg(0, lib.NE, 0))  # PRIO_PGRP and PRIO_USER reach other processes
+        deny("ioprio_set", lib.Arg(0, lib.NE, 1))  # only IOPRIO_WHO_PROCESS
         for flag in _NAMESPACE_FLAGS:
             deny("clone", lib.Arg(0, lib.MASKED_EQ, flag, flag))
         deny("clone3", action=lib.ERRNO(errno.ENOSYS))  # its flags are out of reach; glibc falls back to clone
@@ -321,25 +330,26 @@ def _seccomp(lib, policy: Policy) -> tuple[str, str]:
     except OSError as error:
         return f"not confined: seccomp filter failed ({error.strerror})", ""
     missed = f"; unknown to libseccomp, so allowed: {', '.join(unknown)}" if unknown else ""
-    return ("seccomp: ptrace, process_vm_*, signals to other processes, non-unix sockets, setsid, "
+    return ("seccomp: ptrace, process_vm_*, signals to, scheduling and limits of other processes, non-unix "
+            "sockets, setsid, "
             "namespaces, mount, chroot, bpf, perf_event_open, keys, io_uring, userfaultfd, modules, reboot, "
             f"kexec, swap, clock setting denied{missed}",
             "" if policy.network else "non-unix sockets denied (seccomp)")
 
 
-def _outside(lib, allowed: list[int]):
-    """Argument-0 conditions that together match every 64-bit value not in `allowed`: libseccomp takes one
-    comparison per argument in a rule, so the gaps below max(allowed) become masked prefix blocks."""
+def _outside(lib, allowed: list[int], index: int = 0):
+    """Conditions on argument `index` that together match every 64-bit value not in `allowed`: libseccomp takes
+    one comparison per argument in a rule, so the gaps below max(allowed) become masked prefix blocks."""
     low = 0
     for value in sorted(allowed):
         while low < value:
             size = low & -low or 1 << 63
             while size > value - low:
                 size >>= 1
-            yield lib.Arg(0, lib.MASKED_EQ, (1 << 64) - size, low)
+            yield lib.Arg(index, lib.MASKED_EQ, (1 << 64) - size, low)
             low += size
         low = value + 1
-    yield lib.Arg(0, lib.GT, max(allowed))
+    yield lib.Arg(index, lib.GT, max(allowed))
 
 
 def _drop_user(policy: Policy, readable: list[Path]) -> str:

@@ -185,7 +185,9 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
 
 
 def timing_verdict(timing: StageResult, min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
-    """faster, slower or unchanged, from the geomean and its interval."""
+    """faster, slower or unchanged, from the geomean and its interval; a target may ask for a larger effect
+    (judge.toml `min_effect`) where its clock is noisier."""
+    min_effect = max(min_effect, timing.detail.get("min_effect") or 0.0)
     low, high = timing.detail["geomean_ci"]
     geomean = timing.detail["geomean"]
     if low > 1.0 and geomean >= 1.0 + min_effect:

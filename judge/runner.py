@@ -58,8 +58,9 @@ class Runner:
             self.events = [self._event(enable_timing=True) for _ in range(3)]
             self.cycles_per_us = self._spin_rate()
         self.baseline = tamper.Baseline(self.own_functions(), str(self.workspace.resolve()))
-        # The primitives bound on this object; audit() checks that they are still the same objects.
-        self._bound = {name: id(value) for name, value in vars(self).items() if callable(value)}
+        # What this object holds that measures or makes inputs; audit() checks they are still the same objects.
+        self._bound = {name: id(value) for name, value in vars(self).items() if name not in ("bench", "kernel")}
+        self._generators = {name: tamper.fingerprint(fn) for name, fn in self.generators.items()}
 
     def own_functions(self) -> dict[str, tuple[Any, str]]:
         """Everything of judge's that measures, copies, poisons or hands over outputs in this process."""
@@ -103,6 +104,8 @@ class Runner:
                   if id(vars(self).get(name)) != before]
         found += [f"judge's runner.{name} shadowed on the instance" for name in vars(self)
                   if callable(getattr(Runner, name, None)) and name not in self._bound]
+        found += [f"judge's input generator '{name}' replaced" for name, before in self._generators.items()
+                  if tamper.fingerprint(self.generators.get(name)) != before]
         return found
 
     # ---- timing ----------------------------------------------------------------------------------------

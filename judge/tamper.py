@@ -43,7 +43,7 @@ def _resolve(module: str, attr: str) -> Any:
     return inspect.getattr_static(obj, attr, None)
 
 
-def _fingerprint(obj: Any) -> tuple[int, int | None]:
+def fingerprint(obj: Any) -> tuple[int, int | None]:
     code = getattr(obj, "__code__", None)
     return id(obj), id(code) if code is not None else None
 
@@ -54,9 +54,9 @@ class Baseline:
     def __init__(self, own: dict[str, tuple[Any, str]], workspace: str = ""):
         """`own`: judge's own functions in this process, by label, as (class or module, attribute name)."""
         self.workspace = workspace
-        self.objects = {f"{m}.{a}": _fingerprint(_resolve(m, a)) for m, a in WATCHED}
+        self.objects = {f"{m}.{a}": fingerprint(_resolve(m, a)) for m, a in WATCHED}
         self.own_places = own
-        self.own = {label: _fingerprint(inspect.getattr_static(owner, attr, None)) for label, (owner, attr) in own.items()}
+        self.own = {label: fingerprint(inspect.getattr_static(owner, attr, None)) for label, (owner, attr) in own.items()}
         self.builtins = dict(vars(builtins))
         self.threads = {t.ident for t in threading.enumerate()}
         self.meta_path = list(sys.meta_path)
@@ -66,11 +66,11 @@ class Baseline:
         found = []
         for key, before in self.objects.items():
             module, _, attr = key.rpartition(".")
-            if _fingerprint(_resolve(module, attr)) != before:
+            if fingerprint(_resolve(module, attr)) != before:
                 found.append(f"{key} replaced")
         for label, before in self.own.items():
             owner, attr = self.own_places[label]
-            if _fingerprint(inspect.getattr_static(owner, attr, None)) != before:
+            if fingerprint(inspect.getattr_static(owner, attr, None)) != before:
                 found.append(f"judge's {label} replaced")
         changed_builtins = sorted(k for k, v in vars(builtins).items()
                                   if k in self.builtins and v is not self.builtins[k] and not k.startswith("_"))

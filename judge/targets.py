@@ -63,6 +63,7 @@ class Target:
     clock: str = "gpu"
     distributions: list[Distribution] = field(default_factory=lambda: [Distribution("default")])
     max_speedup: float = DEFAULT_MAX_SPEEDUP
+    min_effect: float | None = None
 
     @property
     def on_cpu(self) -> bool:
@@ -205,6 +206,9 @@ def load_target(path: str | Path) -> Target:
     if clock not in CLOCKS[:2]:
         raise JudgeError(f"{where}: field 'clock': '{clock}' — 'gpu' (launch hidden) or 'call' (the whole call, "
                          "launch included, as GPU MODE times)")
+    min_effect = meta.get("min_effect")
+    if min_effect is not None and not 0 <= float(min_effect) < 1:
+        raise JudgeError(f"{where}: field 'min_effect': a fraction in [0, 1), got {min_effect}")
     plausibility = meta.get("plausibility", {})
     max_speedup = float(plausibility.get("max_speedup", DEFAULT_MAX_SPEEDUP))
     if max_speedup <= 1:
@@ -226,6 +230,7 @@ def load_target(path: str | Path) -> Target:
         clock=clock,
         distributions=_distributions(meta.get("distributions"), path, where),
         max_speedup=max_speedup,
+        min_effect=float(min_effect) if min_effect is not None else None,
     )
 
 

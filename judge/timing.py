@@ -139,6 +139,7 @@ class _Session:
         self.target = ev.target
         self.clocks = ["host"] if self.target.on_cpu else ["gpu", "call"]
         self.last_who = "candidate"
+        self.timed: dict[int, set[int]] = {}
 
     def freeze(self) -> None:
         self.base.freeze()
@@ -158,12 +159,16 @@ class _Session:
     def rep(self, worker: Worker, set_index: int, clock: str, spin_us: float, expected: list) -> tuple[dict, str | None]:
         """One timed call in one worker's turn: arm, fire and report, each timed by the parent; the worker is
         frozen again only after all three, so no other process runs in between."""
+        # Whether this is the kernel's first timed call on the set is the parent's own record, not the runner's.
+        timed = self.timed.setdefault(id(worker), set())
+        cold = set_index not in timed
+        timed.add(set_index)
         armed = worker.call("arm", self._left(), set_index=set_index, clock=clock)
         fired = worker.call("fire", self._left(), clock=clock, spin_us=spin_us)
         reported = self.turn(worker, "report")
         out = reported.value
         problem = out["problem"] or projection_failure(out["projections"], expected)
-        rep = {**armed.value, **fired.value, "set": set_index, "wall_us": fired.wall_s * 1e6,
+        rep = {**armed.value, **fired.value, "cold": cold, "set": set_index, "wall_us": fired.wall_s * 1e6,
                "report_wall_us": reported.wall_s * 1e6}
         return rep, problem
 
@@ -193,6 +198,7 @@ class _Session:
         start = time.monotonic()
         n, next_check, stopped = 0, MIN_REPS, "max-reps"
         prepared: set[int] = set()
+        self.timed.clear()
         while n < MAX_REPS * len(self.clocks):
             clock = self.clocks[n % len(self.clocks)]
             set_index = order.randrange(sets)
@@ -260,7 +266,7 @@ def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) 
             entry["speed_of_light_us"] = target.speed_of_light_us[i]
         out.append(entry)
     detail: dict[str, Any] = {"benchmarks": out, "clock": deciding, "confinement": confinement,
-                              "max_speedup": target.max_speedup,
+                              "max_speedup": target.max_speedup, "min_effect": target.min_effect,
                               "audit_reasons": reasons, "method": METHOD[deciding]}
     if pairs:
         point, low, high = stats.geomean_ci(pairs)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .child import REPLY_TAMPERED_EXIT
 from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, session_members, tail
 
 MAX_REPLY_BYTES = 64 << 20
@@ -199,6 +200,9 @@ class Worker:
     def _died(self) -> WorkerError:
         self._kill()
         code = self.process.returncode
+        if code == REPLY_TAMPERED_EXIT:
+            return WorkerError("tampered", "replaced the writer of judge's reply channel in its process",
+                               self.log_tail())
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name

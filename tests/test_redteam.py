@@ -118,40 +118,10 @@ CONTROLS = {"control-unchanged": (CONTROL_UNCHANGED, ("unchanged",), True),
 
 
 # Where judge gives the wrong verdict today: (target, cheat) -> why. Marked xfail(strict=True), so a fix shows.
-_PATCH_REFERENCE = (
-    "judge gives tampered (the runner's audit, 'reference.ref_kernel replaced', is reported before the oracle's "
-    "mismatches), the brief says incorrect: both eliminate; the lead decides which is meant")
-_INSTANCE = (
-    "judge bug: the tamper audit compares the Runner *class*'s methods only; an instance attribute "
-    "(runner._host_time, runner._elapsed, found with gc) shadows them unseen, and a 10% shave stays under the wall "
-    "audit's 50 us slack: judged faster")
-_CLOCK_GLOBAL = (
-    "judge bug: judge.runner._perf (the module-level clock bound before candidates load) can be rebound by the "
-    "candidate; nothing audits it, and a 10% slower clock stays under the wall audit's 50 us slack: judged faster")
-_FORGE_SILENT = (
-    "judge bug: the os.write held in judge.child's send() closure can be swapped (cell_contents) to rewrite every "
-    "reply in flight; nothing audits it, and a 10% shave of fire's 'us' stays under the wall audit's slack")
-_ARM = (
-    "judge bug: judge.tensors.poison (a module function, not in tamper.WATCHED) runs inside `arm`, which is "
-    "neither timed nor wall-audited: the work done there is free and the timed call only waits; judged faster "
-    "(or implausible only where it overshoots the speed of light)")
-_RENICE = (
-    "judge bug: the runner stays uid 0 whenever a path it reads is closed to nobody (here: 'same uid 0: /root is "
-    "mode 0700', Python lives under /root/.pyenv), and seccomp allows sched_setaffinity/setpriority on other "
-    "pids: the base runner's threads get pinned to one CPU and reniced, ~50x slower (implausible, or tampered "
-    "by the replay check, instead of unchanged)")
-_READS = (
-    "judge bug: a runner reads /proc/<judge's pid>/environ (the environment judge was started with, and any "
-    "secret in it): Landlock lets it read /proc and it runs with judge's uid (its /proc/<pid>/mem is refused)")
-KNOWN_JUDGE_BUGS: dict[tuple[str, str], str] = {
-    ("cpu", "patch_reference"): _PATCH_REFERENCE,
-    ("cpu", "patch_runner_instance"): _INSTANCE,
-    ("cpu", "patch_runner_clock_global"): _CLOCK_GLOBAL,
-    ("cpu", "forge_reply_silent"): _FORGE_SILENT,
-    ("cpu", "precompute_in_arm"): _ARM,
-    ("cpu", "renice_base"): _RENICE,
-    ("cpu", "reads"): _READS,
-}
+# Empty: every hole this suite found was closed (the tamper audit of the runner's instance, generators and
+# module clocks; the parent's own record of first calls; the reply writer's check; seccomp on scheduling
+# calls aimed at other processes).
+KNOWN_JUDGE_BUGS: dict[tuple[str, str], str] = {}
 
 
 # ---- the targets -----------------------------------------------------------------------------------------
@@ -322,11 +292,8 @@ def run_redteam_round(key: str, tmp: Path) -> RedTeamRound:
         rr.workspaces[pid] = work / main / "round-1" / pid
 
     # Files no candidate may change, by their bytes before the round (those judge writes itself are checked
-    # for the marker instead).
-    import judge
-
-    for path in [Path(judge.__file__).parent / "runner.py", tmp / "reports" / "round-1.md",
-                 *sorted(p for p in kernels.rglob("*") if p.is_file())]:
+    # for the marker instead; judge's own source is only opened for writing, and the log must show it refused).
+    for path in [tmp / "reports" / "round-1.md", *sorted(p for p in kernels.rglob("*") if p.is_file())]:
         rr.protected[path] = path.read_bytes()
 
     settings = Settings(kernels_dir=kernels, work_dir=work, cache_dir=tmp / "cache", timing_budget_s=1)
@@ -553,7 +520,8 @@ def test_no_file_outside_its_workspace_is_changed(request, key):
         pytest.skip("write_ledger not selected")
     log = rr.log("write_ledger")
     attempts = [line for line in _lines(log, "REDTEAM write ")]
-    assert len(attempts) >= 8, log[-3000:]
+    for what in ("ledger", "reports", "kernels", "judge source", "other workspace", "base", "oracle"):
+        assert any(line.startswith(f"REDTEAM write {what} ") for line in attempts), (what, log[-3000:])
     wrote = [line for line in attempts if line.endswith(": WROTE")]
     assert not wrote
     assert all("PermissionError" in line for line in attempts), attempts
@@ -566,7 +534,7 @@ def test_no_file_outside_its_workspace_is_changed(request, key):
         assert path.exists() and MARKER not in path.read_bytes(), path
 
 
-@pytest.mark.parametrize("key", _targets(bug="reads"))
+@pytest.mark.parametrize("key", _targets())
 def test_reads_outside_its_workspace_fail(request, key):
     rr = _round(request, key)
     if "read_secrets" not in rr.cheats_by_name:
@@ -599,7 +567,7 @@ def test_judge_and_the_base_cannot_be_signalled_or_outrun(request, key):
     assert not done
 
 
-@pytest.mark.parametrize("key", _targets(bug="renice_base"))
+@pytest.mark.parametrize("key", _targets(bug="renice"))
 def test_other_processes_cannot_be_reniced_or_pinned(request, key):
     rr = _round(request, key)
     if "renice_base" not in rr.cheats_by_name:
