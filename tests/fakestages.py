@@ -91,7 +91,6 @@ class FakeStages(Stages):
                 "cand_median_us": base_us / speedup, "speedup": speedup, "ci_low": speedup * 0.995,
                 "ci_high": speedup * 1.005, "significant": speedup != 1.0, "reps": 3,
                 "base_us": [base_us] * 3, "cand_us": [base_us / speedup] * 3,
-                **({"speed_of_light_us": target.speed_of_light_us[index]} if target.speed_of_light_us else {}),
             })
         low, high = (speedup * 0.995, speedup * 1.005) if speedup != 1.0 else (0.995, 1.005)
         return StageResult("timing", "passed", f"geomean {speedup:.3f}x [{low:.3f}, {high:.3f}] over {len(benchmarks)} benchmarks",
