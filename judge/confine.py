@@ -114,7 +114,8 @@ class Confinement:
 # What a child's environment keeps of the user's: what Python, torch, CUDA and the compilers read, never
 # the rest (credentials, tokens, the judge's own JUDGE_* settings).
 _ENV_KEEP = {"HOME", "TMPDIR", "PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED",
-             "PYTHONDONTWRITEBYTECODE", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "USER", "LOGNAME", "SHELL", "CC", "CXX"}
+             "PYTHONDONTWRITEBYTECODE", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "USER", "LOGNAME",
+             "SHELL", "CC", "CXX"}
 _ENV_PREFIXES = ("LC_", "CUDA", "NVIDIA_", "CUTE_DSL_", "TORCH", "PYTORCH_", "TRITON_", "OMP_", "MKL_",
                  "OPENBLAS_", "CUBLAS_", "CUDNN_", "NCCL_", "NVCC_", "CUTLASS_")
 
