@@ -15,7 +15,7 @@ from .devices import gate
 from .evaluation import Case, Evaluator, fresh
 from .stages import StageResult, not_run
 from .targets import Target, spec_label
-from .worker import CommandFailed, Worker, WorkerError
+from .worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "correctness"
 
@@ -45,9 +45,9 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
     try:
         worker = evaluator.runner(workspace)
         confinement = worker.hello.get("confinement")
-        worker.call("load", _left(deadline))
+        worker.call("load", time_left(deadline))
         cases = [_run_case(evaluator, worker, workspace, case, deadline) for case in evaluator.cases()]
-        changes = worker.call("audit", _left(deadline)).value
+        changes = worker.call("audit", time_left(deadline)).value
     except WorkerError as error:
         if worker is not None:
             worker.close()
@@ -84,7 +84,7 @@ def _run_case(evaluator: Evaluator, worker: Worker, workspace: Path, case: Case,
     entry = {"kind": case.kind, "test": case.index, "label": spec_label(case.spec), "call": case.call,
              "seed": case.spec.get("seed"), "distribution": case.distribution}
     try:
-        ran = worker.call("case", _left(deadline), spec=case.spec, distribution=case.distribution,
+        ran = worker.call("case", time_left(deadline), spec=case.spec, distribution=case.distribution,
                           slots=plan["slots"], dump=str(dump)).value
     except CommandFailed as error:
         raise CommandFailed(f"{error.error} ({_where(entry)})", error.log_tail) from None
@@ -125,9 +125,3 @@ def _tolerance(target: Target) -> dict | None:
         return None
     return {"rtol": target.rtol, "atol": target.atol}
 
-
-def _left(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise WorkerError("timed-out", "ran past the stage's time limit")
-    return left

@@ -103,7 +103,7 @@ class Oracle:
                     f"(max abs err {comp['max_abs_err']:.3g}, max rel err {comp['max_rel_err']:.3g})")
         if self.checker is not None:
             # check_implementation gets pristine inputs: GPU MODE's own checkers recompute the reference from them.
-            shaped = outputs[0] if len(want) == 1 and want[0][0] == "" else _rebuild(expected, outputs)
+            shaped = outputs[0] if len(want) == 1 and want[0][0] == "" else tensors.rebuild(expected, outputs)
             ok, message = verdict(self.checker(data, shaped))
             result["check_implementation"] = {"passed": ok, "message": message[:2000]}
             if not ok:
@@ -162,22 +162,6 @@ def _load_dump(path: str) -> list:
     if not isinstance(value, list):
         raise ValueError("the saved output is not what the runner writes (the kernel's process replaced it)")
     return value
-
-
-def _rebuild(template, flat: list):
-    """Put tensors back into the nesting of `template` (the reference's output) for check_implementation."""
-    it = iter(flat)
-
-    def walk(node):
-        if isinstance(node, tuple):
-            return tuple(walk(x) for x in node)
-        if isinstance(node, list):
-            return [walk(x) for x in node]
-        if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
-        return next(it)
-
-    return walk(template)
 
 
 def _fail(result: dict, reason: str) -> dict:

@@ -7,7 +7,6 @@ Each finished evaluation is written at once, so a killed run resumes where it st
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import JudgeError
+from .evaluation import fresh
 from .ledger import Ledger, now, sha256
 from .patching import apply_patch, check_paths, parse_patch
 from .records import Outcome, Proposal
@@ -302,7 +302,7 @@ def _run_target_round(
 
     root = settings.work_dir / target.name / f"round-{round}"
     base_dir = root / "base"
-    _fresh(base_dir)
+    fresh(base_dir)
     target.assemble(base_dir, base_source)
     on_event("probe", target=target.name)
     facts = settings.stages.probe()
@@ -354,7 +354,7 @@ def _prepare(run: RoundRun, revision: dict, base_source: str):
         stage = StageResult("patch", "failed", str(error), time.monotonic() - t0)
         return run.record(revision, None, [stage], started)
     workspace = run.root / revision["proposal_id"]
-    _fresh(workspace)
+    fresh(workspace)
     target.assemble(workspace, source)
     patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
     return revision, source, workspace, [patch_stage, screen_stage(base_source, source, revision["patch"])], started
@@ -418,11 +418,6 @@ def _shown(path: Path) -> str:
     except ValueError:
         return str(path)
 
-
-def _fresh(path: Path) -> None:
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
 
 
 def _facts_dict(facts) -> Optional[dict]:

@@ -23,6 +23,22 @@ def leaves(obj, path: str = "") -> list[tuple[str, Any]]:
     return [(path, obj)]
 
 
+def rebuild(template, flat: list):
+    """Put the values of `flat`, in leaves() order, back into the nesting of `template`."""
+    it = iter(flat)
+
+    def walk(node):
+        if isinstance(node, tuple):
+            return tuple(walk(x) for x in node)
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        return next(it)
+
+    return walk(template)
+
+
 def clone_data(obj):
     """A deep copy of the tensors in nested tuples, lists and dicts (GPU MODE inputs), other values as they are."""
     import torch
@@ -198,8 +214,6 @@ class Projector:
 
     def bounds(self, expected, rtol: float, atol: float) -> list[dict]:
         """Per expected leaf: its projections and the honest spread, PROJECTION_SIGMAS * ||atol + rtol*|e|||."""
-        import torch
-
         out = []
         for index, (path, tensor) in enumerate(leaves(expected)):
             flat = tensor.detach().reshape(-1)

@@ -31,7 +31,7 @@ from .runner import spin_for
 from .stages import StageResult, not_run
 from .targets import Target
 from .tensors import projection_failure
-from .worker import CommandFailed, Worker, WorkerError
+from .worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "timing"
 BUDGET_PER_BENCHMARK_S = 5.0
@@ -152,7 +152,7 @@ class _Session:
 
     def turn(self, worker: Worker, op: str, **args):
         self.last_who = "base" if worker is self.base else "candidate"
-        reply = worker.call(op, self._left(), **args)
+        reply = worker.call(op, time_left(self.deadline), **args)
         worker.freeze()
         return reply
 
@@ -163,20 +163,14 @@ class _Session:
         timed = self.timed.setdefault(id(worker), set())
         cold = set_index not in timed
         timed.add(set_index)
-        armed = worker.call("arm", self._left(), set_index=set_index, clock=clock)
-        fired = worker.call("fire", self._left(), clock=clock, spin_us=spin_us)
+        armed = worker.call("arm", time_left(self.deadline), set_index=set_index, clock=clock)
+        fired = worker.call("fire", time_left(self.deadline), clock=clock, spin_us=spin_us)
         reported = self.turn(worker, "report")
         out = reported.value
         problem = out["problem"] or projection_failure(out["projections"], expected)
         rep = {**armed.value, **fired.value, "cold": cold, "set": set_index, "wall_us": fired.wall_s * 1e6,
                "report_wall_us": reported.wall_s * 1e6}
         return rep, problem
-
-    def _left(self) -> float:
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise WorkerError("timed-out", "ran past the stage's time limit")
-        return left
 
     def benchmark(self, index: int, share_s: float) -> dict[str, Any]:
         ev, target = self.ev, self.target

@@ -46,6 +46,15 @@ class CommandFailed(Exception):
         self.log_tail = log_tail
 
 
+def time_left(deadline: float) -> float:
+    """Seconds until a stage's deadline (time.monotonic), for the next command's limit; past it, the stage
+    has run out of time."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise WorkerError("timed-out", "ran past the stage's time limit")
+    return left
+
+
 @dataclass
 class Reply:
     value: Any
