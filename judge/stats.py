@@ -34,6 +34,19 @@ def block_length(n: int) -> int:
     return max(1, min(n, round(n ** (1 / 3))))
 
 
+def _block_resamples(n: int, resamples: int, rng: np.random.Generator):
+    """Index arrays of moving-block bootstrap resamples of n consecutive samples, a chunk of rows at a time so
+    that long runs never need a huge index array."""
+    length = block_length(n)
+    blocks = -(-n // length)
+    offsets = np.arange(length)
+    step = max(1, _CHUNK_ELEMENTS // (blocks * length))
+    for start in range(0, resamples, step):
+        count = min(step, resamples - start)
+        starts = rng.integers(0, n - length + 1, size=(count, blocks))
+        yield start, (starts[:, :, None] + offsets).reshape(count, -1)[:, :n]
+
+
 def ratio_replicates(base: Sequence[float], cand: Sequence[float], *, resamples: int = RESAMPLES,
                      rng: np.random.Generator) -> np.ndarray:
     """Bootstrap replicates of median(base) / median(cand): moving blocks of consecutive pairs
@@ -42,17 +55,9 @@ def ratio_replicates(base: Sequence[float], cand: Sequence[float], *, resamples:
     c = np.asarray(cand, dtype=float)
     if b.shape != c.shape or b.ndim != 1 or len(b) == 0:
         raise ValueError(f"paired samples need equal, non-zero lengths, got {b.shape} and {c.shape}")
-    n = len(b)
-    length = block_length(n)
-    blocks = -(-n // length)
-    offsets = np.arange(length)
-    step = max(1, _CHUNK_ELEMENTS // (blocks * length))
     out = np.empty(resamples)
-    for start in range(0, resamples, step):
-        count = min(step, resamples - start)
-        starts = rng.integers(0, n - length + 1, size=(count, blocks))
-        idx = (starts[:, :, None] + offsets).reshape(count, -1)[:, :n]
-        out[start:start + count] = np.median(b[idx], axis=1) / np.median(c[idx], axis=1)
+    for start, idx in _block_resamples(len(b), resamples, rng):
+        out[start:start + len(idx)] = np.median(b[idx], axis=1) / np.median(c[idx], axis=1)
     return out
 
 
@@ -71,13 +76,10 @@ def median_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, resamp
     v = np.asarray(values, dtype=float)
     if v.ndim != 1 or len(v) == 0:
         raise ValueError("median of no values")
-    n = len(v)
-    length = block_length(n)
-    blocks = -(-n // length)
-    rng = np.random.default_rng(seed)
-    starts = rng.integers(0, n - length + 1, size=(resamples, blocks))
-    idx = (starts[:, :, None] + np.arange(length)).reshape(resamples, -1)[:, :n]
-    low, high = _percentiles(np.median(v[idx], axis=1), confidence)
+    reps = np.empty(resamples)
+    for start, idx in _block_resamples(len(v), resamples, np.random.default_rng(seed)):
+        reps[start:start + len(idx)] = np.median(v[idx], axis=1)
+    low, high = _percentiles(reps, confidence)
     return float(np.median(v)), low, high
 
 
