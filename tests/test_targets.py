@@ -1,0 +1,60 @@
+"""judge/targets.py: judge.toml's keys for clocks, distributions, plausibility and min_effect, and their
+one-line errors naming the file and the field."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from judge.errors import JudgeError
+from judge.targets import Distribution, load_target
+
+CPU_TARGET = Path(__file__).resolve().parents[1] / "kernels" / "vecadd_cpu"
+
+
+@pytest.fixture
+def target_dir(tmp_path):
+    dest = tmp_path / "vecadd_cpu"
+    shutil.copytree(CPU_TARGET, dest)
+    return dest
+
+
+def test_the_cpu_example_target_reads_as_written():
+    target = load_target(CPU_TARGET)
+    assert (target.arch, target.on_cpu, target.deciding_clock) == ("cpu", True, "host")
+    assert target.distributions == [Distribution("randn"), Distribution("wide", "inputs.py:wide")]
+    assert (target.min_effect, target.max_speedup) == (0.15, 10.0)
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ('arch = "cpu"', 'arch = "cpu"\nclock = "wall"', "field 'clock': 'wall' — 'gpu' (launch hidden) or 'call' (the whole call, launch "
+                         "included, as GPU MODE times)"),
+    ("min_effect = 0.15", "min_effect = 1.5", "field 'min_effect': a fraction in [0, 1), got 1.5"),
+    ("[tolerance]", "[plausibility]\nmax_speedup = 1\n\n[tolerance]",
+     "field 'plausibility.max_speedup': must be above 1, got 1.0"),
+])
+def test_bad_keys_are_one_line_errors(target_dir, old, new, message):
+    toml = target_dir / "judge.toml"
+    text = toml.read_text()
+    assert old in text
+    toml.write_text(text.replace(old, new, 1))
+    with pytest.raises(JudgeError) as caught:
+        load_target(target_dir)
+    assert caught.value.message == f"{toml}: {message}"
+
+
+def test_a_distribution_generator_must_exist(target_dir):
+    toml = target_dir / "judge.toml"
+    toml.write_text(toml.read_text().replace('"inputs.py:wide"', '"missing.py:wide"'))
+    with pytest.raises(JudgeError) as caught:
+        load_target(target_dir)
+    assert caught.value.message == (f"{toml}: field 'distributions[1].generator': 'missing.py:wide' is not "
+                                    f"FILE.py:function with FILE.py in {target_dir}")
+
+
+def test_a_distribution_name_appears_once(target_dir):
+    toml = target_dir / "judge.toml"
+    toml.write_text(toml.read_text().replace('name = "wide"', 'name = "randn"'))
+    with pytest.raises(JudgeError) as caught:
+        load_target(target_dir)
+    assert caught.value.message == f"{toml}: field 'distributions[1].name': 'randn' appears twice"
