@@ -23,7 +23,7 @@ def test_the_cpu_example_target_reads_as_written():
     target = load_target(CPU_TARGET)
     assert (target.arch, target.on_cpu, target.deciding_clock) == ("cpu", True, "host")
     assert target.distributions == [Distribution("randn"), Distribution("wide", "inputs.py:wide")]
-    assert (target.min_effect, target.max_speedup) == (0.15, 10.0)
+    assert (target.min_effect, target.max_speedup) == (0.35, 10.0)
 
 
 @pytest.mark.parametrize("old,new,message", [
