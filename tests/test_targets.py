@@ -29,7 +29,7 @@ def test_the_cpu_example_target_reads_as_written():
 @pytest.mark.parametrize("old,new,message", [
     ('arch = "cpu"', 'arch = "cpu"\nclock = "wall"', "field 'clock': 'wall' — 'gpu' (launch hidden) or 'call' (the whole call, launch "
                          "included, as GPU MODE times)"),
-    ("min_effect = 0.15", "min_effect = 1.5", "field 'min_effect': a fraction in [0, 1), got 1.5"),
+    ("min_effect = 0.35", "min_effect = 1.5", "field 'min_effect': a fraction in [0, 1), got 1.5"),
     ("[tolerance]", "[plausibility]\nmax_speedup = 1\n\n[tolerance]",
      "field 'plausibility.max_speedup': must be above 1, got 1.0"),
 ])
