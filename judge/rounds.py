@@ -66,6 +66,11 @@ class Stages:
 
         return compile_many(jobs, cache_dir=cache_dir, workers=workers, progress=progress)
 
+    def static_check(self, target: Target, workspace: Path, compile_stage: StageResult) -> StageResult:
+        from .static_check import run_static
+
+        return run_static(target, workspace, compile_stage)
+
     def open_round(self, target: Target, root: Path, base_dir: Path):
         """The round's trusted state (judge.evaluation.Evaluator): secret seeds, oracle, base runner."""
         from .evaluation import Evaluator, fresh
@@ -171,8 +176,8 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
             return Outcome.CRASHED, f"{stage.stage}: {stage.summary}"
         if stage.status == "tampered":
             return Outcome.TAMPERED, f"{stage.stage}: {stage.summary}"
-        failed = {"patch": Outcome.PATCH_FAILED, "compile": Outcome.COMPILE_ERROR, "correctness": Outcome.INCORRECT,
-              "timing": Outcome.INCORRECT}
+        failed = {"patch": Outcome.PATCH_FAILED, "compile": Outcome.COMPILE_ERROR,
+                  "static": Outcome.STATIC_CHECK_FAILED, "correctness": Outcome.INCORRECT, "timing": Outcome.INCORRECT}
         return failed.get(stage.stage, Outcome.CRASHED), stage.summary
     timing = next((s for s in stages if s.stage == "timing"), None)
     if timing is None:
@@ -327,8 +332,8 @@ def _run_target_round(
                 pending.append(prepared)
         compiled = _compile_all(target, [p[2] for p in pending], settings, on_event)
         for (revision, source, workspace, early_stages, started), compile_stage in zip(pending, compiled):
-            stages = [*early_stages, compile_stage]
-            if compile_stage.passed or compile_stage.status == "not-run":
+            stages = [*early_stages, compile_stage, *_static_stages(run, workspace, compile_stage, revision["proposal_id"])]
+            if all(s.passed for s in stages[-1:]) or compile_stage.status == "not-run":
                 stages += _kernel_stages(run, workspace, revision["proposal_id"])
             summary.verdicts.append(run.record(revision, sha256(source), stages, started))
         status = "finished"
@@ -381,10 +386,11 @@ def _evaluate_base(run: RoundRun) -> None:
     started = now()
     run.on_event("stage", proposal="(base)", stage="compile")
     stages = _compile_all(run.target, [run.base_dir], run.settings, _quiet)
-    if stages[0].passed and run.gate is None:
+    stages += _static_stages(run, run.base_dir, stages[0], "(base)")
+    if all(s.passed for s in stages) and run.gate is None:
         run.on_event("stage", proposal="(base)", stage="correctness")
         stages.append(run.settings.stages.check_base(run.open_session(), run.base_dir))
-    elif stages[0].passed:
+    elif all(s.passed for s in stages):
         stages.append(not_run("correctness", run.gate))
     # A base that passed every stage it ran is recorded as 'unchanged' against itself; the report says 'passed'.
     outcome = (Outcome.UNCHANGED, "compiled and correct") if all(s.passed for s in stages) else None
@@ -402,6 +408,14 @@ def _compile_all(target: Target, workspaces: list[Path], settings: Settings, on_
         progress=lambda done, total: on_event("compile-progress", done=done, total=total),
     )
     return results
+
+
+def _static_stages(run: RoundRun, workspace: Path, compile_stage: StageResult, proposal_id: str) -> list[StageResult]:
+    """The target's static rules and layout checks on a compiled kernel: none where it declares none."""
+    if run.target.static is None or not compile_stage.passed:
+        return []
+    run.on_event("stage", proposal=proposal_id, stage="static")
+    return [run.settings.stages.static_check(run.target, workspace, compile_stage)]
 
 
 def _kernel_stages(run: RoundRun, workspace: Path, proposal_id: str) -> list[StageResult]:

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 STATUSES = ("passed", "failed", "crashed", "timed-out", "tampered", "not-run")
-STAGES = ("patch", "screen", "compile", "correctness", "timing")
+STAGES = ("patch", "screen", "compile", "static", "correctness", "timing")
 
 
 @dataclass

@@ -44,6 +44,15 @@ class Distribution:
 
 
 @dataclass
+class StaticSpec:
+    """The static stage a target declares (judge.toml [static]): rules over each config's PTX, with their
+    parameters, and a trusted file of CPU layout checks in the target directory."""
+
+    rules: dict[str, dict[str, Any]] = field(default_factory=dict)
+    layout_checks: str | None = None
+
+
+@dataclass
 class Target:
     """Everything judge needs to know about one kernel problem."""
 
@@ -64,6 +73,7 @@ class Target:
     distributions: list[Distribution] = field(default_factory=lambda: [Distribution("default")])
     max_speedup: float = DEFAULT_MAX_SPEEDUP
     min_effect: float | None = None
+    static: StaticSpec | None = None
 
     @property
     def on_cpu(self) -> bool:
@@ -231,6 +241,7 @@ def load_target(path: str | Path) -> Target:
         distributions=_distributions(meta.get("distributions"), path, where),
         max_speedup=max_speedup,
         min_effect=float(min_effect) if min_effect is not None else None,
+        static=_static(meta.get("static"), path, where),
     )
 
 
@@ -252,6 +263,39 @@ def _distributions(raw: Any, path: Path, where: Path) -> list[Distribution]:
                              f"with FILE.py in {path}")
         out.append(distribution)
     return out
+
+
+def _static(raw: Any, path: Path, where: Path) -> StaticSpec | None:
+    from .static_rules import PARAMETERS, REQUIRED, check_formula
+
+    if raw is None:
+        return None
+    names = raw.get("rules", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise JudgeError(f"{where}: field 'static.rules': a list of rule names ({', '.join(sorted(PARAMETERS))})")
+    rules: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name not in PARAMETERS:
+            raise JudgeError(f"{where}: field 'static.rules': unknown rule '{name}' (known: {', '.join(sorted(PARAMETERS))})")
+        params = raw.get(name, {})
+        unknown = sorted(set(params) - PARAMETERS[name])
+        if unknown:
+            raise JudgeError(f"{where}: field 'static.{name}.{unknown[0]}': rule '{name}' takes no such parameter")
+        missing = sorted(REQUIRED.get(name, set()) - set(params))
+        if missing:
+            raise JudgeError(f"{where}: field 'static.{name}.{missing[0]}': required by rule '{name}'")
+        for formula in ([params["bytes"]] if isinstance(params.get("bytes"), str) else params.get("bytes", [])):
+            problem = check_formula(str(formula))
+            if problem:
+                raise JudgeError(f"{where}: field 'static.{name}.bytes': {problem}")
+        rules[name] = dict(params)
+    stray = sorted(set(raw) - {"rules", "layout_checks"} - set(rules))
+    if stray:
+        raise JudgeError(f"{where}: field 'static.{stray[0]}': not a key of [static] nor a rule it lists")
+    checks = raw.get("layout_checks")
+    if checks is not None and not (isinstance(checks, str) and (path / checks).is_file()):
+        raise JudgeError(f"{where}: field 'static.layout_checks': '{checks}' is not a file in {path}")
+    return StaticSpec(rules, checks)
 
 
 def find_target(name_or_path: str, kernels_dir: Path) -> Target:
