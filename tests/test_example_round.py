@@ -18,6 +18,10 @@ KB = 1024
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs nvidia-cutlass-dsl")
 
 
+def summary_round_id(ledger: Ledger) -> int:
+    return ledger.round_row("nvfp4_group_gemm", 1)["id"]
+
+
 def test_round_one_of_the_nvfp4_examples(tmp_path):
     ledger = Ledger(tmp_path / "ledger.db")
     items = actions.load_submissions([str(ROOT / "proposals" / "nvfp4_group_gemm")], None)
@@ -29,11 +33,18 @@ def test_round_one_of_the_nvfp4_examples(tmp_path):
     assert summary.pitches == ["warp-specialization"]
     assert verdicts["tile-64-rows"] == (
         "compile-error",
-        "DSLUserCodeError: expects the M-mode to be 128, but got 64 (submission.py:179: `op = tcgen05.MmaMXF4NVF4Op(`)",
+        "DSLUserCodeError: expects the M-mode to be 128, but got 64 (submission.py:181: `op = tcgen05.MmaMXF4NVF4Op(`)",
     )
     others = {p: verdicts[p] for p in ("pipeline-stages-3", "tma-store-epilogue", "wide-n-tile")}
     assert others == {p: ("not-run", "needs sm_100, this machine has none") for p in others}
     assert summary.winner is None
+    # Every compiled kernel went through the target's static rules, on this CPU-only machine.
+    static = {}
+    for evaluation in ledger.evaluations(summary_round_id(ledger)):
+        stages = {s.stage: s for s in ledger.stage_results(evaluation["id"])}
+        if "static" in stages:
+            static[evaluation["revision_id"]] = (stages["static"].status, stages["static"].summary)
+    assert sorted(static.values()) == [("passed", "4 rules on 1 config passed")] * 4
 
     rows = ledger.query(
         "select e.subject, r.proposal_id, k.ok, k.registers, k.smem_bytes, k.threads_per_cta, k.ctas_per_sm "

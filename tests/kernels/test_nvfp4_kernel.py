@@ -3,6 +3,7 @@ sm_100a of the base and of every example patch, and, where a B200 is present, co
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -232,3 +233,58 @@ def test_kernel_matches_reference_on_sm100(kernel, index):
     torch.cuda.synchronize()
     ok, message = reference.check_implementation(data, output)
     assert ok, message
+
+
+# ---- the host path of a call ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def torch_cpu(monkeypatch):
+    """torch whose torch.empty gives 128-byte aligned storage on the CPU too (CUDA's allocator always does):
+    the descriptor workspace's pointer must be."""
+    torch = pytest.importorskip("torch")
+    empty = torch.empty
+
+    def aligned_empty(shape, dtype, device=None):
+        count = math.prod(shape)
+        raw = empty(count + 16, dtype=dtype, device=device)
+        skip = (-raw.data_ptr() % 128) // raw.element_size()
+        return raw[skip:skip + count].view(shape)
+
+    monkeypatch.setattr(torch, "empty", aligned_empty)
+    return torch
+
+
+def _inputs(sizes_mnk, torch):
+    """CPU stand-ins of a call's tensors: only addresses, strides and sizes reach the host path."""
+    abc = [(torch.zeros(m, k // 2, dtype=torch.uint8), torch.zeros(n, k // 2, dtype=torch.uint8),
+            torch.zeros(m, n, dtype=torch.float16)) for m, n, k in sizes_mnk]
+    sf = [(torch.zeros(8, dtype=torch.uint8), torch.zeros(8, dtype=torch.uint8)) for _ in sizes_mnk]
+    return abc, sf, [(m, n, k, 1) for m, n, k in sizes_mnk]
+
+
+def test_a_call_on_inputs_seen_before_builds_no_metadata(kernel, torch_cpu):
+    torch = torch_cpu
+    kernel._metadata.clear()
+    abc, sf, problem = _inputs([(80, 256, 256), (176, 256, 256)], torch)
+    pointers, ctas = kernel._launch_arguments(abc, sf, problem)
+    again, ctas_again = kernel._launch_arguments(abc, sf, problem)
+    assert (ctas, ctas_again, len(kernel._metadata)) == (1 * 2 + 2 * 2, 6, 1)
+    assert again is pointers  # the same device arrays: no allocation, no copy
+    metadata = next(iter(kernel._metadata.values()))[0]
+    assert metadata[2].tolist() == [[a.data_ptr(), b.data_ptr(), c.data_ptr()] for a, b, c in abc]
+    other, _, _ = _inputs([(80, 256, 256), (176, 256, 256)], torch)
+    assert kernel._launch_arguments(other, sf, problem)[0] is not pointers  # other addresses: new arrays
+    assert len(kernel._metadata) == 2
+
+
+def test_the_metadata_cache_keeps_the_latest_entries_only(kernel, torch_cpu):
+    torch = torch_cpu
+    kernel._metadata.clear()
+    keep = [_inputs([(128, 256, 256)], torch) for _ in range(kernel.METADATA_CACHE_ENTRIES + 3)]
+    for abc, sf, problem in keep:
+        kernel._launch_arguments(abc, sf, problem)
+    assert len(kernel._metadata) == kernel.METADATA_CACHE_ENTRIES
+    newest = kernel.metadata_key(*keep[-1])
+    oldest = kernel.metadata_key(*keep[0])
+    assert newest in kernel._metadata and oldest not in kernel._metadata
