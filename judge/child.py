@@ -106,21 +106,19 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
         while data:
             data = data[_send(reply, data):]
 
+    serial = 0
+    if setup.get("deferred"):  # a warm spare: the heavy imports now, the kernel's workspace later
+        _warm_up()
+        send({"serial": 0, "ok": True, "value": {"pid": os.getpid(), "ready": True}})
+        serial, setup = _bind(json.loads(commands.readline()), setup)
     try:
-        if setup["role"] == "oracle":
-            from .oracle import Oracle
-
-            server, allowed = Oracle(**setup["init"]), ORACLE_OPS
-        else:
-            from .runner import Runner
-
-            server, allowed = Runner(**setup["init"]), RUNNER_OPS
+        server, allowed = _server(setup)
         confinement = _confine(setup.get("policy"))
     except Exception as error:
         traceback.print_exc()
-        send({"serial": 0, "ok": False, "error": _error_line(error)})
+        send({"serial": serial, "ok": False, "error": _error_line(error)})
         os._exit(1)
-    send({"serial": 0, "ok": True, "value": {"pid": os.getpid(), "confinement": confinement}})
+    send({"serial": serial, "ok": True, "value": {"pid": os.getpid(), "confinement": confinement}})
     for line in commands:
         message = json.loads(line)
         if message["op"] == "exit":
@@ -137,6 +135,47 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(0)
+
+
+def _server(setup: dict):
+    if setup["role"] == "oracle":
+        from .oracle import Oracle
+
+        return Oracle(**setup["init"]), ORACLE_OPS
+    from .runner import Runner
+
+    return Runner(**setup["init"]), RUNNER_OPS
+
+
+def _warm_up() -> None:
+    """What every runner pays before it knows its kernel: torch's import and the CUDA context."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+
+
+def _bind(message: dict, setup: dict) -> tuple[int, dict]:
+    """A spare takes its workspace: the environment, log, directory and import path a cold start would have
+    had, before the runner is made and the process confined."""
+    if message.get("op") == "exit":  # a spare closed unused
+        os._exit(0)
+    if message.get("op") != "bind":
+        raise SystemExit(f"judge: a spare worker's first command must be bind, got {message.get('op')!r}")
+    args = message["args"]
+    os.environ.clear()
+    os.environ.update(args["env"])
+    log = os.open(args["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    previous = os.getcwd()
+    os.chdir(args["workspace"])
+    sys.path[:] = [args["workspace"]] + [p for p in sys.path if p not in ("", previous, args["workspace"])]
+    return message["serial"], {**setup, "init": args["init"], "policy": args["policy"], "deferred": False}
 
 
 def main(argv: list[str]) -> None:

@@ -62,12 +62,15 @@ class Evaluator:
     base_dir: Path | None = None
     secret: int = field(default_factory=lambda: secrets.randbits(62))
     confine: bool = True
+    warm: bool = True  # keep a spare runner that has loaded torch (and CUDA) before its kernel is known
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
         _not_dumpable()
         self._oracle: Worker | None = None
         self._base: Worker | None = None
+        self._spare: Worker | None = None
+        self._spares = 0
         self._plans: dict[tuple, dict] = {}
         self._expect: dict[int, list] = {}
 
@@ -158,23 +161,54 @@ class Evaluator:
         return env
 
     def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
-        """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported."""
-        from .confine import Policy, child_env, prepare
+        """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported: the
+        warm spare when there is one (and a new spare starts loading behind it), else a cold start."""
+        from .isolation import policy_to_json
 
         workspace = Path(workspace).resolve()
         (workspace / ".judge").mkdir(exist_ok=True)
-        policy = None
-        env = self.env()
-        if self.confine:
-            rules = Policy(writable=[workspace], readable=[])
-            prepare(rules)
-            env = child_env(rules, env)
-            from .isolation import policy_to_json
+        rules, env = self._rules(workspace)
+        policy = policy_to_json(rules) if rules else None
+        init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file, "generators": self.generators}
+        spare, self._spare = self._spare, None
+        worker = None
+        if spare is not None:
+            try:
+                worker = spare.bind(init, workspace=workspace, log_path=workspace / log_name, policy=policy, env=env)
+            except (WorkerError, CommandFailed):
+                spare.close()  # a spare that broke is judge's loss, never the kernel's: start it cold
+        if worker is None:
+            worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env)
+        if self.warm:
+            self._spare = self._new_spare()
+        return worker
 
-            policy = policy_to_json(rules)
-        return Worker("runner", {"workspace": str(workspace), "kernel_file": self.target.kernel_file,
-                                 "generators": self.generators},
-                      cwd=workspace, log_path=workspace / log_name, policy=policy, env=env)
+    def settle(self) -> None:
+        """Before timing: let the spare finish loading, then stop it, so it takes no CPU from a measurement."""
+        if self._spare is not None:
+            try:
+                self._spare.ready()
+                self._spare.freeze()
+            except (WorkerError, CommandFailed):
+                self._spare.close()
+                self._spare = None
+
+    def _rules(self, workspace: Path):
+        """The confinement of a runner in `workspace` (None when unconfined) and its environment."""
+        from .confine import Policy, child_env, prepare
+
+        env = self.env()
+        if not self.confine:
+            return None, env
+        rules = Policy(writable=[workspace], readable=[])
+        prepare(rules)
+        return rules, child_env(rules, env)
+
+    def _new_spare(self) -> Worker:
+        self._spares += 1
+        home = fresh(self.root / "spares" / str(self._spares))
+        _, env = self._rules(home)
+        return Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env)
 
     @property
     def base(self) -> Worker:
@@ -193,10 +227,10 @@ class Evaluator:
             self._base = None
 
     def close(self) -> None:
-        for worker in (self._oracle, self._base):
+        for worker in (self._oracle, self._base, self._spare):
             if worker is not None:
                 worker.close()
-        self._oracle = self._base = None
+        self._oracle = self._base = self._spare = None
 
     def __enter__(self) -> "Evaluator":
         return self

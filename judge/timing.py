@@ -91,6 +91,7 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
     except (WorkerError, CommandFailed) as error:
         ev.drop_base()
         return _stopped(error, time.monotonic() - started, who="base")
+    ev.settle()  # the next candidate's spare runner: loaded and stopped before anything is timed
     session = _Session(ev, base, cand, deadline)
     benchmarks, failure = [], None
     facts = None if target.on_cpu else ev.ask("facts")

@@ -64,14 +64,15 @@ class Reply:
 class Worker:
     """One child process serving `role` ("runner" or "oracle"); see judge.child.serve."""
 
-    def __init__(self, role: str, init: dict, *, cwd: Path, log_path: Path, policy: dict | None = None,
+    def __init__(self, role: str, init: dict | None, *, cwd: Path, log_path: Path, policy: dict | None = None,
                  env: dict[str, str] | None = None, start_timeout_s: float = START_TIMEOUT_S):
+        """With `init` None the worker is a spare: it loads torch (and CUDA) now and waits for `bind`."""
         self.role = role
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = tempfile.TemporaryDirectory(prefix="judge-worker-")
         setup = Path(self._tmp.name) / "setup.json"
-        setup.write_text(json.dumps({"role": role, "init": init, "policy": policy}))
+        setup.write_text(json.dumps({"role": role, "init": init, "policy": policy, "deferred": init is None}))
         cmd_read, self._cmd = os.pipe()
         self._reply, reply_write = os.pipe()
         child_env = dict(env if env is not None else os.environ)
@@ -91,7 +92,23 @@ class Worker:
         self._buffer = b""
         self._serial = 0
         self.frozen = False
-        self.hello = self._read(0, start_timeout_s).value
+        self.hello: dict | None = None
+        self._start_timeout_s = start_timeout_s
+        if init is not None:
+            self.hello = self._read(0, start_timeout_s).value
+
+    def ready(self) -> None:
+        """Wait until a spare has loaded what it loads before its workspace is known (then it only waits)."""
+        if self.hello is None:
+            self.hello = self._read(0, self._start_timeout_s).value
+
+    def bind(self, init: dict, *, workspace: Path, log_path: Path, policy: dict | None, env: dict[str, str]) -> "Worker":
+        """Give a spare its kernel's workspace: from here on it is the runner a cold start would have made."""
+        self.ready()
+        self.log_path = Path(log_path)
+        self.hello = self.call("bind", self._start_timeout_s, init=init, workspace=str(workspace),
+                               log_path=str(log_path), policy=policy, env=env).value
+        return self
 
     @property
     def pid(self) -> int:

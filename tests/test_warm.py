@@ -1,0 +1,74 @@
+"""Warm spare runners (judge/evaluation.py, judge/worker.py, judge/child.py): a process that has loaded torch
+before its kernel is known becomes the next candidate's runner, confined exactly as a cold start, and never
+runs while something is timed."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from judge.check import check
+from judge.evaluation import Evaluator
+from judge.targets import load_target
+from judge.timing import measure
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = ROOT / "kernels" / "vecadd_cpu"
+
+
+def state(pid: int) -> str:
+    """The process state letter of /proc/PID/stat: R, S, T (stopped)..."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
+    target = load_target(TARGET)
+    source = target.kernel_source()
+    first = target.assemble(tmp_path / "first", source)
+    second = target.assemble(tmp_path / "second", source)
+    with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", warm=False) as cold:
+        runner = warm.runner(first)
+        spare = warm._spare
+        spare.ready()
+        assert spare.hello == {"pid": spare.pid, "ready": True}
+        runner.close()
+        taken = warm.runner(second, "second.log")
+        assert taken is spare and warm._spare is not spare  # the spare became the runner; a new one loads
+        assert taken.call("load", 60).value is not None
+        assert (second / "second.log").exists()
+        cold_runner = cold.runner(target.assemble(tmp_path / "third", source))
+        assert cold._spare is None
+        assert taken.hello["confinement"] == cold_runner.hello["confinement"]
+        cold_runner.close()
+        taken.close()
+
+
+def test_the_spare_is_stopped_while_a_candidate_is_timed(tmp_path):
+    target = load_target(TARGET)
+    source = target.kernel_source()
+    base = target.assemble(tmp_path / "base", source)
+    candidate = target.assemble(tmp_path / "candidate", source)
+    with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
+        result, worker = check(evaluator, candidate)
+        assert result.passed, result.summary
+        before = evaluator._spare
+        timing = measure(evaluator, worker, budget_s=0.5)
+        worker.close()
+        assert timing.passed, timing.summary
+        assert evaluator.base is before  # the base's runner, started at the first timing, was the spare
+        assert state(evaluator._spare.pid) == "T"  # and the spare started behind it was stopped to time
+
+
+def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
+    target = load_target(TARGET)
+    source = target.kernel_source()
+    with Evaluator(target, tmp_path / "round") as evaluator:
+        evaluator.runner(target.assemble(tmp_path / "first", source)).close()
+        dead = evaluator._spare
+        dead.ready()
+        os.kill(dead.pid, signal.SIGKILL)
+        runner = evaluator.runner(target.assemble(tmp_path / "second", source))
+        assert runner is not dead and runner.process.poll() is None
+        assert runner.call("load", 60).value is not None
+        runner.close()
