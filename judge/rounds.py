@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import JudgeError
+from .dispatch import Job
 from .evaluation import fresh
 from .ledger import Ledger, now, sha256
 from .patching import apply_patch, check_paths, parse_patch
@@ -111,6 +112,14 @@ class Settings:
     min_effect: float = MIN_EFFECT
     again: bool = False
     stages: Stages = field(default_factory=Stages)
+    # Ray (judge.dispatch): the GPU stages on actors that each hold one GPU; off unless one of these is set.
+    ray: bool = False
+    ray_address: Optional[str] = None
+    gpus: Optional[list[int]] = None
+
+    @property
+    def on_ray(self) -> bool:
+        return self.ray or self.ray_address is not None or self.gpus is not None
 
 
 def _quiet(*_args, **_kwargs) -> None:
@@ -264,6 +273,7 @@ class RoundRun:
     gate: Optional[str]
     device: Optional[dict]
     session: object = None
+    dispatch: object = None  # judge.dispatch: where correctness and timing run
 
     def stale(self, previous: Optional[dict]) -> bool:
         """Whether an earlier evaluation must be redone: asked to, or it was not run for a reason gone now."""
@@ -283,12 +293,15 @@ class RoundRun:
             self.session = None
 
     def record(self, revision: Optional[dict], kernel_sha: Optional[str], stages: list[StageResult],
-               started: str, outcome: Optional[tuple[Outcome, str]] = None) -> Verdict:
+               started: str, outcome: Optional[tuple[Outcome, str]] = None, place: Optional[dict] = None) -> Verdict:
+        """Write one evaluation; `place` is the Ray worker that ran its GPU stages, when one did."""
         outcome, reason = outcome or decide(stages, self.settings.min_effect)
+        device = self.device if place is None else {**(place.get("device") or {}), "host": place["host"],
+                                                    "gpus": place["gpus"]}
         self.ledger.record_evaluation(
             run_id=self.run_id, round_id=self.round_row["id"], revision_id=revision["id"] if revision else None,
             subject="candidate" if revision else "base", kernel_sha256=kernel_sha, outcome=outcome.value,
-            reason=reason, stages=stages, device=self.device, started_at=started,
+            reason=reason, stages=stages, device=device, started_at=started,
         )
         if revision is None:
             return Verdict("(base)", 0, outcome.value, reason)
@@ -315,6 +328,8 @@ def _run_target_round(
                    base_dir, settings.stages.arch_gate(target.arch, facts), _facts_dict(facts))
     status = "interrupted"
     try:
+        run.dispatch = _dispatch(run)
+        run.gate = run.dispatch.gate()
         _evaluate_base(run)
         pending = []
         for revision in (r for r in revisions if r["patch"]):
@@ -331,13 +346,21 @@ def _run_target_round(
             else:
                 pending.append(prepared)
         compiled = _compile_all(target, [p[2] for p in pending], settings, on_event)
+        jobs = []
         for (revision, source, workspace, early_stages, started), compile_stage in zip(pending, compiled):
             stages = [*early_stages, compile_stage, *_static_stages(run, workspace, compile_stage, revision["proposal_id"])]
             if all(s.passed for s in stages[-1:]) or compile_stage.status == "not-run":
-                stages += _kernel_stages(run, workspace, revision["proposal_id"])
-            summary.verdicts.append(run.record(revision, sha256(source), stages, started))
+                jobs.append(Job((revision, stages, started), revision["proposal_id"], source, workspace))
+            else:
+                summary.verdicts.append(run.record(revision, sha256(source), stages, started))
+        for job, kernel_stages, place in run.dispatch.evaluate(jobs):
+            revision, stages, started = job.key
+            summary.verdicts.append(run.record(revision, sha256(job.source), stages + kernel_stages, started,
+                                               place=place))
         status = "finished"
     finally:
+        if run.dispatch is not None:
+            run.dispatch.close()
         run.close()
         ledger.finish_run(run.run_id, status)
 
@@ -387,14 +410,16 @@ def _evaluate_base(run: RoundRun) -> None:
     run.on_event("stage", proposal="(base)", stage="compile")
     stages = _compile_all(run.target, [run.base_dir], run.settings, _quiet)
     stages += _static_stages(run, run.base_dir, stages[0], "(base)")
+    place = None
     if all(s.passed for s in stages) and run.gate is None:
         run.on_event("stage", proposal="(base)", stage="correctness")
-        stages.append(run.settings.stages.check_base(run.open_session(), run.base_dir))
+        checked, place = run.dispatch.check_base()
+        stages.append(checked)
     elif all(s.passed for s in stages):
         stages.append(not_run("correctness", run.gate))
     # A base that passed every stage it ran is recorded as 'unchanged' against itself; the report says 'passed'.
     outcome = (Outcome.UNCHANGED, "compiled and correct") if all(s.passed for s in stages) else None
-    run.record(None, run.round_row["base_sha256"], stages, started, outcome)
+    run.record(None, run.round_row["base_sha256"], stages, started, outcome, place=place)
 
 
 def _compile_all(target: Target, workspaces: list[Path], settings: Settings, on_event: EventSink) -> list[StageResult]:
@@ -418,11 +443,14 @@ def _static_stages(run: RoundRun, workspace: Path, compile_stage: StageResult, p
     return [run.settings.stages.static_check(run.target, workspace, compile_stage)]
 
 
-def _kernel_stages(run: RoundRun, workspace: Path, proposal_id: str) -> list[StageResult]:
-    if run.gate is not None:
-        return [not_run("correctness", run.gate), not_run("timing", run.gate)]
-    run.on_event("stage", proposal=proposal_id, stage="correctness and timing")
-    return run.settings.stages.evaluate(run.open_session(), workspace, run.settings.timing_budget_s)
+def _dispatch(run: RoundRun):
+    """Where correctness and timing run: Ray actors when the settings ask for them, else this machine."""
+    from .dispatch import LocalDispatch, RayDispatch
+
+    settings = run.settings
+    if settings.on_ray:
+        return RayDispatch(run, settings.ray_address, settings.gpus)
+    return LocalDispatch(run)
 
 
 def _shown(path: Path) -> str:

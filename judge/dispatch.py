@@ -1,0 +1,171 @@
+"""Where a round's kernel-running stages (correctness, timing) run: on this machine, one candidate after
+another, or on Ray, one GPU-holding actor per GPU of the cluster, candidates spread over them.
+
+Ray schedules; judge never does. Each actor holds its own round state (judge.evaluation.Evaluator: oracle,
+base runner, warm spare) for the GPU Ray gave it, so a candidate is always timed against the base on the
+same GPU, and one GPU never times two things at once. Only the driver writes the ledger: results come back
+to it as they finish and are recorded at once, so a killed driver resumes as a local run does.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from .errors import JudgeError
+from .stages import StageResult, not_run
+
+
+@dataclass
+class Job:
+    """One candidate whose compiled kernel waits for the GPU stages."""
+
+    key: Any  # the caller's handle for it
+    name: str  # the proposal id, for progress lines
+    source: str  # its kernel file
+    workspace: Path  # where it is assembled on this machine
+
+
+class LocalDispatch:
+    """This machine, its GPU (or CPU for a CPU target), one candidate at a time: the round's own session."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def check_base(self) -> tuple[StageResult, Optional[dict]]:
+        run = self.run
+        return run.settings.stages.check_base(run.open_session(), run.base_dir), None
+
+    def gate(self) -> Optional[str]:
+        return self.run.gate
+
+    def evaluate(self, jobs: list[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+        run = self.run
+        for job in jobs:
+            if run.gate is not None:
+                yield job, [not_run("correctness", run.gate), not_run("timing", run.gate)], None
+                continue
+            run.on_event("stage", proposal=job.name, stage="correctness and timing")
+            yield job, run.settings.stages.evaluate(run.open_session(), job.workspace, run.settings.timing_budget_s), None
+
+    def close(self) -> None:
+        self.run.close()
+
+
+class RayDispatch:
+    """Actors on a Ray cluster, one per GPU (`num_gpus=1`); the target's files and each kernel travel as data."""
+
+    def __init__(self, run, address: Optional[str] = None, gpus: Optional[list[int]] = None):
+        try:
+            import ray
+            from ray.util import ActorPool
+        except ImportError:
+            raise JudgeError("--ray and --gpus need Ray: pip install 'judge[ray]'") from None
+        self.run, self.ray = run, ray
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                if gpus is not None:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+                ray.init(num_gpus=len(gpus) if gpus is not None else None, include_dashboard=False,
+                         log_to_driver=False)
+        count = int(ray.cluster_resources().get("GPU", 0))
+        if count < 1:
+            raise JudgeError(f"the Ray cluster{' at ' + address if address else ''} has no GPU: nothing to run the "
+                             "kernels on (start its workers with GPUs, or run without --ray)")
+        target = run.target
+        files = {p.relative_to(target.path).as_posix(): p.read_bytes() for p in sorted(target.path.rglob("*"))
+                 if p.is_file() and "__pycache__" not in p.parts}
+        actor = ray.remote(num_gpus=1, num_cpus=1)(EvaluationActor)
+        base_source = (run.base_dir / target.kernel_file).read_text()
+        self.actors = [actor.remote(files, target.name, base_source, run.settings.timing_budget_s)
+                       for _ in range(count)]
+        self.places = ray.get([a.where.remote() for a in self.actors])
+        self.pool = ActorPool(self.actors)
+        run.on_event("workers", places=self.places)
+
+    def gate(self) -> Optional[str]:
+        gates = {p["gate"] for p in self.places}
+        return gates.pop() if len(gates) == 1 else None
+
+    def check_base(self) -> tuple[StageResult, Optional[dict]]:
+        result, place = self.ray.get(self.actors[0].check_base.remote())
+        return result, place
+
+    def evaluate(self, jobs: list[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+        by_key = {str(i): job for i, job in enumerate(jobs)}
+        for job in jobs:
+            self.run.on_event("stage", proposal=job.name, stage="correctness and timing (queued on Ray)")
+        results = self.pool.map_unordered(
+            lambda actor, item: actor.evaluate.remote(item[0], item[1].name, item[1].source), list(by_key.items()))
+        for key, stages, place in results:
+            yield by_key[key], stages, place
+
+    def close(self) -> None:
+        for actor in self.actors:
+            try:
+                self.ray.get(actor.close.remote())
+            except Exception:  # an actor already gone has nothing left to close
+                pass
+            self.ray.kill(actor)
+
+
+class EvaluationActor:
+    """One GPU's share of a round on a Ray worker: its own copy of the target, base and round state."""
+
+    def __init__(self, files: dict[str, bytes], name: str, base_source: str, budget_s: Optional[float]):
+        from .devices import arch_gate, probed
+        from .evaluation import Evaluator
+        from .targets import load_target
+
+        self.root = Path(tempfile.mkdtemp(prefix="judge-ray-"))
+        target_dir = self.root / "target" / name
+        for relative, data in files.items():
+            (target_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+            (target_dir / relative).write_bytes(data)
+        self.target = load_target(target_dir)
+        self.base_dir = self.target.assemble(self.root / "base", base_source)
+        self.budget_s = budget_s
+        facts = probed()
+        self.facts = _facts_dict(facts)
+        self.gate_reason = arch_gate(self.target.arch, facts)
+        self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir)
+
+    def where(self) -> dict:
+        return {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "device": self.facts, "gate": self.gate_reason}
+
+    def check_base(self) -> tuple[StageResult, dict]:
+        from .check import check
+
+        if self.gate_reason:
+            return not_run("correctness", self.gate_reason), self.where()
+        result, worker = check(self.session, self.base_dir)
+        if worker is not None:
+            worker.close()
+        return result, self.where()
+
+    def evaluate(self, key: str, name: str, source: str) -> tuple[str, list[StageResult], dict]:
+        from .evaluation import fresh
+        from .rounds import Stages
+
+        if self.gate_reason:
+            return key, [not_run("correctness", self.gate_reason), not_run("timing", self.gate_reason)], self.where()
+        workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
+        return key, Stages().evaluate(self.session, workspace, self.budget_s), self.where()
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def _facts_dict(facts) -> Optional[dict]:
+    if facts is None:
+        return None
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(facts) if is_dataclass(facts) else dict(facts)

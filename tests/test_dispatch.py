@@ -1,0 +1,88 @@
+"""judge/dispatch.py: a round's GPU stages on Ray actors, one per (pretend) GPU of a local Ray, give the
+verdicts a local run gives, each recorded by the driver with the worker that ran it."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from judge import actions
+from judge.errors import JudgeError
+from judge.ledger import Ledger
+from judge.rounds import Settings, run_round
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs ray (pip install 'judge[ray]')")
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = (ROOT / "kernels" / "vecadd_cpu" / "submission.py").read_text()
+ADD = "    torch.add(a, b, out=out)\n"
+# Verdicts no timing noise can turn: a wrong answer, an exception, and ten times the work.
+KERNELS = {
+    "wrong-sign": BASE.replace(ADD, "    torch.sub(a, b, out=out)\n"),
+    "raises": BASE.replace(ADD, "    raise RuntimeError('out of registers')\n"),
+    "ten-times": BASE.replace(ADD, "    for _ in range(10):\n        torch.add(a, b, out=out)\n"),
+}
+EXPECTED = {
+    "wrong-sign": "incorrect",
+    "raises": "crashed",
+    "ten-times": "slower",
+}
+
+
+@pytest.fixture
+def local_ray():
+    import ray
+
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def submit(tmp_path: Path) -> Ledger:
+    ledger = Ledger(tmp_path / "ledger.db")
+    for name, source in KERNELS.items():
+        folder = tmp_path / "proposals" / name
+        folder.mkdir(parents=True)
+        (folder / "proposal.toml").write_text(
+            f'id = "{name}"\ntitle = "{name}"\nauthor = "contestant-1"\nround = 1\ntarget = "vecadd_cpu"\n\n'
+            "[claim]\nlow = 1.1\nhigh = 1.2\n")
+        (folder / "pitch.md").write_text(f"# {name}\n\nA kernel for the dispatch test.\n")
+        (folder / "patch.diff").write_text("".join(difflib.unified_diff(
+            BASE.splitlines(True), source.splitlines(True), "a/submission.py", "b/submission.py")))
+        actions.submit(ledger, actions.load_submissions([str(folder)], None), ROOT / "kernels")
+    return ledger
+
+
+def test_ray_actors_give_the_local_verdicts_and_say_where_they_ran(local_ray, tmp_path):
+    ledger = submit(tmp_path)
+    settings = Settings(kernels_dir=ROOT / "kernels", work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
+                        timing_budget_s=1.0, ray=True)
+    events = []
+    [summary] = run_round(ledger, 1, settings=settings, on_event=lambda kind, **kw: events.append((kind, kw)))
+    assert {v.proposal_id: v.outcome for v in summary.verdicts} == EXPECTED
+    [(_, workers)] = [e for e in events if e[0] == "workers"]
+    assert sorted(p["gpus"] for p in workers["places"]) == ["0", "1"]  # one actor per GPU, each holding one
+    rows = ledger.query("select e.subject, e.device_json from evaluations e order by e.id")
+    assert [r["subject"] for r in rows] == ["base"] + ["candidate"] * 3
+    devices = [json.loads(r["device_json"]) for r in rows]
+    assert all(d["gpus"] in ("0", "1") and d["host"] for d in devices)
+
+
+def test_a_ray_cluster_without_gpus_is_refused(tmp_path):
+    import ray
+
+    ray.init(num_cpus=1, num_gpus=0, include_dashboard=False, log_to_driver=False)
+    try:
+        ledger = submit(tmp_path)
+        settings = Settings(kernels_dir=ROOT / "kernels", work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
+                            ray=True)
+        with pytest.raises(JudgeError) as error:
+            run_round(ledger, 1, settings=settings)
+        assert str(error.value) == ("the Ray cluster has no GPU: nothing to run the kernels on (start its workers "
+                                    "with GPUs, or run without --ray)")
+    finally:
+        ray.shutdown()
