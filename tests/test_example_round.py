@@ -44,7 +44,7 @@ def test_round_one_of_the_nvfp4_examples(tmp_path):
         stages = {s.stage: s for s in ledger.stage_results(evaluation["id"])}
         if "static" in stages:
             static[evaluation["revision_id"]] = (stages["static"].status, stages["static"].summary)
-    assert sorted(static.values()) == [("passed", "4 rules on 1 config passed")] * 4
+    assert sorted(static.values()) == [("passed", "4 rules on 1 config and 4 layout checks passed")] * 4
 
     rows = ledger.query(
         "select e.subject, r.proposal_id, k.ok, k.registers, k.smem_bytes, k.threads_per_cta, k.ctas_per_sm "

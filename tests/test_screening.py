@@ -26,15 +26,19 @@ def found(source: str) -> list[tuple[str, int]]:
 
 # ---- the honest kernels ------------------------------------------------------------------------------
 
-# The only flags on the honest kernels: their compile and SM-count caches, module-level state kept across
-# calls, reported with their keys (configuration and device, not tensor identity).
+# The only flags on the honest kernels: their compile, SM-count and launch-metadata caches, module-level state
+# kept across calls, reported with their keys. The NVFP4 base keys its metadata (pointers, sizes, strides on
+# the device) on the inputs' addresses: state a shark should see named, though it holds no answers.
 BASE_FLAGS = {
     "kernels/fp8_group_gemm_sm90/submission.py": [
         ("cache-by-identity", 383, "writes module-level dict _compiled in _get_compiled(), keyed on _config()"),
         ("cache-by-identity", 401, "writes module-level dict _num_sms in custom_kernel(), keyed on device"),
     ],
     "kernels/nvfp4_group_gemm/submission.py": [
-        ("cache-by-identity", 756,
+        ("cache-by-identity", 777, "writes module-level OrderedDict _metadata in _launch_arguments(), keyed on "
+         "metadata_key(abc_tensors, sf_reordered, problem..."),
+        ("cache-by-identity", 779, "mutates module-level OrderedDict _metadata with .popitem() in _launch_arguments()"),
+        ("cache-by-identity", 792,
          "writes module-level dict _compiled in custom_kernel(), keyed on tuple(sorted(_knobs().items()))"),
     ],
 }

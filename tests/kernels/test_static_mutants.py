@@ -16,6 +16,7 @@ from judge.patching import apply_patch
 from judge.rounds import Settings, run_round
 from judge.static_check import run_static
 from judge.targets import load_target
+from nvfp4_mutants import MUTANTS
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("cutlass") is None, reason="needs nvidia-cutlass-dsl")
 
@@ -42,7 +43,19 @@ PTX_MUTANTS = [
      "expect-tx-bytes: PTX line 223: expect_tx of 33792 bytes per stage, where the copies of this config bring "
      "32768 (the target's formula over cluster_mn=[1, 1], epilogue=direct, stages=4, tile_mnk=[128, 128, 128])"),
 ]
-PASSED = {NVFP4: "4 rules on 1 config passed", FP8: "3 rules on 1 config passed"}
+PASSED = {NVFP4: "4 rules on 1 config and 4 layout checks passed",
+          FP8: "3 rules on 1 config and 2 layout checks passed"}
+# The layout mutants (tests/kernels/nvfp4_mutants.py) through the stage, in its confined child: the check
+# that catches each one first. Their messages are asserted in tests/kernels/test_layout_checks.py.
+LAYOUT_CATCHES = {
+    "scale-factor column offset shifted": "tensor-memory-columns",
+    "scale quadrants swapped": "scale-factor-layout",
+    "scale atoms ordered rows first": "scale-factor-layout",
+    "a tile missed by the launch plan": "launch-plan-coverage",
+    "nibbles swapped": "launch-arguments",
+    "unswizzled scales passed": "launch-arguments",
+    "FP4 row stride in bytes": "launch-arguments",
+}
 
 
 def static_stage(tmp_path: Path, name: str, source: str, target_name: str):
@@ -59,6 +72,16 @@ def test_each_mutant_is_eliminated_with_its_rule_and_line(tmp_path, target_name,
     assert base.count(old) == (2 if old == FENCE else 1)
     result = static_stage(tmp_path, name, base.replace(old, new), target_name)
     assert (result.status, result.summary) == ("failed", summary)
+
+
+@pytest.mark.parametrize("name,old,new", MUTANTS, ids=[m[0] for m in MUTANTS])
+def test_each_layout_mutant_is_eliminated_by_its_check(tmp_path, name, old, new):
+    base = (ROOT / "kernels" / NVFP4 / "submission.py").read_text()
+    result = static_stage(tmp_path, name.replace(" ", "-"), base.replace(old, new), NVFP4)
+    assert result.status == "failed"
+    assert result.summary.startswith(f"layout check {LAYOUT_CATCHES[name]}: "), result.summary
+    statuses = {c["name"]: c["status"] for c in result.detail["layout_checks"]}
+    assert statuses[LAYOUT_CATCHES[name]] == "failed"
 
 
 @pytest.mark.parametrize("target_name", [NVFP4, FP8])
