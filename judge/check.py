@@ -44,6 +44,7 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
     worker = None
     try:
         worker = evaluator.runner(workspace)
+        runner_start_s = round(time.monotonic() - started, 3)  # a warm spare's bind, or a cold start
         confinement = worker.hello.get("confinement")
         worker.call("load", time_left(deadline))
         cases = [_run_case(evaluator, worker, workspace, case, deadline) for case in evaluator.cases()]
@@ -60,7 +61,7 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
                            {"error": error.error}, error.log_tail), None
     seconds = time.monotonic() - started
     detail = {"cases": cases, "tolerance": _tolerance(target), "check_implementation": None,
-              "confinement": confinement, "secret_seeds": True,
+              "confinement": confinement, "secret_seeds": True, "runner_start_s": runner_start_s,
               "distributions": [d.name for d in target.distributions]}
     detail["check_implementation"] = any("check_implementation" in c for c in cases)
     tail = worker.log_tail()
