@@ -3,17 +3,15 @@
 For each distinct compile-time configuration among the target's benchmarks the kernel file's compile hook
 runs once, with `CUTE_DSL_ARCH` set from the target, so that a compile error, a compiler crash or a hang
 is a verdict before any GPU is involved. The kept PTX and cubin go to an on-disk cache, and what the
-kernel asks of an SM (registers, spills, shared memory, threads) is read from them (judge/resources.py).
+kernel asks of an SM (registers, spills, shared memory, threads) is read from them (judge/resources.py); the cache is judge/compile_cache.py, error lines judge/tracebacks.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
 import traceback
@@ -22,16 +20,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import resources
+from .compile_cache import CompileCache, cache_key, default_signature, distinct_configs, sha
 from .errors import JudgeError
 from .confine import Policy
 from .isolation import run_isolated
 from .stages import StageResult
 from .targets import Target
+from .tracebacks import describe_error
 
 STAGE = "compile"
 KEEP_OPTIONS = "--keep-ptx --keep-cubin"
 DSL_PACKAGE = "nvidia-cutlass-dsl"
-MAX_MESSAGE = 300
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -62,13 +61,13 @@ def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: 
     source = kernel_path.read_text()
     specs = list(target.benchmarks or target.tests)
     key_parts = {
-        "source": _sha(source),
+        "source": sha(source),
         "arch": target.arch,
         "dsl": dsl_version,
         "target": target.fingerprint(),
     }
     start = time.monotonic()
-    index_key = _sha(json.dumps({**key_parts, "specs": specs}, sort_keys=True, default=str))
+    index_key = sha(json.dumps({**key_parts, "specs": specs}, sort_keys=True, default=str))
     known = cache.read_index(index_key)
     if known is not None and all(cache.has(c["key"]) for c in known):
         configs = [_from_cache(cache, c) for c in known]
@@ -142,286 +141,7 @@ def compile_many(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Configurations and the cache
-
-
-def default_signature(spec: dict[str, Any]) -> dict[str, Any]:
-    """What changes the compiled code when the kernel file does not say: the whole spec less its seed."""
-    return {k: v for k, v in spec.items() if k != "seed"}
-
-
-def canonical(signature: Any) -> Any:
-    """A signature as plain JSON (tuples become lists, unknown objects their str), so equal ones compare equal."""
-    return json.loads(json.dumps(signature, sort_keys=True, default=str))
-
-
-def distinct_configs(signatures: list[Any]) -> list[tuple[Any, list[int]]]:
-    """Equal signatures compile once: each distinct one, in first-seen order, with the specs it serves."""
-    seen: dict[str, int] = {}
-    configs: list[tuple[Any, list[int]]] = []
-    for index, signature in enumerate(signatures):
-        text = json.dumps(canonical(signature), sort_keys=True)
-        if text in seen:
-            configs[seen[text]][1].append(index)
-        else:
-            seen[text] = len(configs)
-            configs.append((canonical(signature), [index]))
-    return configs
-
-
-def cache_key(key_parts: dict[str, str], signature: Any) -> str:
-    """sha256 of kernel source, signature, arch, CuTe DSL version (and the task's own files)."""
-    return _sha(json.dumps({**key_parts, "signature": canonical(signature)}, sort_keys=True))
-
-
-class CompileCache:
-    """Kept PTX, cubin and resource numbers per cache key: `<root>/<key[:2]>/<key>/{meta.json,kernel.ptx,kernel.cubin}`."""
-
-    def __init__(self, root: Path):
-        self.root = Path(root).resolve()
-
-    def path(self, key: str) -> Path:
-        return self.root / key[:2] / key
-
-    def has(self, key: str) -> bool:
-        return (self.path(key) / "meta.json").is_file()
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        meta = self.path(key) / "meta.json"
-        return json.loads(meta.read_text()) if meta.is_file() else None
-
-    def put(self, key: str, meta: dict[str, Any], files: dict[str, Path]) -> dict[str, str]:
-        """Store atomically (a finished directory is renamed into place); returns where the files now live."""
-        final = self.path(key)
-        stored = {name: str(final / name) for name in files}
-        if self.has(key):
-            return stored
-        final.parent.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=f".{key[:8]}-", dir=final.parent))
-        for name, source in files.items():
-            shutil.copyfile(source, partial / name)
-        (partial / "meta.json").write_text(json.dumps({**meta, "files": stored}, indent=1))
-        try:
-            os.rename(partial, final)
-        except OSError:  # another worker stored the same key first
-            shutil.rmtree(partial, ignore_errors=True)
-        return stored
-
-    def read_index(self, index_key: str) -> list[dict[str, Any]] | None:
-        path = self.root / "index" / f"{index_key}.json"
-        return json.loads(path.read_text()) if path.is_file() else None
-
-    def write_index(self, index_key: str, configs: list[dict[str, Any]]) -> None:
-        path = self.root / "index" / f"{index_key}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.{id(configs)}.partial")
-        partial.write_text(json.dumps(configs))
-        os.replace(partial, path)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Errors
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)')
-_CHAIN = ("The above exception was the direct cause", "During handling of the above exception")
-_HEADER = re.compile(r"^([A-Za-z_][\w.]*)(?::(.*))?$")
-_POINTER = re.compile(r"-->\s*(\S+?):(\d+)")
-_DECORATION = re.compile(r"^\s*(\d+\s*)?\|")
-
-
-def describe_error(traceback_text: str, kernel_file: str) -> dict[str, Any]:
-    """The one line a report shows for a failed compile: exception type, first meaningful message line, and
-    the kernel file's line it points to (the DSL's own `-->` pointer, else the deepest frame in the file)."""
-    lines = _ANSI.sub("", traceback_text).splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")] or [0]
-    blocks = []
-    for n, begin in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        blocks.append(lines[begin:end])
-
-    last = blocks[-1]
-    frames = _frames(last)
-    after = frames[-1][3] + 1 if frames else 1
-    header_at = next((i for i in range(after, len(last)) if last[i] and not last[i][0].isspace()), None)
-    exc_type, body = "Error", []
-    if header_at is not None:
-        match = _HEADER.match(last[header_at])
-        if match:
-            exc_type = match.group(1).rsplit(".", 1)[-1]
-            body = [match.group(2) or ""]
-        else:
-            body = [last[header_at]]
-        for line in last[header_at + 1:]:
-            if any(line.startswith(marker) for marker in _CHAIN):
-                break
-            body.append(line)
-    message = _first_meaningful(body)
-
-    where = None
-    for line in body:
-        pointer = _POINTER.search(line)
-        if pointer and _same_file(pointer.group(1), kernel_file):
-            number = int(pointer.group(2))
-            text = next(
-                (m.group(2) for m in (re.match(r"^\s*(\d+)\s*\|\s?(.*)$", b) for b in body) if m and int(m.group(1)) == number),
-                None,
-            )
-            where = {"file": Path(pointer.group(1)).name, "line": number, "text": text.strip() if text else None}
-            break
-    if where is None:
-        for block in reversed(blocks):
-            mine = [f for f in _frames(block) if _same_file(f[0], kernel_file)]
-            if mine:
-                path, number, text, _ = mine[-1]
-                where = {"file": Path(path).name, "line": number, "text": text}
-                break
-
-    line = f"{exc_type}: {message}" if message else exc_type
-    if where:
-        line += f" ({where['file']}:{where['line']}" + (f": `{where['text']}`)" if where["text"] else ")")
-    return {"type": exc_type, "message": message, "where": where, "line": line}
-
-
-def _frames(block: list[str]) -> list[tuple[str, int, str | None, int]]:
-    """(file, line, source text, index of the last line belonging to the frame) for each frame of a block."""
-    frames = []
-    for i, line in enumerate(block):
-        match = _FRAME.match(line)
-        if not match:
-            continue
-        text, last = None, i
-        if i + 1 < len(block) and block[i + 1].startswith("    ") and not _FRAME.match(block[i + 1]):
-            candidate = block[i + 1].strip()
-            if candidate and set(candidate) - set("^~ "):
-                text, last = candidate, i + 1
-        # caret and tilde lines under the source belong to the frame too
-        while last + 1 < len(block) and block[last + 1].strip() and set(block[last + 1].strip()) <= set("^~ "):
-            last += 1
-        frames.append((match.group(1), int(match.group(2)), text, last))
-    return frames
-
-
-def _first_meaningful(body: list[str]) -> str:
-    stripped = [line.strip() for line in body if line.strip()]
-    for line in stripped:
-        if line.lower().startswith("error:"):
-            return _clip(line[len("error:"):].strip())
-    for line in stripped:
-        if not line.startswith("-->") and not _DECORATION.match(line) and set(line) - set("^~ |"):
-            return _clip(line)
-    return ""
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
-
-
-def _same_file(path: str, kernel_file: str) -> bool:
-    return Path(path).as_posix().endswith("/" + kernel_file) or path == kernel_file
-
-
-# ---------------------------------------------------------------------------------------------------------
 # After the child: resources, cache, verdict
-
-
-def analyse(ptx_paths: list[Path], cubin_paths: list[Path], arch: str, launches: list[dict]) -> dict[str, Any]:
-    """Per kernel entry: resources from `ptxas -v` (and `cuobjdump` on the DSL's cubin), threads, smem, occupancy."""
-    ptxas = resources.find_tool("ptxas")
-    cuobjdump = resources.find_tool("cuobjdump")
-    notes = []
-    ptxas_numbers: dict[str, dict] = {}
-    entries: dict[str, dict] = {}
-    for ptx in ptx_paths:
-        entries.update(resources.parse_ptx_entries(ptx.read_text()))
-        if ptxas:
-            try:
-                ptxas_numbers.update(resources.parse_ptxas(resources.run_ptxas(ptx, arch, ptxas)))
-            except RuntimeError as error:  # e.g. a PTX ISA newer than this ptxas: the compile itself stands
-                notes.append(str(error))
-    if not ptxas:
-        notes.append("ptxas not found (pip install nvidia-cuda-nvcc): no spills, stack or static smem")
-    cubin_numbers: dict[str, dict] = {}
-    if cuobjdump:
-        for cubin in cubin_paths:
-            try:
-                cubin_numbers.update(resources.parse_cuobjdump(resources.run_cuobjdump(cubin, cuobjdump)))
-            except RuntimeError as error:
-                notes.append(str(error))
-    facts = resources.ARCHS.get(arch)
-    if facts is None:
-        notes.append(f"no architecture facts for {arch}: occupancy not computed")
-
-    by_kernel = {launch["kernel"]: launch for launch in launches if launch.get("kernel")}
-    kernels = []
-    for name in entries or ptxas_numbers:
-        numbers = ptxas_numbers.get(name, {})
-        cubin = cubin_numbers.get(name)
-        entry = entries.get(name, {})
-        launch = by_kernel.get(name)
-        kernel: dict[str, Any] = {"name": name}
-        if cubin:
-            kernel["registers"], kernel["registers_from"] = cubin["registers"], "cubin (cuobjdump)"
-        elif numbers:
-            kernel["registers"], kernel["registers_from"] = numbers["registers"], "ptxas -v"
-        else:
-            kernel["registers"], kernel["registers_from"] = None, None
-        for field in ("spill_stores", "spill_loads", "stack_bytes", "smem_static", "barriers"):
-            kernel[field] = numbers.get(field)
-        if not numbers and cubin:
-            # No ptxas that reads this PTX (the GPU machine's CUDA 13.0 ptxas is older than CuTe DSL's
-            # PTX ISA): the DSL's own cubin still gives the stack and the static shared memory.
-            reserved = facts.smem_reserved_per_block if facts else 1024
-            kernel["stack_bytes"] = cubin.get("stack_bytes")
-            if cubin.get("shared_bytes") is not None:
-                kernel["smem_static"] = max(cubin["shared_bytes"] - reserved, 0)
-        if launch is None:
-            kernel["smem_dynamic"] = None
-            kernel["smem_dynamic_from"] = "not found: no launch of this kernel in the compiled host code"
-        elif launch["dynamic_smem"] is None:
-            kernel["smem_dynamic"] = None
-            kernel["smem_dynamic_from"] = "not found: the launch's dynamic shared memory is not a compile-time constant"
-        else:
-            kernel["smem_dynamic"] = launch["dynamic_smem"]
-            kernel["smem_dynamic_from"] = "launch config in the compiled host code"
-        if kernel["smem_static"] is not None and kernel["smem_dynamic"] is not None:
-            kernel["smem_total"] = kernel["smem_static"] + kernel["smem_dynamic"]
-        else:
-            kernel["smem_total"] = None
-        if entry.get("threads"):
-            kernel["threads"], kernel["threads_from"] = entry["threads"], entry["threads_from"]
-        elif launch and launch.get("threads"):
-            kernel["threads"], kernel["threads_from"] = launch["threads"], f"launch blockDim {launch['block']}"
-        else:
-            kernel["threads"], kernel["threads_from"] = None, None
-        kernel["ptxas"] = numbers or None
-        kernel["cubin"] = cubin
-        kernel["occupancy"] = None
-        missing = [k for k in ("registers", "threads", "smem_total") if kernel[k] is None]
-        if facts and not missing:
-            kernel["occupancy"] = resources.occupancy(
-                facts, registers=kernel["registers"], threads=kernel["threads"],
-                smem_bytes=kernel["smem_total"], barriers=kernel["barriers"] or 0,
-            )
-        elif facts:
-            notes.append(f"{name}: occupancy not computed ({', '.join(missing)} unknown)")
-        kernels.append(kernel)
-    return {"kernels": kernels, "notes": notes}
-
-
-_TOOL_VERSIONS: dict[str, str] = {}
-
-
-def tool_versions() -> dict[str, str | None]:
-    """Versions of the tools that read the artifacts, once per process."""
-    out: dict[str, str | None] = {}
-    for name in ("ptxas", "cuobjdump"):
-        path = resources.find_tool(name)
-        if path and path not in _TOOL_VERSIONS:
-            _TOOL_VERSIONS[path] = resources.tool_version(path)
-        out[name] = _TOOL_VERSIONS.get(path) if path else None
-    return out
 
 
 def _finish_config(target: Target, config: dict[str, Any], cache: CompileCache, scratch: Path) -> dict[str, Any]:
@@ -444,12 +164,12 @@ def _finish_config(target: Target, config: dict[str, Any], cache: CompileCache, 
     out["ptx_bytes"] = sum(p.stat().st_size for p in ptx_paths) if ptx_paths else None
     out["cubin_bytes"] = sum(p.stat().st_size for p in cubin_paths) if cubin_paths else None
     if ptx_paths:
-        analysis = analyse(ptx_paths, cubin_paths, target.arch, config["launches"])
+        analysis = resources.analyse(ptx_paths, cubin_paths, target.arch, config["launches"])
     else:
         analysis = {"kernels": [], "notes": [config.get("no_artifacts") or "no PTX kept: resources unknown"]}
     out["kernels"] = analysis["kernels"]
     out["notes"] = analysis["notes"]
-    out["tools"] = tool_versions()
+    out["tools"] = resources.tool_versions()
     files = {f"kernel{'' if i == 0 else i}.ptx": p for i, p in enumerate(ptx_paths)}
     files.update({f"kernel{'' if i == 0 else i}.cubin": p for i, p in enumerate(cubin_paths)})
     meta = {k: out[k] for k in ("signature", "seconds", "ptx_bytes", "cubin_bytes", "kernels", "notes", "tools")}
@@ -498,7 +218,7 @@ def _verdict(target: Target, configs: list[dict], seconds: float, dsl_version: s
 
 
 def summarize(arch: str, configs: list[dict]) -> str:
-    """"compiled 4/4 configs for sm_100a: 168 regs, 0 B spills, 99.3 KB smem, 1 CTA/SM (smem)", worst case first."""
+    """"compiled 4/4 configs for sm_100a: 168 regs, 0 B spills, 99.3 KiB smem, 1 CTA/SM (smem)", worst case first."""
     n = len(configs)
     head = f"compiled {n}/{n} config{'s' if n != 1 else ''} for {arch}"
     cached = sum(1 for c in configs if c["cached"])
@@ -515,7 +235,7 @@ def summarize(arch: str, configs: list[dict]) -> str:
         parts.append(f"{max(spills)} B spills")
     smem = [k["smem_total"] for k in kernels if k["smem_total"] is not None]
     if smem:
-        parts.append(f"{max(smem) / 1024:.1f} KB smem")
+        parts.append(f"{max(smem) / 1024:.1f} KiB smem")
     elif any(k["smem_static"] is not None for k in kernels):
         parts.append("dynamic smem unknown")
     occupancies = [k["occupancy"] for k in kernels if k["occupancy"]]
@@ -600,10 +320,6 @@ def _module_name(kernel_file: str) -> str:
 def _short(signature: Any, limit: int = 80) -> str:
     text = json.dumps(signature, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ import pytest
 
 from judge import compile as compile_stage
 from judge import resources
-from judge.compile import compile_many, describe_error, distinct_configs, run_compile
+from judge.compile import compile_many, run_compile
+from judge.compile_cache import distinct_configs
+from judge.tracebacks import describe_error
 from judge.errors import JudgeError
 from judge.resources import ARCHS, occupancy, parse_cuobjdump, parse_launches, parse_ptx_entries, parse_ptxas
 from judge.targets import load_target
