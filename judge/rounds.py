@@ -21,13 +21,9 @@ from .patching import apply_patch, check_paths, parse_patch
 from .records import Outcome, Proposal
 from .stages import StageResult, not_run
 from .targets import Target, find_target
+from .verdicts import MIN_EFFECT, decide, timing_verdict  # noqa: F401 (timing_verdict: judge.actions)
 
 EventSink = Callable[..., None]
-
-MIN_EFFECT = 0.01
-"""The smallest geomean change that earns 'faster' or 'slower'. The 95% interval covers the noise within one
-run only: the same H100 round run twice on two machines (2026-11-23) measured one candidate at 1.006x
-[1.005, 1.007] and then 0.998x [0.997, 0.999]; batch medians drift 0.2-0.8% between runs."""
 
 
 @dataclass
@@ -167,64 +163,6 @@ def check_submission(ledger: Ledger, proposal: Proposal, kernels_dir: Path, sour
         apply_patch(base, proposal.patch, target.kernel_file, where)
     except JudgeError as error:
         raise JudgeError(f"{error} (base: {origin})") from None
-
-
-# outcomes ------------------------------------------------------------------------
-
-
-def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
-    """The outcome that the first stage to stop a candidate dictates, with its one-line reason."""
-    for stage in stages:
-        if stage.status == "passed":
-            continue
-        if stage.status == "not-run":
-            return Outcome.NOT_RUN, stage.summary.removeprefix("not run: ")
-        if stage.status == "timed-out":
-            return Outcome.TIMED_OUT, f"{stage.stage}: {stage.summary}"
-        if stage.status == "crashed":
-            return Outcome.CRASHED, f"{stage.stage}: {stage.summary}"
-        if stage.status == "tampered":
-            return Outcome.TAMPERED, f"{stage.stage}: {stage.summary}"
-        failed = {"patch": Outcome.PATCH_FAILED, "compile": Outcome.COMPILE_ERROR,
-                  "static": Outcome.STATIC_CHECK_FAILED, "correctness": Outcome.INCORRECT, "timing": Outcome.INCORRECT}
-        return failed.get(stage.stage, Outcome.CRASHED), stage.summary
-    timing = next((s for s in stages if s.stage == "timing"), None)
-    if timing is None:
-        return Outcome.NOT_RUN, "no timing stage ran"
-    outcome, reason = timing_verdict(timing, min_effect)
-    held = implausible(timing.detail)
-    if held:
-        return Outcome.IMPLAUSIBLE, f"{'; '.join(held)} (timing said {outcome.value}: {reason}); held until a person clears it"
-    return outcome, reason
-
-
-def timing_verdict(timing: StageResult, min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
-    """faster, slower or unchanged, from the geomean and its interval; a target may ask for a larger effect
-    (judge.toml `min_effect`) where its clock is noisier."""
-    min_effect = max(min_effect, timing.detail.get("min_effect") or 0.0)
-    low, high = timing.detail["geomean_ci"]
-    geomean = timing.detail["geomean"]
-    if low > 1.0 and geomean >= 1.0 + min_effect:
-        return Outcome.FASTER, timing.summary
-    if high < 1.0 and geomean <= 1.0 / (1.0 + min_effect):
-        return Outcome.SLOWER, timing.summary
-    if low > 1.0 or high < 1.0:
-        return Outcome.UNCHANGED, f"{timing.summary}; a change under {min_effect:.1%} is within run-to-run drift"
-    return Outcome.UNCHANGED, timing.summary
-
-
-def implausible(detail: dict) -> list[str]:
-    """Why a measurement cannot be true: a time below the speed of light, or a speedup past the target's bound."""
-    reasons = []
-    for bench in detail.get("benchmarks", []):
-        sol = bench.get("speed_of_light_us")
-        if sol and bench["cand_median_us"] < sol:
-            reasons.append(f"benchmark {bench['index']} timed {bench['cand_median_us']:.3f} us, below its speed of "
-                           f"light {sol:.3f} us")
-    bound = detail.get("max_speedup")
-    if bound and detail.get("geomean", 0) > bound:
-        reasons.append(f"geomean {detail['geomean']:.3f}x is past the target's bound of {bound:g}x")
-    return reasons
 
 
 # the round ---------------------------------------------------------------------
@@ -459,7 +397,6 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
 
 
 def _facts_dict(facts) -> Optional[dict]:

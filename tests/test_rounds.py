@@ -14,7 +14,8 @@ from fakestages import FakeStages
 from judge.errors import JudgeError
 from judge.ledger import Ledger
 from judge.records import Outcome, Proposal
-from judge.rounds import Settings, base_for, decide, run_round
+from judge.rounds import Settings, base_for, run_round
+from judge.verdicts import decide
 from judge.stages import StageResult
 from judge.targets import load_target
 
