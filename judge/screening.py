@@ -14,12 +14,11 @@ from __future__ import annotations
 import ast
 import builtins
 import difflib
-import re
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
-from fnmatch import fnmatchcase
 
 from .patching import HUNK_HEADER, parse_patch
+from .screening_rules import _CONTAINERS, _FUNCS, RuleVisits, _const_str, _lines, _Scope
 
 RULES: dict[str, str] = {
     "monkeypatch": "writes an attribute of an imported module or object (torch, time, builtins, reference, ...) or code objects",
@@ -39,57 +38,6 @@ RULES: dict[str, str] = {
     "unparsable": "the patched file does not parse",
 }
 
-# Resolved dotted names per rule, as fnmatch patterns; "p" also matches "p.x" and "p(...)".
-_PATTERNS = {rule: pats.split() for rule, pats in {
-    "sys-modules": "sys.modules sys.meta_path sys.path_hooks sys.path_importer_cache importlib.reload imp.reload builtins.__import__",
-    "threads": "threading _thread concurrent multiprocessing torch.multiprocessing asyncio signal.signal signal.setitimer "
-               "signal.alarm atexit weakref.finalize sys.settrace sys.setprofile sys.setswitchinterval sys.addaudithook sys.monitoring",
-    "subprocess": "subprocess os.system os.popen os.exec* os.spawn* os.fork* os.posix_spawn* os.startfile pty pexpect",
-    "file-io": "builtins.open io.open io.FileIO os.open os.fdopen os.remove os.unlink os.rename os.renames os.replace os.mkdir "
-               "os.makedirs os.rmdir os.removedirs os.chmod os.chown os.symlink os.link os.listdir os.scandir os.walk os.truncate "
-               "os.stat os.path.exists os.path.isfile os.path.getmtime shutil tempfile glob pathlib mmap fcntl sqlite3 shelve dbm "
-               "torch.save torch.load torch.from_file numpy.save* numpy.load* numpy.fromfile numpy.genfromtxt numpy.memmap pickle.dump*",
-    "network": "socket ssl urllib urllib3 http requests httpx aiohttp ftplib smtplib telnetlib xmlrpc paramiko websocket "
-               "websockets grpc zmq",
-    "sleep": "time.sleep torch.cuda._sleep asyncio.sleep signal.pause",
-    "timing": "time.perf_counter* time.time* time.monotonic* time.process_time* time.thread_time* time.clock_gettime* timeit "
-              "torch.cuda.Event torch.Event torch.cuda.synchronize torch.cuda.Stream torch.cuda.stream torch.cuda.set_stream "
-              "torch.cuda.ExternalStream torch.cuda.streams torch.cuda.set_sync_debug_mode torch.profiler torch.autograd.profiler "
-              "torch.cuda.profiler *.cuEvent* *.cudaEvent* *.cuStreamCreate* *.cudaStreamCreate* *Synchronize",
-    "reference": "reference judge",
-    "introspection": "inspect sys._getframe sys._current_frames gc.get_objects gc.get_referrers gc.get_referents ctypes cffi "
-                     "traceback.walk_stack traceback.extract_stack builtins.globals torch.utils._python_dispatch torch.overrides "
-                     "torch._subclasses torch.library torch._C torch.Tensor._make_*",
-    "env": "os.putenv os.unsetenv os.chdir os.fchdir os.getppid os.getpid os.kill os.killpg os.nice os.sched_setaffinity "
-           "resource.setrlimit resource.prlimit signal.pthread_kill signal.raise_signal psutil",
-    "dynamic-code": "builtins.exec builtins.eval builtins.compile importlib.import_module importlib.util importlib.machinery "
-                    "types.FunctionType types.CodeType types.ModuleType marshal pickle.load* pickle.Unpickler dill cloudpickle "
-                    "base64 zlib.decompress* lzma bz2 gzip.decompress codecs.decode runpy code torch.utils.cpp_extension",
-}.items()}
-_ALLOWED = ("torch._C._cuda_getCurrentRawStream",)  # how launch code gets the current stream's handle; no hook
-_CLOCKS = ["time.perf_counter*", "time.time*", "time.monotonic*", "time.process_time*", "time.clock_gettime*"]
-# Attribute names that mean one thing whatever the receiver is (a local stream, path or frame).
-_ATTRS = {
-    **dict.fromkeys("read_text read_bytes write_text write_bytes tofile unlink mkdir rmdir touch symlink_to".split(), "file-io"),
-    **dict.fromkeys("synchronize elapsed_time wait_stream wait_event record_event".split(), "timing"),
-    **dict.fromkeys("__code__ __closure__ __globals__ __builtins__ __subclasses__ f_back f_locals f_globals f_code gi_frame "
-                    "tb_frame cr_frame".split(), "introspection"),
-    **dict.fromkeys("ref_kernel check_implementation generate_input".split(), "reference"),
-}
-_DUNDER_WRITES = {"__code__", "__globals__", "__builtins__", "__dict__", "__class__", "__defaults__", "__kwdefaults__"}
-_MUTATORS = {"update", "setdefault", "append", "extend", "insert", "clear", "pop", "popitem", "remove", "discard", "add",
-             "appendleft", "__setitem__", "__delitem__"}
-# Modules have functions named add, append, insert (torch.add, cute.append): on them only dict writes are writes.
-_MODULE_MUTATORS = {"update", "setdefault", "clear", "pop", "popitem", "__setitem__", "__delitem__"}
-_LOOKUPS = {"get", "setdefault", "pop", "__contains__", "__getitem__"}
-_IDENTITY = {"data_ptr", "untyped_storage", "storage", "_typed_storage", "__hash__"}
-_SHAPES = {"shape": "shapes", "size": "shapes", "numel": "shapes", "ndim": "shapes", "dim": "shapes", "dtype": "dtypes",
-           "device": "device", "stride": "strides", "is_contiguous": "strides"}
-_CONTAINERS = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque", "Counter", "WeakKeyDictionary",
-               "WeakValueDictionary", "WeakSet"}
-_SETATTRS = {"builtins.setattr", "builtins.delattr", "builtins.object.__setattr__", "builtins.type.__setattr__"}
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
 
 @dataclass(frozen=True)
 class Flag:
@@ -106,69 +54,7 @@ class Flag:
         return cls(rule=d["rule"], line=int(d["line"]), text=d["text"], why=d["why"])
 
 
-def _matches(name: str, patterns) -> bool:
-    return any(fnmatchcase(name, p) or fnmatchcase(name, p + ".*") or fnmatchcase(name, p + "(*") for p in patterns)
-
-
-def _short(node: ast.AST, width: int = 60) -> str:
-    text = " ".join(ast.unparse(node).split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _disp(name: str) -> str:
-    return name.removeprefix("builtins.")
-
-
-def _root(node: ast.AST) -> ast.Name | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
-    return node if isinstance(node, ast.Name) else None
-
-
-def _lines(source: str) -> list[str]:
-    """Lines as Python numbers them: str.splitlines() also breaks at \\f, \\x1c and others, which a
-    contestant could put in a comment to show the judges the wrong text for a flagged line."""
-    return re.split(r"\r\n|\r|\n", source)
-
-
-def _const_str(node) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-
-
-class _Scope:
-    """A module or function body: its nodes (not those of nested functions), parameters and assignments."""
-
-    def __init__(self, node):
-        self.name = None if isinstance(node, ast.Module) else getattr(node, "name", "<lambda>")
-        self.nodes, todo = [], list(node.body if isinstance(node.body, list) else [node.body])
-        while todo:  # parents come before their children, so a statement's check runs before its parts'
-            n = todo.pop()
-            self.nodes.append(n)
-            todo += [] if isinstance(n, _FUNCS) else list(ast.iter_child_nodes(n))
-        self.globals = {n for s in self.nodes if isinstance(s, ast.Global) for n in s.names}
-        a = getattr(node, "args", None)
-        self.params = {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]) if x} if a else set()
-        self.defs: dict[str, list[ast.AST]] = {}  # name -> the expressions assigned to it, for what a key is made of
-        for n in self.nodes:
-            if isinstance(n, ast.Assign):
-                pairs = [(t, n.value) for t in n.targets]
-            elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and n.value is not None:
-                pairs = [(n.target, n.value)]
-            elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
-                pairs = [(n.target, n.iter)]
-            elif isinstance(n, ast.withitem) and n.optional_vars is not None:
-                pairs = [(n.optional_vars, n.context_expr)]
-            else:
-                continue
-            for t, v in pairs:
-                for x in ast.walk(t):
-                    if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store):
-                        self.defs.setdefault(x.id, []).append(v)
-        named = {n.name for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-        self.locals = (self.params | set(self.defs) | named) - self.globals
-
-
-class _Screen:
+class _Screen(RuleVisits):
     def __init__(self, tree: ast.Module, lines: list[str]):
         self.tree, self.lines, self.found = tree, lines, {}
         self.parent = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
@@ -229,67 +115,6 @@ class _Screen:
         text = self.lines[line - 1].strip()[:120] if 0 < line <= len(self.lines) else ""
         self.found.setdefault((line, rule), Flag(rule, line, text, why))
 
-    def _labels(self, expr, scope) -> dict:
-        """What `expr` is made of: identity (data_ptr(), id(), ...), objects from parameters, shapes."""
-        out, todo, seen = {"ident": [], "obj": [], "shape": set()}, [expr], set()
-        while todo:
-            n = todo.pop()
-            if isinstance(n, ast.Call):
-                f, name = n.func, self.resolve(n.func)
-                attr = f.attr if isinstance(f, ast.Attribute) else None
-                if attr in _IDENTITY:
-                    out["ident"].append(f"{attr}()")
-                elif attr in _SHAPES:
-                    out["shape"].add(_SHAPES[attr])
-                elif name in ("builtins.id", "weakref.ref"):
-                    out["ident"].append(_disp(name) + "()")
-                elif name == "builtins.len":
-                    out["shape"].add("shapes")
-                elif name == "builtins.hash":  # hash() of sizes is a shape key; of anything else, identity-like
-                    inner = [self._labels(a, scope) for a in n.args]
-                    out["ident"] += ["hash()"] if any(i["ident"] or i["obj"] or not i["shape"] for i in inner) else []
-                    out["shape"].update(*(i["shape"] for i in inner))
-                elif name and name.startswith("builtins."):  # tuple(...), sorted(...), str(...) keep what goes in
-                    todo += [*n.args, *(k.value for k in n.keywords)]
-                # Any other call makes a new value: a pipeline built on a barrier's data_ptr() is no key.
-            elif isinstance(n, ast.Attribute):
-                if n.attr == "_cdata":
-                    out["ident"].append("_cdata")
-                elif n.attr in _SHAPES:
-                    out["shape"].add(_SHAPES[n.attr])
-                else:
-                    todo.append(n.value)
-            elif isinstance(n, ast.Name):
-                if n.id in scope.defs and n.id not in seen:
-                    seen.add(n.id)
-                    todo += scope.defs[n.id]
-                elif n.id in scope.params:
-                    out["obj"].append(n.id)
-            elif not isinstance(n, _FUNCS):
-                todo += list(ast.iter_child_nodes(n))
-        return out
-
-    def _ident(self, expr, scope) -> str | None:
-        labels = self._labels(expr, scope)["ident"] if expr is not None else []
-        return labels[0] if labels else None
-
-    def _key(self, key, scope) -> str:
-        labels = self._labels(key, scope)
-        if labels["ident"]:
-            return f"keyed on {labels['ident'][0]}"
-        if labels["obj"]:
-            return f"keyed on {_short(key, 40)}, from argument {sorted(labels['obj'])[0]}"
-        if labels["shape"]:
-            return "keyed on " + ", ".join(sorted(labels["shape"]))
-        if isinstance(key, ast.Name) and len(scope.defs.get(key.id, [])) == 1:
-            key = scope.defs[key.id][0]
-        return f"keyed on {_short(key, 50)}"
-
-    def _state(self, scope, name: str, rebinding: bool) -> bool:
-        """Does `name`, in this function, mean a module-level binding (state that outlives the call)?"""
-        if scope is self.module or name not in self.state or name in self.aliases:
-            return False
-        return name in scope.globals if rebinding else name not in scope.locals
 
     def run(self) -> list[Flag]:
         for scope in self.scopes:  # statements first: a write's why beats a pattern's on the same line
@@ -301,183 +126,6 @@ class _Screen:
         for node in ast.walk(self.tree):
             self._names(node)
         return [self.found[k] for k in sorted(self.found)]
-
-    def _writes(self, scope, node) -> None:
-        if isinstance(node, ast.Assign):
-            targets, value, verb = list(node.targets), node.value, "assigns"
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-            targets, value, verb = [node.target], node.value, "augments" if isinstance(node, ast.AugAssign) else "assigns"
-        elif isinstance(node, ast.Delete):
-            targets, value, verb = list(node.targets), None, "deletes"
-        else:
-            return
-        while targets:
-            t = targets.pop()
-            if isinstance(t, (ast.Tuple, ast.List, ast.Starred)):
-                targets += t.elts if not isinstance(t, ast.Starred) else [t.value]
-                continue
-            base = self.resolve(t.value) if isinstance(t, (ast.Attribute, ast.Subscript)) else None
-            if isinstance(t, ast.Attribute) and (base or t.attr in _DUNDER_WRITES):
-                self.add("monkeypatch", t, f"{verb} {_disp(base) + '.' + t.attr if base else _short(t)}")
-            elif isinstance(t, ast.Subscript):
-                if base == "builtins.globals()":
-                    self.add("introspection", t, "writes globals()[...]")
-                elif base and base.startswith("sys.modules"):
-                    self.add("sys-modules", t, f"{verb} {_short(t.value)}[...]")
-                elif (base and not base.startswith("os.environ")) or getattr(t.value, "attr", "") == "__dict__":
-                    self.add("monkeypatch", t, f"writes {_short(t.value)}[...]")
-            root, ident = _root(t), self._ident(value, scope)
-            if isinstance(t, ast.Attribute) and root is not None and root.id == "self" and ident:
-                self.add("cache-by-identity", t, f"stores {ident} in {_short(t, 40)}")
-            if root is None or getattr(t, "attr", "") in _DUNDER_WRITES or not self._state(scope, root.id, t is root):
-                continue
-            kind, here = self.state[root.id], f"in {scope.name}()"
-            if isinstance(t, ast.Subscript):
-                what = f"{kind} {root.id}" if t.value is root else _short(t.value, 40)
-                self.add("cache-by-identity", t, f"writes module-level {what} {here}, {self._key(t.slice, scope)}")
-            elif ident:
-                self.add("cache-by-identity", t, f"stores {ident} in module-level {_short(t, 40)}")
-            elif t is root:
-                self.add("cache-by-identity", t, f"rebinds module-level {kind} {root.id} {here} (kept across calls)")
-            else:
-                self.add("cache-by-identity", t, f"{verb} {_short(t, 40)} on module-level {root.id} {here} (kept across calls)")
-
-    def _calls(self, scope, node) -> None:
-        if not isinstance(node, ast.Call):
-            return
-        func, name, args = node.func, self.resolve(node.func), node.args
-        first = self.resolve(args[0]) if args else None
-        if name in _SETATTRS and args:
-            attr = _const_str(args[1]) if len(args) > 1 else None
-            if first or attr in _DUNDER_WRITES:
-                what = _disp(first) if first else _short(args[0], 40)
-                self.add("monkeypatch", node, f"calls {_disp(name)} on {what}" + (f".{attr}" if attr else " with a computed name"))
-        elif name == "builtins.getattr" and len(args) >= 2 and not _const_str(args[1]) and first:
-            self.add("introspection", node, f"getattr on {_disp(first)} with a computed name")
-        elif name == "builtins.vars" and first:
-            self.add("introspection", node, f"calls vars({_disp(first)})")
-        if not isinstance(func, ast.Attribute) or func.attr not in _MUTATORS:
-            return
-        base, root = self.resolve(func.value), _root(func.value)
-        if base == "sys.path":
-            self.add("sys-modules", node, f"edits sys.path with .{func.attr}()")
-        elif base and func.attr in _MODULE_MUTATORS and "(" not in base and root is not None and root.id in self.aliases \
-                and not base.startswith(("os.environ", "sys.")) and base not in self.modules:
-            self.add("monkeypatch", node, f"mutates {_disp(base)} with .{func.attr}()")
-        if root is not None and func.value is root and self._state(scope, root.id, False):
-            ident = next(filter(None, (self._ident(a, scope) for a in args)), None)
-            self.add("cache-by-identity", node, f"passes {ident} to module-level {root.id}.{func.attr}()" if ident else
-                     f"mutates module-level {self.state[root.id]} {root.id} with .{func.attr}() in {scope.name}()")
-
-    def _identity(self, scope, node) -> None:
-        if isinstance(node, ast.Subscript) and (label := self._ident(node.slice, scope)):
-            verb = "looks up" if isinstance(node.ctx, ast.Load) else "writes"
-            self.add("cache-by-identity", node, f"{verb} {_short(node.value, 40)}[...] keyed on {label}")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _LOOKUPS \
-                and node.args and (label := self._ident(node.args[0], scope)):
-            self.add("cache-by-identity", node, f"looks up {_short(node.func, 40)}() keyed on {label}")
-        elif isinstance(node, ast.Compare):
-            sides = [node.left, *node.comparators]
-            for op, left, right in zip(node.ops, sides, sides[1:]):
-                if isinstance(op, (ast.In, ast.NotIn)) and (label := self._ident(left, scope)):
-                    self.add("cache-by-identity", node, f"tests whether {label} is in {_short(right, 40)}")
-                elif isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
-                    for a, b in ((left, right), (right, left)):
-                        label, root = self._ident(a, scope), _root(b)
-                        if label and root is not None and self._state(scope, root.id, False):
-                            self.add("cache-by-identity", node, f"compares {label} with module-level {root.id}")
-
-    def _defs(self, node) -> None:
-        if isinstance(node, ast.ClassDef):
-            for b in node.bases:
-                if (name := self.resolve(b)) and _matches(name, ["torch.Tensor", "torch.utils._python_dispatch", "torch.overrides"]):
-                    self.add("introspection", node, f"class {node.name} subclasses {name}")
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return
-        if node.name == "__del__":
-            self.add("threads", node, "defines __del__ (runs at garbage collection)")
-        if node.name in ("__torch_function__", "__torch_dispatch__"):
-            self.add("introspection", node, f"defines {node.name} (intercepts torch calls)")
-        for dec in node.decorator_list:
-            name = self.resolve(dec.func if isinstance(dec, ast.Call) else dec)
-            if name in ("functools.lru_cache", "functools.cache", "functools.cached_property"):
-                args = ", ".join(a.arg for a in node.args.args) or "none"
-                self.add("cache-by-identity", dec, f"memoizes {node.name}() with {name}, keyed on its arguments ({args})")
-        a = node.args
-        for arg, default in [*zip(a.args[len(a.args) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]:
-            if default is not None and self._kind(default) != "variable":
-                self.add("cache-by-identity", default,
-                         f"{node.name}() has a mutable default {arg.arg}={_short(default, 30)} (kept across calls)")
-
-    def _names(self, node) -> None:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            for a in node.names:
-                full = f"{node.module}.{a.name}" if isinstance(node, ast.ImportFrom) and node.module else a.name
-                for rule, pats in _PATTERNS.items():
-                    if _matches(full, pats):
-                        self.add(rule, node, f"imports {full}")
-            return
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and not isinstance(self.parent.get(node), ast.Expr):
-            for needle in ("task.yml", "reference.py"):  # a bare string statement is a docstring: skipped
-                if needle in node.value:
-                    self.add("reference", node, f"names {needle} in a string")
-        if isinstance(node, ast.While):
-            clocks = [n for n in map(self.resolve, ast.walk(node)) if n and _matches(n, _CLOCKS)]
-            if clocks:
-                self.add("sleep", node, f"busy-waits on {clocks[0].split('(')[0]}")
-        if isinstance(node, (ast.Call, ast.Subscript)):  # getattr(t, "sleep"), sys.modules["x"] stand for names too
-            if (name := self.resolve(node)) and not name.endswith(")"):
-                self._chain(node, name)
-            return
-        if isinstance(node, (ast.Name, ast.Attribute)):
-            self._chain(node, None if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) else self.resolve(node))
-
-    def _chain(self, node, name: str | None) -> None:
-        """A name, or an attribute chain, resolved to `name` (None when unknown or a local binding)."""
-        parent, ctx = self.parent.get(node), getattr(node, "ctx", None)
-        verb = "calls" if isinstance(parent, ast.Call) and parent.func is node else \
-            "assigns" if isinstance(ctx, ast.Store) else "deletes" if isinstance(ctx, ast.Del) else "uses"
-        if name and not (isinstance(parent, ast.Attribute) and parent.value is node):  # torch.cuda.Event, not torch.cuda
-            if name.startswith(("os.environ", "os.getenv")):
-                self._env(node, name, parent)
-            if getattr(node, "attr", "") == "__dict__":
-                self.add("introspection", node, f"reads {_disp(name)}")
-            head = name.split("(")[0]
-            for rule, pats in _PATTERNS.items():
-                if any(name == a or name.startswith((a + ".", a + "(")) for a in _ALLOWED):
-                    break
-                if _matches(name, pats) and not ("(" in name and _matches(head, pats)):  # open().read: open is flagged
-                    self.add(rule, node, f"{verb} {_disp(name)}")
-        attr = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
-        if attr in _ATTRS and (isinstance(node, ast.Attribute) or _ATTRS[attr] == "reference" or attr == "__builtins__"):
-            if _ATTRS[attr] != "introspection" or verb in ("uses", "calls"):  # writes are monkeypatch's
-                self.add(_ATTRS[attr], node, f"{verb} {_short(node, 50)}")
-
-    def _env(self, node, name: str, parent) -> None:
-        def key(expr, write: bool):
-            k = _const_str(expr)
-            if write:
-                self.add("env", node, f"writes os.environ[{k!r}]" if k is not None else "writes os.environ with a computed key")
-            elif k is None:
-                self.add("env", node, "reads os.environ with a computed key")
-            elif k.startswith("JUDGE_"):
-                self.add("env", node, f"reads os.environ[{k!r}]")
-
-        method = name.split(".")[2] if name.count(".") >= 2 else ""
-        call = parent if isinstance(parent, ast.Call) and parent.func is node else None
-        if name in ("os.getenv", "os.getenvb") or method == "get":
-            key(call.args[0], False) if call and call.args else self.add("env", node, f"uses {name}")
-        elif method in _MUTATORS:
-            self.add("env", node, f"calls {name}()")
-        elif method:
-            self.add("env", node, f"reads the whole os.environ (.{method})")
-        elif isinstance(parent, ast.Subscript) and parent.value is node:
-            key(parent.slice, not isinstance(parent.ctx, ast.Load))
-        elif isinstance(parent, ast.Compare) and parent.left is not node and \
-                all(isinstance(o, (ast.In, ast.NotIn)) for o in parent.ops):
-            key(parent.left, False)
-        else:
-            self.add("env", node, "reads the whole os.environ")
 
 
 def screen(source: str, only_lines: set[int] | None = None) -> list[Flag]:
