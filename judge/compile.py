@@ -73,6 +73,46 @@ def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: 
         configs = [_from_cache(cache, c) for c in known]
         return _verdict(target, configs, time.monotonic() - start, dsl_version, log_tail="")
 
+    result = _compile_in_child(target, workspace, specs, key_parts, cache, limit, dsl_version, start)
+    if isinstance(result, StageResult):
+        return result
+    configs, log_tail = result
+    if all(c["ok"] for c in configs):
+        cache.write_index(index_key, [{k: c[k] for k in ("signature", "benchmarks", "key")} for c in configs])
+    return _verdict(target, configs, time.monotonic() - start, dsl_version, log_tail)
+
+
+def compile_many(
+    jobs: list[tuple[Target, Path]],
+    *,
+    cache_dir: Path,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[StageResult]:
+    """Compile many candidates at once, one child each, across CPU cores; results come back in job order."""
+    results: list[StageResult | None] = [None] * len(jobs)
+    if progress:
+        progress(0, len(jobs))
+    with ThreadPoolExecutor(max_workers=max(1, workers or os.cpu_count() or 1)) as pool:
+        futures = {
+            pool.submit(run_compile, target, workspace, cache_dir=cache_dir): index
+            for index, (target, workspace) in enumerate(jobs)
+        }
+        for done, future in enumerate(as_completed(futures), start=1):
+            results[futures[future]] = future.result()
+            if progress:
+                progress(done, len(jobs))
+    return results  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# After the child: resources, cache, verdict
+
+
+def _compile_in_child(target: Target, workspace: Path, specs: list[dict], key_parts: dict[str, str],
+                      cache: CompileCache, limit: float, dsl_version: str, start: float):
+    """Compile every config not in the cache in one confined child; its configs and log, or the stage's
+    result when the child failed or the kernel did not import."""
     with tempfile.TemporaryDirectory(prefix="judge-compile-") as tmp:
         scratch = Path(tmp)
         progress_path = scratch / "progress.jsonl"
@@ -112,36 +152,7 @@ def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: 
                                {"arch": target.arch, "dsl_version": dsl_version, "error": error, "configs": []},
                                outcome.log_tail)
         configs = [_finish_config(target, c, cache, scratch) for c in value["configs"]]
-    if all(c["ok"] for c in configs):
-        cache.write_index(index_key, [{k: c[k] for k in ("signature", "benchmarks", "key")} for c in configs])
-    return _verdict(target, configs, seconds, dsl_version, outcome.log_tail)
-
-
-def compile_many(
-    jobs: list[tuple[Target, Path]],
-    *,
-    cache_dir: Path,
-    workers: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> list[StageResult]:
-    """Compile many candidates at once, one child each, across CPU cores; results come back in job order."""
-    results: list[StageResult | None] = [None] * len(jobs)
-    if progress:
-        progress(0, len(jobs))
-    with ThreadPoolExecutor(max_workers=max(1, workers or os.cpu_count() or 1)) as pool:
-        futures = {
-            pool.submit(run_compile, target, workspace, cache_dir=cache_dir): index
-            for index, (target, workspace) in enumerate(jobs)
-        }
-        for done, future in enumerate(as_completed(futures), start=1):
-            results[futures[future]] = future.result()
-            if progress:
-                progress(done, len(jobs))
-    return results  # type: ignore[return-value]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# After the child: resources, cache, verdict
+    return configs, outcome.log_tail
 
 
 def _finish_config(target: Target, config: dict[str, Any], cache: CompileCache, scratch: Path) -> dict[str, Any]:
