@@ -350,60 +350,60 @@ def analyse(ptx_paths: list[Path], cubin_paths: list[Path], arch: str, launches:
         notes.append(f"no architecture facts for {arch}: occupancy not computed")
 
     by_kernel = {launch["kernel"]: launch for launch in launches if launch.get("kernel")}
-    kernels = []
-    for name in entries or ptxas_numbers:
-        numbers = ptxas_numbers.get(name, {})
-        cubin = cubin_numbers.get(name)
-        entry = entries.get(name, {})
-        launch = by_kernel.get(name)
-        kernel: dict[str, Any] = {"name": name}
-        if cubin:
-            kernel["registers"], kernel["registers_from"] = cubin["registers"], "cubin (cuobjdump)"
-        elif numbers:
-            kernel["registers"], kernel["registers_from"] = numbers["registers"], "ptxas -v"
-        else:
-            kernel["registers"], kernel["registers_from"] = None, None
-        for field in ("spill_stores", "spill_loads", "stack_bytes", "smem_static", "barriers"):
-            kernel[field] = numbers.get(field)
-        if not numbers and cubin:
-            # No ptxas that reads this PTX (the GPU machine's CUDA 13.0 ptxas is older than CuTe DSL's
-            # PTX ISA): the DSL's own cubin still gives the stack and the static shared memory.
-            reserved = facts.smem_reserved_per_block if facts else 1024
-            kernel["stack_bytes"] = cubin.get("stack_bytes")
-            if cubin.get("shared_bytes") is not None:
-                kernel["smem_static"] = max(cubin["shared_bytes"] - reserved, 0)
-        if launch is None:
-            kernel["smem_dynamic"] = None
-            kernel["smem_dynamic_from"] = "not found: no launch of this kernel in the compiled host code"
-        elif launch["dynamic_smem"] is None:
-            kernel["smem_dynamic"] = None
-            kernel["smem_dynamic_from"] = "not found: the launch's dynamic shared memory is not a compile-time constant"
-        else:
-            kernel["smem_dynamic"] = launch["dynamic_smem"]
-            kernel["smem_dynamic_from"] = "launch config in the compiled host code"
-        if kernel["smem_static"] is not None and kernel["smem_dynamic"] is not None:
-            kernel["smem_total"] = kernel["smem_static"] + kernel["smem_dynamic"]
-        else:
-            kernel["smem_total"] = None
-        if entry.get("threads"):
-            kernel["threads"], kernel["threads_from"] = entry["threads"], entry["threads_from"]
-        elif launch and launch.get("threads"):
-            kernel["threads"], kernel["threads_from"] = launch["threads"], f"launch blockDim {launch['block']}"
-        else:
-            kernel["threads"], kernel["threads_from"] = None, None
-        kernel["ptxas"] = numbers or None
-        kernel["cubin"] = cubin
-        kernel["occupancy"] = None
-        missing = [k for k in ("registers", "threads", "smem_total") if kernel[k] is None]
-        if facts and not missing:
-            kernel["occupancy"] = occupancy(
-                facts, registers=kernel["registers"], threads=kernel["threads"],
-                smem_bytes=kernel["smem_total"], barriers=kernel["barriers"] or 0,
-            )
-        elif facts:
-            notes.append(f"{name}: occupancy not computed ({', '.join(missing)} unknown)")
-        kernels.append(kernel)
+    kernels = [_kernel(name, ptxas_numbers.get(name, {}), cubin_numbers.get(name), entries.get(name, {}),
+                       by_kernel.get(name), facts, notes) for name in entries or ptxas_numbers]
     return {"kernels": kernels, "notes": notes}
+
+
+def _kernel(name: str, numbers: dict, cubin: dict | None, entry: dict, launch: dict | None, facts, notes: list) -> dict[str, Any]:
+    """One kernel entry's resources, each with where it was read, and its occupancy where all are known."""
+    kernel: dict[str, Any] = {"name": name}
+    if cubin:
+        kernel["registers"], kernel["registers_from"] = cubin["registers"], "cubin (cuobjdump)"
+    elif numbers:
+        kernel["registers"], kernel["registers_from"] = numbers["registers"], "ptxas -v"
+    else:
+        kernel["registers"], kernel["registers_from"] = None, None
+    for field in ("spill_stores", "spill_loads", "stack_bytes", "smem_static", "barriers"):
+        kernel[field] = numbers.get(field)
+    if not numbers and cubin:
+        # No ptxas that reads this PTX (the GPU machine's CUDA 13.0 ptxas is older than CuTe DSL's
+        # PTX ISA): the DSL's own cubin still gives the stack and the static shared memory.
+        reserved = facts.smem_reserved_per_block if facts else 1024
+        kernel["stack_bytes"] = cubin.get("stack_bytes")
+        if cubin.get("shared_bytes") is not None:
+            kernel["smem_static"] = max(cubin["shared_bytes"] - reserved, 0)
+    if launch is None:
+        kernel["smem_dynamic"] = None
+        kernel["smem_dynamic_from"] = "not found: no launch of this kernel in the compiled host code"
+    elif launch["dynamic_smem"] is None:
+        kernel["smem_dynamic"] = None
+        kernel["smem_dynamic_from"] = "not found: the launch's dynamic shared memory is not a compile-time constant"
+    else:
+        kernel["smem_dynamic"] = launch["dynamic_smem"]
+        kernel["smem_dynamic_from"] = "launch config in the compiled host code"
+    if kernel["smem_static"] is not None and kernel["smem_dynamic"] is not None:
+        kernel["smem_total"] = kernel["smem_static"] + kernel["smem_dynamic"]
+    else:
+        kernel["smem_total"] = None
+    if entry.get("threads"):
+        kernel["threads"], kernel["threads_from"] = entry["threads"], entry["threads_from"]
+    elif launch and launch.get("threads"):
+        kernel["threads"], kernel["threads_from"] = launch["threads"], f"launch blockDim {launch['block']}"
+    else:
+        kernel["threads"], kernel["threads_from"] = None, None
+    kernel["ptxas"] = numbers or None
+    kernel["cubin"] = cubin
+    kernel["occupancy"] = None
+    missing = [k for k in ("registers", "threads", "smem_total") if kernel[k] is None]
+    if facts and not missing:
+        kernel["occupancy"] = occupancy(
+            facts, registers=kernel["registers"], threads=kernel["threads"],
+            smem_bytes=kernel["smem_total"], barriers=kernel["barriers"] or 0,
+        )
+    elif facts:
+        notes.append(f"{name}: occupancy not computed ({', '.join(missing)} unknown)")
+    return kernel
 
 
 _TOOL_VERSIONS: dict[str, str] = {}
