@@ -170,23 +170,7 @@ def load_target(path: str | Path) -> Target:
     where = path / METADATA_FILE
 
     kernel_file = meta.get("kernel_file", "submission.py")
-    raw_files = task.get("files")
-    if raw_files:
-        files = []
-        for entry in raw_files:
-            if not isinstance(entry, dict) or "name" not in entry or "source" not in entry:
-                raise JudgeError(f"{path / 'task.yml'}: field 'files': each entry needs 'name' and 'source'")
-            files.append((entry["name"], entry["source"]))
-        for name, source in files:
-            if source != SUBMISSION and not (path / source).is_file():
-                raise JudgeError(f"{path / 'task.yml'}: field 'files': source '{source}' of '{name}' not found")
-        submission_names = [name for name, source in files if source == SUBMISSION]
-        if submission_names:
-            kernel_name = submission_names[0]
-            files = [(n, s) for n, s in files if s != SUBMISSION] + [(kernel_name, SUBMISSION)]
-    else:
-        files = [(p.name, p.name) for p in sorted(path.glob("*.py")) if p.name != kernel_file]
-        files.append((kernel_file, SUBMISSION))
+    files = _files(task, path, kernel_file)
     if not (path / kernel_file).is_file():
         raise JudgeError(f"{where}: field 'kernel_file': '{kernel_file}' not found in {path}")
 
@@ -196,15 +180,7 @@ def load_target(path: str | Path) -> Target:
             raise JudgeError(f"{path / 'task.yml'}: field '{key}': must be a list of keyword-argument mappings")
 
     tolerance = meta.get("tolerance", {})
-    limits_meta = meta.get("limits", {})
-    unknown = set(limits_meta) - {"compile_s", "check_s", "timing_s"}
-    if unknown:
-        raise JudgeError(f"{where}: field 'limits.{sorted(unknown)[0]}': unknown limit")
-    limits = Limits(
-        compile_s=float(limits_meta.get("compile_s", 300)),
-        check_s=float(limits_meta.get("check_s", task.get("test_timeout", 300))),
-        timing_s=float(limits_meta.get("timing_s", task.get("benchmark_timeout", 600))),
-    )
+    limits = _limits(meta.get("limits", {}), task, where)
     benchmarks = task.get("benchmarks") or []
     sol = [float(x) for x in meta.get("speed_of_light_us", [])]
     if sol and len(sol) != len(benchmarks):
@@ -242,6 +218,39 @@ def load_target(path: str | Path) -> Target:
         max_speedup=max_speedup,
         min_effect=float(min_effect) if min_effect is not None else None,
         static=_static(meta.get("static"), path, where),
+    )
+
+
+def _files(task: dict, path: Path, kernel_file: str) -> list[tuple[str, str]]:
+    """task.yml's files (name, source), the kernel last; without a list, every .py beside the kernel."""
+    raw_files = task.get("files")
+    if raw_files:
+        files = []
+        for entry in raw_files:
+            if not isinstance(entry, dict) or "name" not in entry or "source" not in entry:
+                raise JudgeError(f"{path / 'task.yml'}: field 'files': each entry needs 'name' and 'source'")
+            files.append((entry["name"], entry["source"]))
+        for name, source in files:
+            if source != SUBMISSION and not (path / source).is_file():
+                raise JudgeError(f"{path / 'task.yml'}: field 'files': source '{source}' of '{name}' not found")
+        submission_names = [name for name, source in files if source == SUBMISSION]
+        if submission_names:
+            kernel_name = submission_names[0]
+            files = [(n, s) for n, s in files if s != SUBMISSION] + [(kernel_name, SUBMISSION)]
+    else:
+        files = [(p.name, p.name) for p in sorted(path.glob("*.py")) if p.name != kernel_file]
+        files.append((kernel_file, SUBMISSION))
+    return files
+
+
+def _limits(limits_meta: dict, task: dict, where: Path) -> Limits:
+    unknown = set(limits_meta) - {"compile_s", "check_s", "timing_s"}
+    if unknown:
+        raise JudgeError(f"{where}: field 'limits.{sorted(unknown)[0]}': unknown limit")
+    return Limits(
+        compile_s=float(limits_meta.get("compile_s", 300)),
+        check_s=float(limits_meta.get("check_s", task.get("test_timeout", 300))),
+        timing_s=float(limits_meta.get("timing_s", task.get("benchmark_timeout", 600))),
     )
 
 

@@ -173,7 +173,8 @@ def nvfp4_copy(tmp_path):
     ('bytes = "(mma_tiler_mnk[0]', 'bytez = "(mma_tiler_mnk[0]',
      "field 'static.expect-tx-bytes.bytez': rule 'expect-tx-bytes' takes no such parameter"),
     ('bytes = "(mma_tiler_mnk[0] + ', 'bytes = "open(1) + (mma_tiler_mnk[0] + ', "field 'static.expect-tx-bytes.bytes': "),
-    ("[static]\n", '[static]\nlayout_checks = "nowhere.py"\n', "field 'static.layout_checks': 'nowhere.py' is not a file in "),
+    ('layout_checks = "layout_checks.py"', 'layout_checks = "nowhere.py"',
+     "field 'static.layout_checks': 'nowhere.py' is not a file in "),
 ])
 def test_static_table_errors_name_the_field(nvfp4_copy, old, new, message):
     toml = nvfp4_copy / "judge.toml"
