@@ -78,25 +78,8 @@ def run_isolated(
         result_file = tmp_dir / "result.json"
         log_file = Path(log_path) if log_path is not None else tmp_dir / "child.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        child_env = dict(os.environ)
-        policy_json = None
-        if policy is not None:
-            from . import confine
-
-            policy = confine.Policy(writable=[*policy.writable, tmp_dir], readable=policy.readable,
-                                    network=policy.network)
-            confine.prepare(policy)
-            child_env = confine.child_env(policy, child_env)
-            policy_json = policy_to_json(policy)
+        child_env, policy_json = _child_environment(policy, env, tmp_dir)
         args_file.write_text(json.dumps({"kwargs": kwargs, "policy": policy_json}))
-        child_env.update(env or {})
-        child_env["PYTHONUNBUFFERED"] = "1"
-        # The judge package must be importable in the child; the workspace still comes first (python -m puts
-        # the cwd at sys.path[0], ahead of PYTHONPATH).
-        paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if JUDGE_ROOT not in paths:
-            paths.append(JUDGE_ROOT)
-        child_env["PYTHONPATH"] = os.pathsep.join(paths)
 
         command = [sys.executable, "-m", "judge.child", func, str(args_file), str(result_file)]
         start = time.monotonic()
@@ -136,6 +119,29 @@ def run_isolated(
             return ChildOutcome("ok", result.get("value"), exit_code, seconds, log_tail, "", result.get("confinement"))
         return ChildOutcome("crashed", None, exit_code, seconds, log_tail, result.get("error", "unknown error"),
                             result.get("confinement"))
+
+
+def _child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_dir: Path) -> tuple[dict, dict | None]:
+    """The child's environment and its confinement (JSON, None when unconfined); its scratch `tmp_dir` is
+    writable to it too."""
+    child_env = dict(os.environ)
+    policy_json = None
+    if policy is not None:
+        from . import confine
+
+        policy = confine.Policy(writable=[*policy.writable, tmp_dir], readable=policy.readable, network=policy.network)
+        confine.prepare(policy)
+        child_env = confine.child_env(policy, child_env)
+        policy_json = policy_to_json(policy)
+    child_env.update(env or {})
+    child_env["PYTHONUNBUFFERED"] = "1"
+    # The judge package must be importable in the child; the workspace still comes first (python -m puts the
+    # cwd at sys.path[0], ahead of PYTHONPATH).
+    paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if JUDGE_ROOT not in paths:
+        paths.append(JUDGE_ROOT)
+    child_env["PYTHONPATH"] = os.pathsep.join(paths)
+    return child_env, policy_json
 
 
 def policy_to_json(policy: "Policy") -> dict:
