@@ -51,17 +51,34 @@ class Submitted:
 class Ledger:
     """One ledger.db: open it, and every table is migrated to the current schema."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, create: bool = True):
+        """Open the ledger, creating it only if `create` (so that a mistyped path that is only read is an error,
+        not an empty ledger); a file we may not write is opened read-only, so that reading it still works."""
         self.path = Path(path)
+        exists = self.path.exists()
+        if not exists and not create:
+            raise JudgeError(f"{self.path}: no ledger here (create one with 'judge init'; --ledger or JUDGE_LEDGER picks another)")
+        if exists and not self.path.is_file():
+            raise JudgeError(f"{self.path}: not a ledger (not a regular file)")
+        writable = not exists or os.access(self.path, os.W_OK)
         try:
-            conn = sqlite3.connect(str(self.path), timeout=60)
+            conn = sqlite3.connect(str(self.path) if writable else f"{self.path.absolute().as_uri()}?mode=ro",
+                                   timeout=60, uri=not writable)
         except sqlite3.OperationalError as error:
             raise JudgeError(f"{self.path}: cannot open ledger: {error}") from None
         self.db = sqlite_utils.Database(conn)
-        self.db.execute("PRAGMA busy_timeout = 60000")
-        self.db.execute("PRAGMA journal_mode = WAL")
-        self.db.execute("PRAGMA foreign_keys = ON")
-        migrate(self.db)
+        try:
+            self.db.execute("PRAGMA busy_timeout = 60000")
+            self.db.execute("PRAGMA foreign_keys = ON")
+            migrate(self.db, str(self.path))  # refuses a later judge's ledger before writing anything
+            if writable:
+                self.db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.DatabaseError as error:
+            conn.close()
+            raise (self.explain(error) or JudgeError(f"{self.path}: cannot open ledger: {error}")) from None
+        except JudgeError:
+            conn.close()
+            raise
 
     def close(self) -> None:
         self.db.close()
@@ -261,7 +278,12 @@ class Ledger:
             db["rounds"].update(round_id, {"winner_revision_id": revision_id})
 
     def start_run(self, round_id: int, argv: list[str]) -> int:
+        """Record that this process runs the round, the lock of `judge run`: refused while a live judge process on
+        this host runs it (checked and inserted in one write transaction, so two starting together cannot both pass)."""
         with self.transaction() as db:
+            running = self.running_run(round_id)
+            if running:
+                raise JudgeError(self.running_message(running))
             return db["runs"].insert(
                 {
                     "round_id": round_id,
@@ -290,6 +312,33 @@ class Ledger:
                 for run_id in stale:
                     db["runs"].update(run_id, {"status": "interrupted"})
         return len(stale)
+
+    def running_run(self, round_id: int) -> dict | None:
+        """The run of this round by another judge process on this host that is still alive, if any. A run left
+        'running' on another host cannot be checked, and (as in mark_interrupted_runs) does not count."""
+        host = socket.gethostname()
+        rows = self.query(
+            "select r.id, r.pid, r.host, r.started_at, d.target, d.round from runs r join rounds d on d.id = r.round_id "
+            "where r.status = 'running' and r.round_id = ? order by r.id", (round_id,))
+        return next((r for r in rows if r["host"] == host and r["pid"] != os.getpid() and _alive(r["pid"])), None)
+
+    @staticmethod
+    def running_message(row: dict) -> str:
+        return (f"round {row['round']} of {row['target']} is already being run by judge pid {row['pid']} "
+                f"(started {row['started_at']}): wait for it to finish, or stop that process")
+
+    def explain(self, error: sqlite3.DatabaseError) -> JudgeError | None:
+        """SQLite's error as one line naming the ledger where it is the user's to fix; None for judge's own bugs."""
+        name = getattr(error, "sqlite_errorname", "") or ""
+        if name.startswith("SQLITE_READONLY"):
+            return JudgeError(f"{self.path}: the ledger is read-only, nothing was written ({error})")
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+            return JudgeError(f"{self.path}: the ledger is locked by another judge process, nothing was written ({error})")
+        if name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")):
+            return JudgeError(f"{self.path}: not a judge ledger (SQLite: {error})")
+        if name.startswith(("SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_FULL", "SQLITE_PERM")):
+            return JudgeError(f"{self.path}: cannot use the ledger ({error})")
+        return None
 
     # evaluations ----------------------------------------------------------
 
@@ -435,6 +484,69 @@ class Ledger:
 
     def kernel_resources(self, evaluation_id: int) -> list[dict]:
         return self.query("select * from kernel_resources where evaluation_id = ? order by id", (evaluation_id,))
+
+    # what the reports ask ------------------------------------------------------
+
+    def revisions_of_round(self, target: str, round: int) -> list[dict]:
+        """Each proposal's latest revision submitted for this round of this target (later rounds' are not its)."""
+        return self.query(
+            """
+            select r.* from revisions r
+            join (select proposal_id, max(revision) as revision from revisions
+                  where round = :round and target = :target group by proposal_id) latest
+              on latest.proposal_id = r.proposal_id and latest.revision = r.revision
+            order by r.proposal_id
+            """,
+            {"round": round, "target": target},
+        )
+
+    def revisions_up_to_round(self, target: str, round: int) -> list[dict]:
+        """Every revision of every proposal of a target submitted for rounds up to `round`, in revision order."""
+        return self.query(
+            "select * from revisions where target = ? and round <= ? order by proposal_id, revision", (target, round)
+        )
+
+    def latest_candidate_evaluations(self, round_id: int) -> list[dict]:
+        """The latest candidate evaluation of each revision in a round, with its revision's fields and the
+        outcome a person cleared it to (`cleared_outcome`, null when not cleared), oldest first."""
+        return self.query(
+            """
+            select e.*, r.proposal_id, r.revision, r.author, r.title, r.claim_low, r.claim_high,
+                   c.outcome as cleared_outcome
+            from evaluations e
+            join revisions r on r.id = e.revision_id
+            left join clearances c on c.evaluation_id = e.id
+            where e.id in (select max(id) from evaluations where round_id = ? and subject = 'candidate'
+                           group by revision_id)
+            order by e.id
+            """,
+            (round_id,),
+        )
+
+    def superseded_candidate_evaluations(self, round_id: int) -> list[dict]:
+        """Candidate evaluations of a round that a later evaluation of the same revision replaced, oldest first."""
+        return self.query(
+            """
+            select id, revision_id, outcome from evaluations
+            where round_id = ? and subject = 'candidate'
+              and id not in (select max(id) from evaluations where round_id = ? and subject = 'candidate'
+                             group by revision_id)
+            order by id
+            """,
+            (round_id, round_id),
+        )
+
+    def runs_of_round(self, round_id: int) -> list[dict]:
+        """Every run of a round: where and when it ran and how it ended."""
+        return self.query(
+            "select id, status, host, started_at, finished_at from runs where round_id = ? order by id", (round_id,)
+        )
+
+    def proposal_authors(self, target: str) -> list[dict]:
+        """Each (author, proposal_id) pair a target's revisions name, once."""
+        return self.query(
+            "select distinct author, proposal_id from revisions where target = ? order by author, proposal_id", (target,)
+        )
 
 
 def confinement_summary(record: dict | None) -> str | None:

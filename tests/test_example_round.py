@@ -10,6 +10,7 @@ import pytest
 
 from judge import actions
 from judge.ledger import Ledger
+from judge.report import render_round
 from judge.rounds import Settings, run_round
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +46,14 @@ def test_round_one_of_the_nvfp4_examples(tmp_path):
         if "static" in stages:
             static[evaluation["revision_id"]] = (stages["static"].status, stages["static"].summary)
     assert sorted(static.values()) == [("passed", "4 rules on 1 config and 4 layout checks passed")] * 4
+    # ... and the scorecard says which rules and checks ran, for the base and each proposal.
+    report = render_round(ledger, 1, tmp_path / "reports").read_text().splitlines()
+    rules = ("rules: tmem-load-waited passed, tmem-alloc-paired passed, expect-tx-bytes passed, "
+             "ptxas-clean passed")
+    checks = ("layout checks (layout_checks.py): scale-factor-layout passed, tensor-memory-columns passed, "
+              "launch-plan-coverage passed, launch-arguments passed")
+    assert report.count(f"  - {rules}") == 1 and report.count(f"    - {rules}") == 3  # base, then 3 proposals
+    assert report.count(f"  - {checks}") == 1 and report.count(f"    - {checks}") == 3
 
     rows = ledger.query(
         "select e.subject, r.proposal_id, k.ok, k.registers, k.smem_bytes, k.threads_per_cta, k.ctas_per_sm "

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = "nvfp4_group_gemm"
 BASE_1 = "NUM_AB_STAGES = 1\nMMA_TILER_MNK = (128, 128, 256)\nEPILOGUE_STORE = 'simt'\n"
 BASE_2 = "NUM_AB_STAGES = 1\nMMA_TILER_MNK = (128, 128, 256)\nEPILOGUE_STORE = 'tma'\n"
-SIGNATURE = {"g": 8, "k": 7168, "m": [40, 248], "n": 4096}
+SIGNATURE = {"ab_stages": 1, "epilogue_store": "simt", "mma_tiler_mnk": [128, 128, 256]}  # round 1 base's knobs
 H100 = {"name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "capability": "9.0", "arch": "sm_90", "memory_gb": 79.2,
         "l2_mb": 50.0, "sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "sm_clock_max_mhz": 1980, "temperature_c": 31,
         "driver": "570.124.06", "cuda": "12.8", "torch": "2.7.0+cu128", "cutedsl": "4.1.0"}
@@ -38,11 +38,11 @@ def patch(old: str, new: str) -> str:
     return f"--- a/submission.py\n+++ b/submission.py\n@@ -1,3 +1,3 @@\n-{old}\n+{new}\n {BASE_1.splitlines()[1]}\n {BASE_1.splitlines()[2]}\n"
 
 
-def compiled(registers: int, smem: int, ctas: int, limiter: str, ptx: int, cubin: int) -> StageResult:
+def compiled(registers: int, smem: int, ctas: int, limiter: str, ptx: int, cubin: int, **knobs) -> StageResult:
     kernel = {"name": "kernel_grouped_gemm", "registers": registers, "smem_total": smem, "spill_stores": 0,
               "spill_loads": 0, "stack_bytes": 0, "threads": 192,
               "occupancy": {"ctas_per_sm": ctas, "limited_by": limiter}}
-    config = {"signature": SIGNATURE, "benchmarks": [0], "ok": True, "kernels": [kernel], "error": None,
+    config = {"signature": {**SIGNATURE, **knobs}, "benchmarks": [0], "ok": True, "kernels": [kernel], "error": None,
               "ptx_bytes": ptx, "cubin_bytes": cubin, "seconds": 1.2}
     return StageResult("compile", "passed", f"1 configuration compiled: {registers} registers", 1.2, {"configs": [config]})
 
@@ -70,7 +70,7 @@ SLOWER = timing([(373.0, 488.0), (372.0, 462.0), (173.0, 249.0), (156.0, 228.0)]
 FASTER = timing([(373.0, 350.0), (372.0, 352.5), (173.0, 163.0), (156.0, 147.0)],
                 [(1.050, 1.080), (1.040, 1.070), (1.045, 1.075), (1.046, 1.076)], 1.06, [1.04, 1.08])
 COMPILE_ERROR = StageResult("compile", "failed", "DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op", 0.8,
-                            {"configs": [{"signature": SIGNATURE, "benchmarks": [0], "ok": False,
+                            {"configs": [{"signature": {**SIGNATURE, "mma_tiler_mnk": [64, 128, 256]}, "benchmarks": [0], "ok": False,
                                           "error": {"type": "DSLUserCodeError",
                                                     "message": "tile M=64 is not supported by MmaMXF4NVF4Op",
                                                     "line": "DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op "
@@ -117,10 +117,10 @@ def ledger(tmp_path):
     run = ledger.start_run(r1["id"], ["judge", "run"])
     evaluate(ledger, run, r1, None, "unchanged", "base kernel", [BASE_COMPILE, CORRECT], B200)  # 1
     evaluate(ledger, run, r1, revs["pipeline-stages-3"], "slower", SLOWER.summary,  # 2
-             [PATCHED, compiled(168, 101376, 2, "smem", 1000, 2000), CORRECT, SLOWER], B200)
+             [PATCHED, compiled(168, 101376, 2, "smem", 1000, 2000, ab_stages=3), CORRECT, SLOWER], B200)
     evaluate(ledger, run, r1, revs["tile-64-rows"], "compile-error", COMPILE_ERROR.summary, [PATCHED, COMPILE_ERROR], B200)  # 3
     evaluate(ledger, run, r1, revs["tma-store-epilogue"], "faster", FASTER.summary,  # 4
-             [PATCHED, compiled(120, 97280, 2, "smem", 900, 1800), CORRECT, FASTER], B200)
+             [PATCHED, compiled(120, 97280, 2, "smem", 900, 1800, epilogue_store="tma"), CORRECT, FASTER], B200)
     ledger.finish_run(run, "finished")
     ledger.set_winner(r1["id"], revs["tma-store-epilogue"])
 
@@ -130,10 +130,11 @@ def ledger(tmp_path):
                                   old_line="MMA_TILER_MNK = (128, 128, 256)", parent="tile-64-rows"), "test").revision_id
     r2 = ledger.create_round(TARGET, 2, BASE_2, "round 1 base + winner tma-store-epilogue r1")
     run = ledger.start_run(r2["id"], ["judge", "run"])
-    base2 = compiled(120, 97280, 2, "smem", 900, 1800)
+    base2 = compiled(120, 97280, 2, "smem", 900, 1800, epilogue_store="tma")
+    tile2_compile = compiled(136, 97280, 2, "smem", 950, 1900, epilogue_store="tma", mma_tiler_mnk=[128, 64, 256])
     evaluate(ledger, run, r2, None, "not-run", GATE, [base2, not_run("correctness", GATE)], H100)  # 5
     evaluate(ledger, run, r2, tile2, "not-run", GATE,  # 6
-             [PATCHED, compiled(136, 97280, 2, "smem", 950, 1900), not_run("correctness", GATE), not_run("timing", GATE)], H100)
+             [PATCHED, tile2_compile, not_run("correctness", GATE), not_run("timing", GATE)], H100)
     failed = StageResult("patch", "failed", "patch of wide-n-tile r1: hunk 1 does not apply at line 2", 0.01)
     evaluate(ledger, run, r2, wide, "patch-failed", failed.summary, [failed], H100)  # 7
     ledger.finish_run(run, "finished")
@@ -186,14 +187,15 @@ def test_round_two_states_what_changed_and_that_no_gpu_stage_ran(ledger, tmp_pat
 def test_resources_are_deltas_against_the_round_base(ledger, tmp_path):
     text = lines(render_round(ledger, 1, tmp_path))
     assert "Compile resources against base evaluation #1:" in text
-    row = ("| g=8 k=7168 m=40x248 n=4096 | 0 | 168 (+40) | 101376 (+36864) | 0 (+0) | 0 (+0) | 192 (+0) "
-           "| 2 (-1) limited by smem (was registers) | 1000 (+200) | 2000 (+400) |")
+    row = ("| 0 | ab_stages 1 -> 3 | 168 (+40) | 99.0 (+36.0) | 0 (+0) | 0 (+0) | 192 (+0) "
+           "| 2 (-1) limited by smem (was registers) | 1.0 (+0.2) | 2.0 (+0.4) |")
     assert row in text
-    assert ("- Compile error (g=8 k=7168 m=40x248 n=4096): `` DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op "
-            "(submission.py:40: `MMA_TILER_MNK = (64, 128, 256)`) ``") in text
+    assert ("- Compile error (knobs changed: mma_tiler_mnk 128x128x256 -> 64x128x256): `` DSLUserCodeError: tile M=64 is not "
+            "supported by MmaMXF4NVF4Op (submission.py:40: `MMA_TILER_MNK = (64, 128, 256)`) ``") in text
     # round 2 compares with round 2's base (120 registers), not round 1's
     text2 = lines(render_round(ledger, 2, tmp_path))
-    assert any(line.startswith("| g=8 k=7168 m=40x248 n=4096 | 0 | 136 (+16) | 97280 (+0) |") for line in text2)
+    assert ("| 0 | mma_tiler_mnk 128x128x256 -> 128x64x256 | 136 (+16) | 95.0 (+0.0) | 0 (+0) | 0 (+0) | 192 (+0) "
+            "| 2 (+0) limited by smem | 0.9 (+0.0) | 1.9 (+0.1) |") in text2
 
 
 def test_votes_are_recomputed_and_wrong_totals_flagged(ledger, tmp_path):
@@ -215,20 +217,27 @@ def test_votes_are_recomputed_and_wrong_totals_flagged(ledger, tmp_path):
     assert any(line.startswith("- speedup score (a criterion bound to \"speedup\"): measured speedup s") for line in text)
 
 
-def test_ranking_puts_measured_first_and_names_the_winner(ledger, tmp_path):
+def test_ranking_ranks_the_measured_and_leaves_the_eliminated_to_the_graveyard(ledger, tmp_path):
     text = lines(render_round(ledger, 1, tmp_path))
     start = text.index("| rank | proposal | author | outcome | geomean [95% CI] | mean shark total | votes | evaluation |")
-    assert text[start + 2:start + 6] == [
-        "| 1 | tma-store-epilogue r1 (winner) | team-epilogue | faster | 1.060x [1.040, 1.080] | 6.875 | 1 | #4 |",
-        "| 2 | pipeline-stages-3 r1 | team-pipeline | slower | 0.735x [0.720, 0.750] | 6.883 | 2 | #2 |",
-        "| 3 | tile-64-rows r1 | team-tiles | compile-error | - | 7.575 | 1 | #3 |",
-        "| 4 | warp-specialization r1 | team-warps | pitch only | - | 5.25 | 1 | - |",
+    assert text[start + 2:start + 5] == [
+        "| 1 | tma-store-epilogue r1 (winner) | team-epilogue | faster | 1.060x [1.040, 1.080] | 6.875 | 1 computed | #4 |",
+        "| - | warp-specialization r1 | team-warps | pitch only | - | 5.25 | 1 computed | - |",
+        "",
     ]
+    assert text[start + 5] == (
+        "Ranked: proposals standing faster than the base, by geomean. Unranked, by name: pending proposals (a patch "
+        "not timed yet), then pitches (no patch). Eliminated proposals are in the graveyard. Mean shark total: over "
+        "the totals judge computed; a pending vote waits on a measurement.")
     assert ("**Winner: tma-store-epilogue revision 1** by team-epilogue, geomean 1.060x [1.040, 1.080] (evaluation #4). "
             "Its patch applied to this round's base becomes the base of round 2.") in text
     assert "- Status: pitch only: not evaluated until a revision brings a patch" in text
     text2 = lines(render_round(ledger, 2, tmp_path))
-    assert "**No winner**: no proposal was significantly faster than the base. Round 3 starts from this round's base unchanged." in text2
+    start = text2.index("| rank | proposal | author | outcome | geomean [95% CI] | mean shark total | votes | evaluation |")
+    assert text2[start + 2:start + 4] == ["| - | tile-64-rows r2 | team-tiles | not-run | - | - | none | #6 |", ""]
+    assert "**No winner yet**: nothing was timed in this round (needs sm_100, this machine has none)." in text2
+    assert ("Still pending: tile-64-rows r2. A run on a machine that can run it may still name a winner, whose patch would "
+            "become the base of round 3.") in text2
 
 
 def test_graveyard_keeps_every_elimination_so_far(ledger, tmp_path):
@@ -248,8 +257,8 @@ def test_claims_vs_measured_per_author(ledger, tmp_path):
     text = lines(render_round(ledger, 2, tmp_path))
     assert "### team-epilogue: 1 measured, 0 inside, 0 above, 1 below the claim" in text
     assert "| 1 | tma-store-epilogue r1 | 1.12-1.15x | 1.060x [1.040, 1.080] | below | faster | #4 |" in text
-    assert "| 2 | tile-64-rows r2 | 1.1-1.3x | - | not measured | not-run | #6 |" in text
-    assert "| 1 | warp-specialization r1 | 1.25-1.4x | - | not measured | pitch only | - |" in text
+    assert "Nothing measured yet for team-tiles, team-warps." in text
+    assert not [line for line in text if "not measured" in line]  # claims tables hold only what was measured
 
 
 def test_lineage_lists_revisions_and_parents(ledger, tmp_path):
@@ -299,7 +308,7 @@ def test_leaderboard_compounds_winners(ledger, tmp_path):
     sha2 = hashlib.sha256(BASE_2.encode()).hexdigest()[:12]
     assert (f"| 1 | kernels/nvfp4_group_gemm/submission.py | {sha1} | tma-store-epilogue r1 | team-epilogue "
             "| 1.060x [1.040, 1.080] | 1.060x | #4 |") in text
-    assert f"| 2 | round 1 base + winner tma-store-epilogue r1 | {sha2} | none | | | 1.060x | |" in text
+    assert f"| 2 | round 1 base + winner tma-store-epilogue r1 | {sha2} | none (nothing timed; 1 pending) | | | 1.060x | |" in text
     assert "| team-tiles | 2 | 0 | 2 | - |" in text
     assert "| team-pipeline | 1 | 0 | 1 | 0.735x (pipeline-stages-3 r1, round 1, evaluation #2) |" in text
     assert "| team-epilogue | 1 | 1 | 0 | 1.060x (tma-store-epilogue r1, round 1, evaluation #4) |" in text
@@ -338,7 +347,7 @@ def test_a_round_run_by_the_runner_reports_through_the_cli(tmp_path, monkeypatch
     text = lines(tmp_path / "reports" / "round-1.md")
     assert "| 0 | size=1048576 | 100 | 80.0 | +20.0% | 1.250x [1.244, 1.256] | yes | - | - | 3 |" in text
     assert "| 1 | size=4194304 | 200 | 160 | +20.0% | 1.250x [1.244, 1.256] | yes | - | - | 3 |" in text
-    assert "| size=1 | 0, 1 | 128 (+32) | 1024 (+0) | 0 (+0) | 0 (+0) | 128 (+0) | 4 (+0) limited by registers | 100 (+0) | 200 (+0) |" in text
+    assert "| 0, 1 | none | 128 (+32) | 1.0 (+0.0) | 0 (+0) | 0 (+0) | 128 (+0) | 4 (+0) limited by registers | 0.1 (+0.0) | 0.2 (+0.0) |" in text
     assert "| 1 | a-fast r1 | 1.1-1.2x | 1.250x [1.244, 1.256] | above | faster | #2 |" in text
     assert "- Device: Fake GPU, 4 SMs (evaluations #1, #2)" in text
     data = json.loads(runner.invoke(main, ["--ledger", "ledger.db", "report", "--json"], catch_exceptions=False).output)
@@ -350,8 +359,8 @@ def test_a_rerun_on_a_gpu_supersedes_the_not_run_evaluation(ledger, tmp_path):
     r2 = ledger.round_row(TARGET, 2)
     tile2 = ledger.latest_revision("tile-64-rows")["id"]
     run = ledger.start_run(r2["id"], ["judge", "run", "--round", "2"])
-    evaluate(ledger, run, r2, tile2, "faster", FASTER.summary,  # 8
-             [PATCHED, compiled(136, 97280, 2, "smem", 950, 1900), CORRECT, FASTER], B200)
+    tile2_compile = compiled(136, 97280, 2, "smem", 950, 1900, epilogue_store="tma", mma_tiler_mnk=[128, 64, 256])
+    evaluate(ledger, run, r2, tile2, "faster", FASTER.summary, [PATCHED, tile2_compile, CORRECT, FASTER], B200)  # 8
     ledger.finish_run(run, "finished")
     ledger.set_winner(r2["id"], tile2)
     text = lines(render_round(ledger, 2, tmp_path))

@@ -1,0 +1,292 @@
+"""Views of one evaluation and the votes on one proposal, built from ledger rows.
+
+Plain JSON-serialisable dicts: numbers stay numbers, exact score decimals are strings, and every
+piece carries the id of the row it came from.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Optional
+
+from ..errors import JudgeError
+from ..ledger import Ledger
+from ..patching import patch_stats
+from ..records import OUTCOME_MEANING, Outcome, Vote
+from ..scoring import Measurement, format_score, score_vote
+from .formatting import signature_label
+
+MEASURED = (Outcome.FASTER.value, Outcome.SLOWER.value, Outcome.UNCHANGED.value)
+RESOURCE_COLUMNS = (
+    "registers",
+    "smem_bytes",
+    "spill_bytes",
+    "stack_bytes",
+    "threads_per_cta",
+    "ctas_per_sm",
+    "ptx_bytes",
+    "cubin_bytes",
+)
+
+
+def change_pct(speedup: Optional[float]) -> Optional[float]:
+    """(before - after) / before from before / after, in %."""
+    return None if not speedup else (1 - 1 / speedup) * 100
+
+
+def claim_of(row: dict) -> Optional[list]:
+    return [row["claim_low"], row["claim_high"]] if row["claim_low"] is not None else None
+
+
+def interval(row: dict) -> Optional[list]:
+    """An evaluation's geomean interval, or None where nothing was timed."""
+    return [row["geomean_ci_low"], row["geomean_ci_high"]] if row["geomean_ci_low"] is not None else None
+
+
+def standing(row: dict) -> str:
+    """The outcome an evaluation stands at: a person's clearance of an implausible result, else its own."""
+    return row.get("cleared_outcome") or row["outcome"]
+
+
+def stats_of(patch: Optional[str]) -> Optional[dict]:
+    if not patch:
+        return None
+    try:
+        stats = patch_stats(patch)
+    except JudgeError:
+        return None
+    return {"files": stats.files, "hunks": stats.hunks, "added": stats.added, "removed": stats.removed}
+
+
+# compile resources -------------------------------------------------------------------------
+
+
+def by_benchmarks(rows: list[dict]) -> dict[str, list[dict]]:
+    """A kernel_resources listing grouped by the benchmarks each configuration serves."""
+    grouped: dict[str, list[dict]] = {}
+    for row in rows:
+        grouped.setdefault(row["benchmarks_json"], []).append(row)
+    return grouped
+
+
+def knob_changes(signature, base_signature) -> Optional[list[dict]]:
+    """The knobs whose values differ from the base configuration's, or None where there is nothing to compare."""
+    if not isinstance(signature, dict) or not isinstance(base_signature, dict):
+        return None
+    names = sorted(set(signature) | set(base_signature))
+    return [
+        {"knob": name, "base": base_signature.get(name), "value": signature.get(name)}
+        for name in names
+        if signature.get(name) != base_signature.get(name)
+    ]
+
+
+def resources(rows: list[dict], base: Optional[dict[str, list[dict]]]) -> list[dict]:
+    """Each compiled kernel's resources, paired with the base's kernel that serves the same benchmarks.
+
+    Pairing by benchmarks, not by signature: a proposal that changes a knob changes the signature, and
+    its knobs and deltas against the base are exactly what the report is for. `base` None: this is the base.
+    """
+    out = []
+    seen: dict[str, int] = {}
+    for row in rows:
+        key = row["benchmarks_json"]
+        position = seen.get(key, 0)
+        seen[key] = position + 1
+        counterparts = (base or {}).get(key, [])
+        paired = counterparts[position] if position < len(counterparts) else None
+        paired = paired if paired and paired["ok"] and row["ok"] else None
+        signature = json.loads(row["signature"]) if row["signature"] else None
+        base_signature = json.loads(counterparts[0]["signature"]) if counterparts and counterparts[0]["signature"] else None
+        out.append(
+            {
+                "kernel_resources_id": row["id"],
+                "signature": signature,
+                "label": signature_label(signature),
+                "knob_changes": knob_changes(signature, base_signature) if base is not None else None,
+                "kernel": row["kernel"],
+                "benchmarks": json.loads(key) if key else None,
+                "ok": bool(row["ok"]),
+                "error": row["error"],
+                "limiter": row["limiter"],
+                "base_limiter": paired["limiter"] if paired else None,
+                "has_base": paired is not None,
+                "compile_seconds": row["compile_seconds"],
+                **{c: {"value": row[c], "base": paired[c] if paired else None} for c in RESOURCE_COLUMNS},
+            }
+        )
+    return out
+
+
+def knob_table(resources_view: list[dict]) -> Optional[dict]:
+    """The base's configurations as a table of knobs: one column per knob, one row per configuration."""
+    configs: dict[str, dict] = {}
+    for r in resources_view:
+        if isinstance(r["signature"], dict):
+            configs.setdefault(json.dumps([r["benchmarks"], r["signature"]]), r)
+    if not configs:
+        return None
+    names = sorted({name for r in configs.values() for name in r["signature"]})
+    rows = [{"benchmarks": r["benchmarks"], "values": [r["signature"].get(n) for n in names]} for r in configs.values()]
+    return {"knobs": names, "rows": rows}
+
+
+# one evaluation ----------------------------------------------------------------------------
+
+
+def _clocks_and_audit(row: dict) -> dict:
+    """The clock that decided a benchmark, what each clock measured, and what the audits found."""
+    clocks = json.loads(row["clocks_json"]) if row.get("clocks_json") else {}
+    audit = json.loads(row["audit_json"]) if row.get("audit_json") else {}
+    return {
+        "clock": row.get("clock"),
+        "clocks": [{"name": name, **values} for name, values in sorted(clocks.items())],
+        "wall_excess": audit.get("wall_excess_us", {}),
+        "replay": audit.get("replay_ratio", {}),
+    }
+
+
+def _benchmark(b: dict) -> dict:
+    sol, before, after = b["speed_of_light_us"], b["base_median_us"], b["cand_median_us"]
+    return {
+        "benchmark_result_id": b["id"],
+        "index": b["benchmark"],
+        "label": b["label"] or f"benchmark {b['benchmark']}",
+        "before_us": before,
+        "after_us": after,
+        "change_pct": (before - after) / before * 100 if before else None,
+        "speedup": b["speedup"],
+        "ci": [b["ci_low"], b["ci_high"]],
+        "significant": bool(b["significant"]),
+        "reps": b["reps"],
+        "sol_us": sol,
+        "sol_pct": sol / after * 100 if sol and after else None,
+        **_clocks_and_audit(b),
+    }
+
+
+def static_lines(detail: dict) -> list[str]:
+    """What the static stage ran, one line for the rules of each config and one for the layout checks."""
+    lines = []
+    configs = detail.get("configs", [])
+    for n, config in enumerate(configs, start=1):
+        where = f" (config {n} of {len(configs)})" if len(configs) > 1 else ""
+        lines.append(f"rules{where}: " + ", ".join(f"{r['rule']} {'passed' if r['passed'] else 'FAILED'}"
+                                                 for r in config.get("rules", [])))
+    checks = detail.get("layout_checks", [])
+    if checks:
+        lines.append(f"layout checks ({detail.get('layout_checks_file')}): "
+                     + ", ".join(f"{c['name']} {c['status']}" for c in checks))
+    return lines
+
+
+def evaluation(ledger: Ledger, row: dict, base: Optional[dict[str, list[dict]]]) -> dict:
+    """One evaluation as the report shows it: verdict, stages, benchmarks and compile resources
+    (against `base`, the base's resources by benchmarks; None when this is the base)."""
+    stages = ledger.stage_results(row["id"])
+    outcome = Outcome(row["outcome"])
+    geomean = row["geomean_speedup"]
+    screen = next((x for x in stages if x.stage == "screen"), None)
+    clearance = ledger.clearance(row["id"]) if outcome == Outcome.IMPLAUSIBLE else None
+    ci = interval(row)
+    return {
+        "id": row["id"],
+        "run_id": row["run_id"],
+        "outcome": outcome.value,
+        "reason": row["reason"],
+        "meaning": OUTCOME_MEANING[outcome],
+        "eliminates": Outcome(clearance["outcome"] if clearance else outcome).eliminates,
+        "geomean": geomean,
+        "geomean_ci": ci,
+        "geomean_change_pct": change_pct(geomean),
+        "significant": ci is not None and (ci[0] > 1.0 or ci[1] < 1.0),
+        "kernel_sha256": row["kernel_sha256"],
+        "finished_at": row["finished_at"],
+        "stages": [{"stage": s.stage, "status": s.status, "summary": s.summary, "seconds": s.seconds,
+                    "lines": static_lines(s.detail) if s.stage == "static" else []} for s in stages],
+        "benchmarks": [_benchmark(b) for b in ledger.benchmark_results(row["id"])],
+        "resources": resources(ledger.kernel_resources(row["id"]), base),
+        "flags": screen.detail.get("flags", []) if screen else [],
+        "confinement": row.get("confinement"),
+        "clearance": clearance,
+        "held": outcome == Outcome.IMPLAUSIBLE and clearance is None,
+    }
+
+
+# votes ---------------------------------------------------------------------------------------
+
+
+def measurement(evaluation_row: Optional[dict]) -> Measurement:
+    """What a shark's bound criteria see, from the outcome an evaluation stands at: an implausible kernel
+    passed its correctness checks, and its time waits on a person's clearance."""
+    outcome = standing(evaluation_row) if evaluation_row else Outcome.NOT_RUN.value
+    if outcome == Outcome.NOT_RUN.value:
+        return Measurement()
+    if outcome in MEASURED:
+        return Measurement(correct=True, geomean_speedup=evaluation_row["geomean_speedup"])
+    if outcome == Outcome.IMPLAUSIBLE.value:
+        return Measurement(correct=True)
+    return Measurement(correct=False)
+
+
+def _latest_per_shark(ledger: Ledger, round: int, proposal_id: str) -> dict[str, dict]:
+    """Each shark's vote on the proposal's latest revision it voted on in this round."""
+    latest: dict[str, dict] = {}
+    for row in ledger.votes(round=round, proposal_id=proposal_id):
+        known = latest.get(row["shark_name"])
+        if known is None or (row["revision_id"], row["id"]) > (known["revision_id"], known["id"]):
+            latest[row["shark_name"]] = row
+    return latest
+
+
+def votes(ledger: Ledger, round: int, proposal_id: str, latest_by_revision: dict[int, dict]) -> list[dict]:
+    """Each shark's latest vote on the proposal in this round, re-scored: totals are computed, never copied.
+    `latest_by_revision`: the round's latest candidate evaluation of each revision, by revision id."""
+    out = []
+    for name, row in sorted(_latest_per_shark(ledger, round, proposal_id).items()):
+        shark_row, shark = ledger.shark_by_id(row["shark_id"])
+        vote = Vote.model_validate(
+            {"shark": name, "proposal": proposal_id, "scores": json.loads(row["scores_json"]), "fund": bool(row["fund"]),
+             "notes": row["notes"] or "", "stated_total": row["stated_total"]}
+        )
+        card = score_vote(shark, vote, measurement(latest_by_revision.get(row["revision_id"])))
+        lines = [
+            {"criterion": line.criterion, "weight": format_score(line.weight), "score": format_score(line.score),
+             "weighted": format_score(line.weighted), "source": line.source}
+            for line in card.lines
+        ]
+        out.append(
+            {
+                "vote_id": row["id"],
+                "shark": name,
+                "shark_title": shark.title,
+                "shark_version": shark_row["version"],
+                "revision": ledger.revision(row["revision_id"])["revision"],
+                "lines": lines,
+                "total": None if card.total is None else format_score(card.total),
+                "pending_criteria": [line.criterion for line in card.lines if line.source == "pending"],
+                "stated_total": None if card.stated_total is None else str(card.stated_total),
+                "flag": card.flag,
+                "gated": card.gated,
+                "fund": card.fund,
+                "notes": vote.notes,
+                "bounds": sorted({c.bound for c in shark.criteria if c.bound}),
+            }
+        )
+    return out
+
+
+def vote_counts(votes_view: list[dict]) -> dict:
+    """How many votes have a total judge computed, and how many wait on a measurement."""
+    computed = sum(1 for v in votes_view if v["total"] is not None)
+    return {"computed": computed, "pending": len(votes_view) - computed}
+
+
+def mean_total(votes_view: list[dict]) -> Optional[str]:
+    """The mean of the computed totals (pending votes count in no mean), to 0.001."""
+    totals = [Decimal(v["total"]) for v in votes_view if v["total"] is not None]
+    if not totals:
+        return None
+    mean = (sum(totals, Decimal(0)) / len(totals)).quantize(Decimal("0.001"), rounding=ROUND_HALF_UP)
+    return format_score(mean)

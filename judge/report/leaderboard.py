@@ -1,0 +1,88 @@
+"""The view of the leaderboard across rounds: per target, each round's base and winner, and each author's record."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..ledger import Ledger
+from ..records import Outcome
+from . import evaluations as ev
+
+
+def _winner(ledger: Ledger, round_row: dict) -> Optional[dict]:
+    if round_row["winner_revision_id"] is None:
+        return None
+    revision = ledger.revision(round_row["winner_revision_id"])
+    evaluation = ledger.latest_evaluation(round_row["id"], revision["id"])
+    return {
+        "proposal_id": revision["proposal_id"],
+        "revision": revision["revision"],
+        "author": revision["author"],
+        "geomean": evaluation["geomean_speedup"] if evaluation else None,
+        "geomean_ci": ev.interval(evaluation) if evaluation else None,
+        "evaluation_id": evaluation["id"] if evaluation else None,
+    }
+
+
+def _no_winner(latest: list[dict]) -> dict:
+    """Why a round has no winner: nothing was timed, or nothing timed was faster; and how many are pending."""
+    timed = any(e["geomean_speedup"] is not None for e in latest)
+    pending = sum(1 for e in latest if ev.standing(e) == Outcome.NOT_RUN.value)
+    return {"why": "none faster" if timed else "nothing timed", "pending": pending}
+
+
+def _record(records: dict, e: dict, round: int) -> None:
+    """Add one latest candidate evaluation to its author's record."""
+    record = records.setdefault(e["author"], {"faster": set(), "eliminated": set(), "best": None})
+    outcome = ev.standing(e)
+    if outcome == Outcome.FASTER.value:
+        record["faster"].add(e["proposal_id"])
+    if Outcome(outcome).eliminates:
+        record["eliminated"].add(e["proposal_id"])
+    if outcome in ev.MEASURED and e["geomean_speedup"] is not None:
+        best = record["best"]
+        if best is None or e["geomean_speedup"] > best["geomean"]:
+            record["best"] = {"geomean": e["geomean_speedup"], "proposal_id": e["proposal_id"], "revision": e["revision"],
+                              "round": round, "evaluation_id": e["id"]}
+
+
+def _authors(ledger: Ledger, target: str, records: dict) -> list[dict]:
+    proposals: dict[str, set] = {}
+    for row in ledger.proposal_authors(target):
+        proposals.setdefault(row["author"], set()).add(row["proposal_id"])
+    authors = []
+    for author in sorted(set(proposals) | set(records)):
+        record = records.get(author, {"faster": set(), "eliminated": set(), "best": None})
+        authors.append({"author": author, "proposals": len(proposals.get(author, ())), "faster": len(record["faster"]),
+                        "eliminated": len(record["eliminated"]), "best": record["best"]})
+    return authors
+
+
+def _target(ledger: Ledger, target: str) -> dict:
+    rounds = []
+    cumulative: Optional[float] = None
+    records: dict[str, dict] = {}
+    for round_row in ledger.rounds(target):
+        latest = ledger.latest_candidate_evaluations(round_row["id"])
+        winner = _winner(ledger, round_row)
+        if winner and winner["geomean"]:
+            cumulative = (cumulative or 1.0) * winner["geomean"]
+        rounds.append(
+            {
+                "round": round_row["round"],
+                "round_id": round_row["id"],
+                "base_origin": round_row["base_origin"],
+                "base_sha256_short": round_row["base_sha256"][:12],
+                "winner": winner,
+                "no_winner": None if winner else _no_winner(latest),
+                "cumulative": cumulative,
+            }
+        )
+        for e in latest:
+            _record(records, e, round_row["round"])
+    return {"target": target, "rounds": rounds, "authors": _authors(ledger, target, records)}
+
+
+def leaderboard_view(ledger: Ledger) -> dict:
+    """Per target: each round's base and winner with the compounded speedup, and each author's record."""
+    return {"targets": [_target(ledger, target) for target in sorted({r["target"] for r in ledger.rounds()})]}

@@ -1,0 +1,416 @@
+"""The view of one round's scorecard, per target: what happened to each proposal, built from ledger rows.
+
+Only what the rows say: a ranking of what was measured, verdict lines that state what ran, devices
+from the evaluations that recorded one.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+from ..errors import JudgeError
+from ..ledger import Ledger
+from ..records import Outcome
+from . import evaluations as ev
+from .conventions import conventions
+from .formatting import fmt_claim, fmt_patch
+
+GPU_STAGES = ("correctness", "timing")
+PITCH_ONLY = "pitch only: not evaluated until a revision brings a patch"
+NOT_EVALUATED = "not evaluated yet: no run of this round has reached this revision"
+
+
+def _rounds_listing(rounds: list[dict]) -> str:
+    numbers = sorted({r["round"] for r in rounds})
+    return ", ".join(str(n) for n in numbers) if numbers else "none"
+
+
+def _target_rounds(ledger: Ledger, round: int, target: Optional[str]) -> list[dict]:
+    """The rounds rows a report covers, or a one-line error naming what the ledger does have."""
+    if target is not None:
+        rows = ledger.rounds(target)
+        if not rows:
+            targets = sorted({r["target"] for r in ledger.rounds()})
+            raise JudgeError(
+                f"target '{target}' has no rounds in the ledger (targets with rounds: {', '.join(targets) or 'none'})"
+            )
+        chosen = [r for r in rows if r["round"] == round]
+        if not chosen:
+            raise JudgeError(f"round {round} has not run for target '{target}' (its rounds in the ledger: {_rounds_listing(rows)})")
+        return chosen
+    rows = ledger.rounds()
+    chosen = [r for r in rows if r["round"] == round]
+    if not chosen:
+        raise JudgeError(f"round {round} has not run (rounds in the ledger: {_rounds_listing(rows)})")
+    return chosen
+
+
+# proposals and the ranking ---------------------------------------------------------------
+
+
+def _state(revision: dict, evaluation: Optional[dict]) -> str:
+    """measured (stands faster), pending (a patch not yet timed), pitch (no patch) or eliminated."""
+    if evaluation is None:
+        return "pending" if revision["patch"] is not None else "pitch"
+    standing = evaluation["clearance"]["outcome"] if evaluation["clearance"] else evaluation["outcome"]
+    if standing == Outcome.NOT_RUN.value:
+        return "pending"
+    return "eliminated" if Outcome(standing).eliminates else "measured"
+
+
+def _proposal(ledger: Ledger, revision: dict, round_row: dict, context: dict) -> dict:
+    row = context["latest"].get(revision["id"])
+    evaluation = ev.evaluation(ledger, row, context["base_resources"]) if row else None
+    votes = ev.votes(ledger, round_row["round"], revision["proposal_id"], context["latest"])
+    state = _state(revision, evaluation)
+    return {
+        "proposal_id": revision["proposal_id"],
+        "revision": revision["revision"],
+        "revision_id": revision["id"],
+        "title": revision["title"],
+        "author": revision["author"],
+        "category": revision["category"],
+        "confidence": revision["confidence"],
+        "parent": revision["parent"],
+        "claim": ev.claim_of(revision),
+        "has_patch": revision["patch"] is not None,
+        "patch_stats": ev.stats_of(revision["patch"]),
+        "submitted_at": revision["submitted_at"],
+        "state": state,
+        "note": PITCH_ONLY if state == "pitch" else NOT_EVALUATED if evaluation is None else None,
+        "evaluation": evaluation,
+        "earlier_evaluations": context["superseded"].get(revision["id"], []),
+        "votes": votes,
+        "vote_counts": ev.vote_counts(votes),
+        "mean_total": ev.mean_total(votes),
+    }
+
+
+def _outcome_shown(p: dict) -> str:
+    e = p["evaluation"]
+    if e is None:
+        return "pitch only" if p["state"] == "pitch" else "not evaluated"
+    return f"{e['clearance']['outcome']} (cleared {e['outcome']})" if e["clearance"] else e["outcome"]
+
+
+def _ranking(proposals: list[dict], winner_revision_id: Optional[int]) -> list[dict]:
+    """Proposals that stand faster, ranked by geomean; then pending ones and pitches, unranked, by name.
+    Eliminated proposals are not ranked: they are in the graveyard."""
+    measured = sorted((p for p in proposals if p["state"] == "measured"),
+                      key=lambda p: (-p["evaluation"]["geomean"], p["evaluation"]["id"]))
+    pending = [p for p in proposals if p["state"] == "pending"]
+    pitches = [p for p in proposals if p["state"] == "pitch"]
+    rows = []
+    for position, p in enumerate(measured + pending + pitches, start=1):
+        e = p["evaluation"]
+        rows.append(
+            {
+                "rank": position if p["state"] == "measured" else None,
+                "proposal_id": p["proposal_id"],
+                "revision": p["revision"],
+                "author": p["author"],
+                "state": p["state"],
+                "outcome": _outcome_shown(p),
+                "geomean": e["geomean"] if e else None,
+                "geomean_ci": e["geomean_ci"] if e else None,
+                "mean_total": p["mean_total"],
+                "votes": p["vote_counts"],
+                "evaluation_id": e["id"] if e else None,
+                "winner": p["revision_id"] == winner_revision_id,
+            }
+        )
+    return rows
+
+
+def _verdict(evaluations: list[dict], ranking: list[dict], gpu_reason: Optional[str], next_round: Optional[dict]) -> dict:
+    """Why there is no winner, in words that say what ran: nothing timed is not 'none faster'.
+    `evaluations`: the views of the proposals' latest evaluations in this round."""
+    timed = sum(1 for e in evaluations if e["geomean"] is not None)
+    if timed:
+        why = "no proposal was significantly faster than the base"
+    elif gpu_reason:
+        why = f"nothing was timed in this round ({gpu_reason})"
+    elif not evaluations:
+        why = "nothing was timed in this round (no proposal was evaluated)"
+    else:
+        why = "nothing was timed in this round (no proposal reached the timing stage)"
+    return {
+        "timed": timed,
+        "why_none": why,
+        "pending": [r for r in ranking if r["state"] == "pending"],
+        "next_round_started": next_round is not None,
+    }
+
+
+# the header: base, devices, what changed ---------------------------------------------------
+
+
+def _device_groups(ledger: Ledger, round_id: int) -> dict:
+    """Devices from the evaluations that recorded one; which recorded none; whether a GPU stage ran, and why not."""
+    groups: dict[str, dict] = {}
+    unrecorded: list[int] = []
+    gpu_ran, reason = False, None
+    for e in ledger.evaluations(round_id):
+        group = groups.setdefault(e["device_json"], {"evaluation_ids": [], "gpu_ran": False}) if e["device_json"] else None
+        if group is not None:
+            group["evaluation_ids"].append(e["id"])
+        else:
+            unrecorded.append(e["id"])
+        for s in ledger.stage_results(e["id"]):
+            if s.stage not in GPU_STAGES:
+                continue
+            if s.status == "not-run":
+                reason = reason or s.summary.removeprefix("not run: ")
+            else:
+                gpu_ran = True
+                if group is not None:
+                    group["gpu_ran"] = True
+    devices = [{"device": json.loads(key), **group} for key, group in groups.items()]
+    return {"devices": devices, "unrecorded_ids": unrecorded, "gpu_ran": gpu_ran, "gpu_reason": reason}
+
+
+def _winner(ledger: Ledger, round_row: dict) -> dict:
+    """A round's winning revision and its measured geomean, from the ledger rows that name it."""
+    revision = ledger.revision(round_row["winner_revision_id"])
+    evaluation = ledger.latest_evaluation(round_row["id"], revision["id"])
+    return {
+        "proposal_id": revision["proposal_id"],
+        "revision": revision["revision"],
+        "revision_id": revision["id"],
+        "title": revision["title"],
+        "author": revision["author"],
+        "patch_stats": ev.stats_of(revision["patch"]),
+        "geomean": evaluation["geomean_speedup"] if evaluation else None,
+        "geomean_ci": ev.interval(evaluation) if evaluation else None,
+        "evaluation_id": evaluation["id"] if evaluation else None,
+    }
+
+
+def _changed(ledger: Ledger, target: str, round: int) -> dict:
+    """What the previous round contributed to this round's base: its winner, or nothing."""
+    if round == 1:
+        return {"previous_round": None, "winner": None}
+    previous = ledger.round_row(target, round - 1)
+    if previous is None:
+        return {"previous_round": round - 1, "ran": False, "winner": None}
+    winner = _winner(ledger, previous) if previous["winner_revision_id"] is not None else None
+    return {"previous_round": round - 1, "ran": True, "winner": winner}
+
+
+def _base(ledger: Ledger, round_row: dict) -> tuple[dict, dict]:
+    """The round's base and its evaluation; and the base's resources by benchmarks, for the deltas."""
+    row = ledger.latest_evaluation(round_row["id"], None, subject="base")
+    evaluation = ev.evaluation(ledger, row, None) if row else None
+    if evaluation and all(stage["status"] == "passed" for stage in evaluation["stages"]):
+        evaluation["outcome"] = "passed"  # stored as 'unchanged': the base measured against itself
+    if evaluation:
+        evaluation["knobs"] = ev.knob_table(evaluation["resources"])
+    base = {
+        "origin": round_row["base_origin"],
+        "sha256": round_row["base_sha256"],
+        "sha256_short": round_row["base_sha256"][:12],
+        "evaluation": evaluation,
+    }
+    return base, ev.by_benchmarks(ledger.kernel_resources(row["id"])) if row else {}
+
+
+# history: graveyard, claims, lineage ------------------------------------------------------
+
+
+def _history(ledger: Ledger, target: str, round: int) -> list[tuple[dict, dict[int, dict]]]:
+    """This target's rounds up to `round`, each with its latest candidate evaluation per revision."""
+    return [
+        (r, {e["revision_id"]: e for e in ledger.latest_candidate_evaluations(r["id"])})
+        for r in ledger.rounds(target)
+        if r["round"] <= round
+    ]
+
+
+def _graveyard(history: list[tuple[dict, dict[int, dict]]]) -> list[dict]:
+    """Every proposal revision eliminated in this target's rounds so far, with its promise and what happened."""
+    rows = []
+    for round_row, latest in history:
+        for e in latest.values():
+            if not Outcome(ev.standing(e)).eliminates:
+                continue
+            rows.append(
+                {
+                    "round": round_row["round"],
+                    "proposal_id": e["proposal_id"],
+                    "revision": e["revision"],
+                    "author": e["author"],
+                    "title": e["title"],
+                    "claim": ev.claim_of(e),
+                    "outcome": ev.standing(e),
+                    "reason": e["reason"],
+                    "geomean": e["geomean_speedup"],
+                    "geomean_ci": ev.interval(e),
+                    "geomean_change_pct": ev.change_pct(e["geomean_speedup"]),
+                    "evaluation_id": e["id"],
+                }
+            )
+    return sorted(rows, key=lambda r: (r["round"], r["proposal_id"], r["evaluation_id"]))
+
+
+def _landed(claim: Optional[list], geomean: Optional[float]) -> str:
+    if claim is None:
+        return "no claim"
+    if geomean is None:
+        return "not measured"
+    if geomean < claim[0]:
+        return "below"
+    if geomean > claim[1]:
+        return "above"
+    return "inside"
+
+
+def _claims(ledger: Ledger, target: str, history: list[tuple[dict, dict[int, dict]]]) -> dict:
+    """Per author, each measured proposal's claim against its measured geomean; and who has nothing measured."""
+    measured: dict[str, list[dict]] = {}
+    authors: set[str] = set()
+    for round_row, latest in history:
+        for revision in ledger.revisions_of_round(target, round_row["round"]):
+            authors.add(revision["author"])
+            e = latest.get(revision["id"])
+            if e is None or ev.standing(e) not in ev.MEASURED or e["geomean_speedup"] is None:
+                continue
+            claim = ev.claim_of(revision)
+            measured.setdefault(revision["author"], []).append(
+                {
+                    "round": round_row["round"],
+                    "proposal_id": revision["proposal_id"],
+                    "revision": revision["revision"],
+                    "claim": claim,
+                    "geomean": e["geomean_speedup"],
+                    "geomean_ci": ev.interval(e),
+                    "status": ev.standing(e),
+                    "landed": _landed(claim, e["geomean_speedup"]),
+                    "evaluation_id": e["id"],
+                }
+            )
+    tables = []
+    for author in sorted(measured):
+        rows = measured[author]
+        counts = {k: sum(1 for r in rows if r["landed"] == k) for k in ("inside", "above", "below")}
+        tables.append({"author": author, "measured": len(rows), **counts, "rows": rows})
+    return {"authors": tables, "unmeasured_authors": sorted(authors - set(measured))}
+
+
+def _revision_changes(previous: Optional[dict], revision: dict) -> list[str]:
+    if previous is None:
+        return ["first revision"]
+    changes = []
+    if previous["title"] != revision["title"]:
+        changes.append(f"title was \"{previous['title']}\"")
+    if ev.claim_of(previous) != ev.claim_of(revision):
+        changes.append(f"claim {fmt_claim(ev.claim_of(previous))} -> {fmt_claim(ev.claim_of(revision))}")
+    if previous["patch"] != revision["patch"]:
+        if revision["patch"] is None:
+            changes.append("patch withdrawn")
+        elif previous["patch"] is None:
+            changes.append(f"patch added ({fmt_patch(ev.stats_of(revision['patch']))})")
+        else:
+            changes.append(f"patch changed (now {fmt_patch(ev.stats_of(revision['patch']))})")
+    if previous["category"] != revision["category"]:
+        changes.append(f"category {previous['category']} -> {revision['category']}")
+    if previous["parent"] != revision["parent"]:
+        changes.append(f"parent {previous['parent'] or 'none'} -> {revision['parent'] or 'none'}")
+    if previous["pitch"] != revision["pitch"]:
+        changes.append("pitch text")
+    return changes or ["resubmitted (other fields)"]
+
+
+def _lineage(ledger: Ledger, target: str, round: int) -> list[dict]:
+    """Every revision of every proposal of this target up to this round, and the proposals each builds on."""
+    out = []
+    previous = None
+    for revision in ledger.revisions_up_to_round(target, round):
+        if previous is not None and previous["proposal_id"] != revision["proposal_id"]:
+            previous = None
+        out.append(
+            {
+                "proposal_id": revision["proposal_id"],
+                "revision": revision["revision"],
+                "revision_id": revision["id"],
+                "round": revision["round"],
+                "submitted_at": revision["submitted_at"],
+                "changes": _revision_changes(previous, revision),
+                "parent": revision["parent"] if revision["parent"] != revision["proposal_id"] else None,
+            }
+        )
+        previous = revision
+    return out
+
+
+# the round ---------------------------------------------------------------------------------
+
+
+def _proposals(ledger: Ledger, round_row: dict, base_resources: dict) -> tuple[list[dict], list[dict]]:
+    """The round's proposals, by name (the ranking table gives their order), and the ranking."""
+    latest_rows = ledger.latest_candidate_evaluations(round_row["id"])
+    superseded: dict[int, list[dict]] = {}
+    for row in ledger.superseded_candidate_evaluations(round_row["id"]):
+        superseded.setdefault(row["revision_id"], []).append({"id": row["id"], "outcome": row["outcome"]})
+    context = {"latest": {e["revision_id"]: e for e in latest_rows}, "superseded": superseded,
+               "base_resources": base_resources}
+    revisions = ledger.revisions_of_round(round_row["target"], round_row["round"])
+    proposals = [_proposal(ledger, r, round_row, context) for r in revisions]
+    return proposals, _ranking(proposals, round_row["winner_revision_id"])
+
+
+def _target_round(ledger: Ledger, round_row: dict) -> dict:
+    target, round = round_row["target"], round_row["round"]
+    base, base_resources = _base(ledger, round_row)
+    proposals, ranking = _proposals(ledger, round_row, base_resources)
+    winner = next((r for r in ranking if r["winner"]), None)
+    if winner is None and round_row["winner_revision_id"] is not None:
+        # The winner is a revision this report does not list (a later revision replaced it): name it anyway.
+        winner = _winner(ledger, round_row)
+    devices = _device_groups(ledger, round_row["id"])
+    evaluations = ledger.evaluations(round_row["id"])
+    candidates = [p["evaluation"] for p in proposals if p["evaluation"]]
+    history = _history(ledger, target, round)
+    return {
+        "target": target,
+        "round": round,
+        "round_id": round_row["id"],
+        "next_round": round + 1,
+        "base": base,
+        "changed": _changed(ledger, target, round),
+        **devices,
+        "created_at": round_row["created_at"],
+        "last_finished_at": max((e["finished_at"] for e in evaluations if e["finished_at"]), default=None),
+        "runs": ledger.runs_of_round(round_row["id"]),
+        "proposals": proposals,
+        "ranking": ranking,
+        "winner": winner,
+        "verdict": _verdict(candidates, ranking, devices["gpu_reason"], ledger.round_row(target, round + 1)),
+        "graveyard": _graveyard(history),
+        "claims": _claims(ledger, target, history),
+        "lineage": _lineage(ledger, target, round),
+    }
+
+
+def _shown(targets: list[dict]) -> dict:
+    """What the report holds, for the conventions that apply to it."""
+    evaluations = [p["evaluation"] for t in targets for p in t["proposals"] if p["evaluation"]]
+    evaluations += [t["base"]["evaluation"] for t in targets if t["base"]["evaluation"]]
+    votes = [v for t in targets for p in t["proposals"] for v in p["votes"]]
+    geomeans = [e["geomean"] for e in evaluations]
+    geomeans += [g["geomean"] for t in targets for g in t["graveyard"]]
+    geomeans += [t["changed"]["winner"]["geomean"] for t in targets if t["changed"]["winner"]]
+    return {
+        "speedups": any(g is not None for g in geomeans),
+        "timing": any(e["benchmarks"] for e in evaluations),
+        "resources": any(e["resources"] for e in evaluations),
+        "votes": bool(votes),
+        "bounds": sorted({b for v in votes for b in v["bounds"]}),
+    }
+
+
+def round_view(ledger: Ledger, round: int, target: str | None = None) -> dict:
+    """Everything one round's report shows, per target, as JSON-serialisable data with ledger ids;
+    the conventions once for all its targets."""
+    targets = [_target_round(ledger, row) for row in _target_rounds(ledger, round, target)]
+    return {"round": round, "targets": targets, "conventions": conventions(_shown(targets))}
