@@ -13,9 +13,10 @@ from typing import Optional
 from .errors import JudgeError
 from .ledger import Ledger, Submitted, shark_from_row
 from .proposals import PROPOSAL_FILE, load_proposal_dir, load_proposal_json, load_shark, load_vote_file, load_votes, parse_json
-from .records import Outcome, Proposal, Vote
-from .rounds import check_submission
+from .records import Outcome, Proposal, Shark, Vote
+from .rounds import RoundSummary, Settings, check_submission
 from .scoring import Measurement, Scorecard, check_vote, format_score, score_vote
+from .targets import Target
 
 
 def proposal_dirs(paths: list[Path]) -> list[Path]:
@@ -59,8 +60,12 @@ def load_submissions(paths: list[str], stdin_text: Optional[str]) -> list[tuple[
     return items
 
 
-def add_sharks(ledger: Ledger, paths: list[Path]) -> list[dict]:
-    sharks = [(load_shark(path), str(path)) for path in paths]
+def load_sharks(paths: list[Path]) -> list[tuple[Shark, str]]:
+    return [(load_shark(path), str(path)) for path in paths]
+
+
+def add_sharks(ledger: Ledger, sharks: list[tuple[Shark, str]]) -> list[dict]:
+    """Record sharks read by load_sharks (read first, so that a bad file leaves no ledger behind)."""
     out = []
     with ledger.transaction():
         for shark, source in sharks:
@@ -123,6 +128,7 @@ def cast_votes(ledger: Ledger, items: list[tuple[Vote, str]]) -> list[CastVote]:
         except JudgeError:
             raise JudgeError(f"{source}: field 'shark': '{vote.shark}' is not in the ledger (add it with 'judge shark add FILE')") from None
         check_vote(shark, vote, source)
+        check_unbound(shark, vote, source)
         if vote.revision is None:
             revision = ledger.latest_revision(vote.proposal)
             if revision is None:
@@ -142,6 +148,15 @@ def cast_votes(ledger: Ledger, items: list[tuple[Vote, str]]) -> list[CastVote]:
             card = score_vote(shark, vote, measurement_for(ledger, revision["id"]))
             cast.append(_cast(vote_id, status, vote, revision, card))
     return cast
+
+
+def check_unbound(shark: Shark, vote: Vote, source: str) -> None:
+    """A score for a criterion bound to a measurement would be stored and then ignored: say so instead."""
+    for name in vote.scores:
+        bound = shark.criterion(name).bound
+        if bound:
+            raise JudgeError(f"{source}: field 'scores.{name}': bound to the measured {bound}, which judge scores "
+                             f"itself (leave it out)")
 
 
 def _cast(vote_id: int, status: str, vote: Vote, revision: dict, card: Scorecard) -> CastVote:
@@ -283,6 +298,39 @@ def status(ledger: Ledger) -> dict:
         )
     runs = ledger.query("select id, status, started_at, finished_at from runs order by id desc limit 5")
     return {"ledger": str(ledger.path), "counts": counts, "rounds": rounds, "recent_runs": runs}
+
+
+def run(ledger: Ledger, round: int, target: Optional[Target], settings: Settings, on_event, out_dir: Path) -> list[dict]:
+    """`judge run`: refused while another judge process runs the same target and round (the ledger's runs are the
+    lock; a dead one is marked interrupted and does not count), checked before the round's workspace is reset.
+    Returns each target's summary with every verdict's evaluation id and the path of the round's report."""
+    from .report import render_round
+    from .rounds import run_round
+
+    ledger.mark_interrupted_runs()
+    names = [target.name] if target is not None else sorted({r["target"] for r in ledger.current_revisions(round=round)})
+    for name in names:
+        row = ledger.round_row(name, round)
+        running = ledger.running_run(row["id"]) if row else None
+        if running:
+            raise JudgeError(ledger.running_message(running))
+    summaries = run_round(ledger, round, target=target, settings=settings, on_event=on_event)
+    report = render_round(ledger, round, out_dir, target=target.name if target is not None else None)
+    return [_run_summary(ledger, summary, report) for summary in summaries]
+
+
+def _run_summary(ledger: Ledger, summary: RoundSummary, report: Path) -> dict:
+    round_id = ledger.round_row(summary.target, summary.round)["id"]
+    data = asdict(summary)
+    for verdict in data["verdicts"]:
+        rows = ledger.query("select id from revisions where proposal_id = ? and revision = ?",
+                            (verdict["proposal_id"], verdict["revision"]))
+        evaluation = ledger.latest_evaluation(round_id, rows[0]["id"]) if rows else None
+        verdict["evaluation_id"] = evaluation["id"] if evaluation else None
+    base = ledger.latest_evaluation(round_id, None, "base")
+    data["base_evaluation_id"] = base["id"] if base else None
+    data["report"] = str(report)
+    return data
 
 
 def latest_round(ledger: Ledger) -> int:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import sys
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import actions
+from . import actions, inputs
 from .errors import JudgeError
 from .ledger import Ledger
 from .migrations import applied
@@ -27,21 +29,35 @@ class Context:
     def __init__(self, ledger_path: Path, kernels: Path):
         self.ledger_path = ledger_path
         self.kernels = kernels
+        self.creates = False  # set per command: only commands that add to a ledger may create one
         self._ledger = None
 
     @property
     def ledger(self) -> Ledger:
         if self._ledger is None:
-            self._ledger = Ledger(self.ledger_path)
+            self._ledger = Ledger(self.ledger_path, create=self.creates)
         return self._ledger
+
+    def explain(self, error: sqlite3.DatabaseError) -> JudgeError | None:
+        return self._ledger.explain(error) if self._ledger is not None else None
 
 
 def emit_json(data) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
-def command(group, name=None):
-    """A subcommand with `--json`, whose JudgeError becomes one line on stderr and exit code 2."""
+def fail(message: str, code: int, as_json: bool):
+    """Every error's one way out: one line on stderr, or under --json one JSON object on stdout; same exit code."""
+    if as_json:
+        click.echo(json.dumps({"error": message, "exit": code}))
+    else:
+        err.print(f"error: {message}", markup=False)
+    sys.exit(code)
+
+
+def command(group, name=None, creates=False):
+    """A subcommand with `--json`, whose JudgeError (or a ledger SQLite refuses) is one line and exit code 2.
+    `creates`: whether it may create a missing ledger (others refuse one, so a mistyped --ledger is an error)."""
 
     def wrap(fn):
         @group.command(name)
@@ -49,23 +65,49 @@ def command(group, name=None):
         @click.pass_obj
         @functools.wraps(fn)
         def run(ctx, *args, **kwargs):
+            ctx.creates = creates
             try:
                 return fn(ctx, *args, **kwargs)
             except JudgeError as error:
-                if kwargs.get("as_json"):
-                    click.echo(json.dumps({"error": error.message}), err=True)
-                else:
-                    err.print(f"error: {error.message}", markup=False)
-                sys.exit(2)
+                fail(error.message, 2, kwargs.get("as_json"))
+            except sqlite3.DatabaseError as error:
+                explained = ctx.explain(error)
+                if explained is None:
+                    raise
+                fail(explained.message, 2, kwargs.get("as_json"))
 
         return run
 
     return wrap
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class JudgeGroup(click.Group):
+    """Under --json every failure, click's usage errors and judge's own bugs included, is one JSON object on
+    stdout with the exit code it would have had anyway (a bug's traceback still goes to stderr)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv or not standalone_mode:
+            return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as error:
+            fail(error.format_message(), error.exit_code, True)
+        except click.exceptions.Abort:
+            fail("aborted", 1, True)
+        except Exception as error:
+            traceback.print_exc()
+            fail(f"internal error: {type(error).__name__}: {error}", 1, True)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+LEDGER_HELP = ("The SQLite ledger. init, submit, shark add and run --target create it when it is missing; "
+               "every other command refuses a missing ledger.")
+
+
+@click.group(cls=JudgeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--ledger", "ledger_path", type=click.Path(path_type=Path), default=Path("ledger.db"), show_default=True,
-              envvar="JUDGE_LEDGER", help="The SQLite ledger to read and write.")
+              envvar="JUDGE_LEDGER", help=LEDGER_HELP)
 @click.option("--kernels", type=click.Path(path_type=Path), default=Path("kernels"), show_default=True,
               help="Where target directories live.")
 @click.version_option(package_name="judge")
@@ -75,7 +117,7 @@ def main(click_ctx, ledger_path: Path, kernels: Path):
     click_ctx.obj = Context(ledger_path, kernels)
 
 
-@command(main, "init")
+@command(main, "init", creates=True)
 def init_cmd(ctx: Context, as_json: bool):
     """Create the ledger (or bring its schema up to date)."""
     ledger = ctx.ledger
@@ -86,11 +128,12 @@ def init_cmd(ctx: Context, as_json: bool):
         out.print(f"ledger {ledger.path}: schema at {names[-1]} ({len(names)} migrations applied)", markup=False)
 
 
-@command(main, "submit")
+@command(main, "submit", creates=True)
 @click.argument("paths", nargs=-1, required=True)
 def submit_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
-    """Submit proposal directories (or a folder of them), or one JSON object on stdin with '-'."""
-    stdin_text = sys.stdin.read() if "-" in paths else None
+    """Submit proposal directories (or a folder of them), or one JSON object on stdin with '-'.
+    Creates the ledger if it is missing."""
+    stdin_text = inputs.read_stdin() if "-" in paths else None
     items = actions.load_submissions(list(paths), stdin_text)
     results = actions.submit(ctx.ledger, items, ctx.kernels)
     if as_json:
@@ -105,11 +148,12 @@ def shark_group():
     """Define judging agents and their rubrics."""
 
 
-@command(shark_group, "add")
+@command(shark_group, "add", creates=True)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def shark_add_cmd(ctx: Context, paths: tuple[Path, ...], as_json: bool):
-    """Add sharks from TOML/JSON files; a changed rubric becomes a new version."""
-    results = actions.add_sharks(ctx.ledger, list(paths))
+    """Add sharks from TOML/JSON files; a changed rubric becomes a new version. Creates the ledger if it is missing."""
+    sharks = actions.load_sharks(list(paths))
+    results = actions.add_sharks(ctx.ledger, sharks)
     if as_json:
         emit_json(results)
         return
@@ -119,7 +163,7 @@ def shark_add_cmd(ctx: Context, paths: tuple[Path, ...], as_json: bool):
 
 @command(shark_group, "list")
 def shark_list_cmd(ctx: Context, as_json: bool):
-    """List sharks and their rubrics."""
+    """List sharks and their rubrics (needs an existing ledger)."""
     sharks = actions.shark_list(ctx.ledger)
     if as_json:
         emit_json(sharks)
@@ -132,8 +176,9 @@ def shark_list_cmd(ctx: Context, as_json: bool):
 @command(main, "vote")
 @click.argument("paths", nargs=-1, required=True)
 def vote_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
-    """Record votes from files or folders of TOML/JSON, or JSON on stdin with '-'; totals are recomputed."""
-    stdin_text = sys.stdin.read() if "-" in paths else None
+    """Record votes from files or folders of TOML/JSON, or JSON on stdin with '-'; totals are recomputed.
+    Needs an existing ledger with the sharks and the proposals voted on."""
+    stdin_text = inputs.read_stdin() if "-" in paths else None
     items = actions.load_vote_inputs(list(paths), stdin_text)
     cast = actions.cast_votes(ctx.ledger, items)
     if as_json:
@@ -153,32 +198,38 @@ def vote_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
 @click.option("--timing-budget", type=float, help="Seconds of timing per candidate before the stopping rule gives up.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("work"), show_default=True)
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=Path(".judge-cache"), show_default=True)
-def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_dir, cache_dir, as_json: bool):
-    """Evaluate a round: patch, compile, check and time every proposal with a patch."""
-    from .rounds import Settings, run_round
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True,
+              help="Where the round's report is written at the end.")
+def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_dir, cache_dir, out_dir, as_json: bool):
+    """Evaluate a round: patch, compile, check and time every proposal with a patch, then write the round's report.
+    Refused while another judge process runs the same round. Needs an existing ledger, except with --target
+    (which evaluates the target's base even without proposals), where it creates a missing one."""
+    from .rounds import Settings
 
-    ledger = ctx.ledger
+    ctx.creates = target is not None
     explicit = find_target(target, ctx.kernels) if target else None
+    ledger = ctx.ledger
     if round_ is None:
         round_ = actions.latest_round(ledger) if explicit is None else _latest_or_first(ledger)
     settings = Settings(kernels_dir=ctx.kernels, work_dir=work_dir, cache_dir=cache_dir, workers=workers,
                         timing_budget_s=timing_budget, again=again)
     with _RunProgress(enabled=not as_json) as progress:
-        summaries = run_round(ledger, round_, target=explicit, settings=settings, on_event=progress.event)
+        summaries = actions.run(ledger, round_, explicit, settings, progress.event, out_dir)
     if as_json:
-        emit_json([asdict(s) for s in summaries])
+        emit_json(summaries)
         return
     for s in summaries:
-        table = Table(title=f"round {s.round} · {s.target} · base: {s.base_origin}", title_justify="left")
-        for column in ("proposal", "rev", "outcome", "reason"):
-            table.add_column(column)
-        for v in s.verdicts:
-            table.add_row(v.proposal_id, str(v.revision), v.outcome + (" (earlier run)" if v.skipped else ""), v.reason)
-        for p in s.pitches:
-            table.add_row(p, "", "pitch", "no patch yet: scored by sharks, not evaluated")
+        table = Table(title=f"round {s['round']} · {s['target']} · base: {s['base_origin']}", title_justify="left")
+        for column in ("proposal", "rev", "outcome", "eval", "reason"):
+            table.add_column(column, overflow="fold")
+        for v in s["verdicts"]:
+            table.add_row(v["proposal_id"], str(v["revision"]), v["outcome"] + (" (earlier run)" if v["skipped"] else ""),
+                          f"#{v['evaluation_id']}" if v["evaluation_id"] else "", v["reason"])
+        for p in s["pitches"]:
+            table.add_row(p, "", "pitch", "", "no patch yet: scored by sharks, not evaluated")
         out.print(table)
-        out.print(f"winner: {s.winner or 'none (no proposal was significantly faster than the base)'}", markup=False)
-    out.print("next: judge report" + (f" --round {round_}" if round_ else ""), markup=False)
+        out.print(f"winner: {s['winner'] or 'none (no proposal was significantly faster than the base)'}", markup=False)
+    out.print(f"report: {summaries[0]['report']}" if summaries else "no target ran", markup=False)
 
 
 def _latest_or_first(ledger: Ledger) -> int:
@@ -189,26 +240,29 @@ def _latest_or_first(ledger: Ledger) -> int:
 
 
 class _RunProgress:
-    """Rich progress for `judge run`: a bar while compiling, a line per stage and verdict."""
+    """Rich progress for `judge run`: a bar while compiling, a line per stage and verdict. It starts at the first
+    event, so that an error before the run starts (e.g. the round is being run already) is its one line alone."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                  console=err, transient=True)
+        self.started = False
         self.task = None
 
     def __enter__(self):
-        if self.enabled:
-            self.progress.__enter__()
         return self
 
     def __exit__(self, *exc):
-        if self.enabled:
+        if self.started:
             self.progress.__exit__(*exc)
 
     def event(self, kind: str, **info) -> None:
         if not self.enabled:
             return
+        if not self.started:
+            self.progress.__enter__()
+            self.started = True
         if kind == "compile-start":
             self.task = self.progress.add_task("compiling", total=info["total"])
         elif kind == "compile-progress" and self.task is not None:
@@ -229,7 +283,7 @@ class _RunProgress:
 @click.option("--leaderboard", is_flag=True, help="Render the leaderboard across rounds instead.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
 def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool):
-    """Render a round's Markdown scorecard (or the leaderboard) and print its path."""
+    """Render a round's Markdown scorecard (or the leaderboard) and print its path (needs an existing ledger)."""
     from . import report
 
     ledger = ctx.ledger
@@ -258,7 +312,8 @@ def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool
 @click.option("--by", "cleared_by", default=lambda: __import__("getpass").getuser(), show_default="your user name",
               help="Who clears it.")
 def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, as_json: bool):
-    """Clear an implausible result after checking it by hand: it then stands at what its timing said."""
+    """Clear an implausible result after checking it by hand: it then stands at what its timing said
+    (needs an existing ledger)."""
     result = actions.clear_evaluation(ctx.ledger, evaluation_id, note, cleared_by)
     if as_json:
         emit_json(result)
@@ -270,25 +325,44 @@ def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, as_j
 @command(main, "list")
 @click.option("--round", "round_", type=int, help="Only this round.")
 def list_cmd(ctx: Context, round_, as_json: bool):
-    """List proposals (latest revisions) with their latest verdicts."""
+    """List proposals (latest revisions) with their latest verdicts (needs an existing ledger)."""
     rows = actions.list_proposals(ctx.ledger, round_)
     if as_json:
         emit_json(rows)
         return
+    cells = [{"id": r["id"], "rev": str(r["revision"]), "round": str(r["round"]), "target": r["target"],
+              "author": r["author"], "claim": f"{r['claim'][0]}-{r['claim'][1]}x" if r["claim"] else "",
+              "outcome": r["outcome"], "geomean": f"{r['geomean_speedup']:.3f}x" if r["geomean_speedup"] else ""}
+             for r in rows]
+    columns = fitting(LIST_COLUMNS, cells, out.width)
     table = Table()
-    for column in ("id", "rev", "round", "target", "author", "claim", "outcome", "geomean"):
-        table.add_column(column)
-    for r in rows:
-        claim = f"{r['claim'][0]}-{r['claim'][1]}x" if r["claim"] else ""
-        geomean = f"{r['geomean_speedup']:.3f}x" if r["geomean_speedup"] else ""
-        table.add_row(r["id"], str(r["revision"]), str(r["round"]), r["target"], r["author"], claim, r["outcome"], geomean)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for c in cells:
+        table.add_row(*(c[column] for column in columns))
     out.print(table)
+
+
+LIST_COLUMNS = ("id", "rev", "round", "target", "author", "claim", "outcome", "geomean")
+DROPPED_FIRST = ("author", "target", "claim", "round", "rev", "geomean")
+
+
+def fitting(columns: tuple[str, ...], cells: list[dict], width: int) -> list[str]:
+    """The columns that fit `width` uncut, dropping the least needed first: an id is never truncated (at worst,
+    in a terminal too narrow for the id and the outcome, it wraps)."""
+    widths = {c: max([len(c)] + [len(row[c]) for row in cells]) for c in columns}
+    keep = list(columns)
+    for name in DROPPED_FIRST:
+        if sum(widths[c] for c in keep) + 3 * len(keep) + 1 <= width:
+            break
+        keep.remove(name)
+    return keep
 
 
 @command(main, "show")
 @click.argument("proposal_id")
 def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
-    """Everything about one proposal: revisions, evaluations, stages, votes."""
+    """Everything about one proposal: revisions, evaluations, stages, votes (needs an existing ledger)."""
     data = actions.show_proposal(ctx.ledger, proposal_id)
     if as_json:
         emit_json(data)
@@ -308,7 +382,7 @@ def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
 
 @command(main, "status")
 def status_cmd(ctx: Context, as_json: bool):
-    """Counts of what the ledger holds and where each round stands."""
+    """Counts of what the ledger holds and where each round stands (needs an existing ledger)."""
     data = actions.status(ctx.ledger)
     if as_json:
         emit_json(data)

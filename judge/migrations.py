@@ -10,6 +10,9 @@ from typing import Callable
 
 import sqlite_utils
 
+from . import __version__
+from .errors import JudgeError
+
 MIGRATIONS_TABLE = "_judge_migrations"
 MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = []
 
@@ -228,16 +231,30 @@ def applied(db: sqlite_utils.Database) -> list[str]:
     return [row["name"] for row in db[MIGRATIONS_TABLE].rows_where(order_by="rowid")]
 
 
-def migrate(db: sqlite_utils.Database) -> list[str]:
-    """Apply every migration not yet recorded, each in its own transaction; return the names applied."""
+def check_known(db: sqlite_utils.Database, source: str = "ledger") -> None:
+    """Refuse a ledger that a later judge migrated: this judge would misread tables it does not know."""
+    known = {fn.__name__ for fn in MIGRATIONS}
+    unknown = [name for name in applied(db) if name not in known]
+    if unknown:
+        raise JudgeError(
+            f"{source}: written by a later judge: migrations {', '.join(unknown)} are unknown to judge {__version__} "
+            f"(it knows {MIGRATIONS[0].__name__} to {MIGRATIONS[-1].__name__}); open it with a judge that knows them"
+        )
+
+
+def migrate(db: sqlite_utils.Database, source: str = "ledger") -> list[str]:
+    """Apply every migration not yet recorded, all in one transaction; return the names applied.
+
+    A ledger that is up to date is only read, so a read-only one still opens; one from a later judge is refused."""
+    check_known(db, source)
+    if MIGRATIONS_TABLE in db.table_names() and not _pending(db):
+        return []
     db.execute("BEGIN IMMEDIATE")
     try:
         db[MIGRATIONS_TABLE].create({"name": str, "applied_at": str}, pk="name", if_not_exists=True)
-        done = set(applied(db))
+        check_known(db, source)  # again inside the lock: another process may have migrated meanwhile
         newly = []
-        for fn in MIGRATIONS:
-            if fn.__name__ in done:
-                continue
+        for fn in _pending(db):
             fn(db)
             db[MIGRATIONS_TABLE].insert(
                 {"name": fn.__name__, "applied_at": datetime.datetime.now(datetime.timezone.utc).isoformat()}
@@ -249,3 +266,8 @@ def migrate(db: sqlite_utils.Database) -> list[str]:
             db.execute("ROLLBACK")
         raise
     return newly
+
+
+def _pending(db: sqlite_utils.Database) -> list[Callable[[sqlite_utils.Database], None]]:
+    done = set(applied(db))
+    return [fn for fn in MIGRATIONS if fn.__name__ not in done]

@@ -7,11 +7,13 @@ object with the same fields plus `pitch` and `patch`; sharks and votes are TOML 
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from .errors import JudgeError
+from .inputs import FIELDS, PATCH, PITCH, check_text_field, decode, read_bytes, read_text
 from .records import Proposal, Shark, Vote, parse
 
 PROPOSAL_FILE = "proposal.toml"
@@ -21,12 +23,7 @@ PATCH_FILE = "patch.diff"
 
 def read_structured(path: Path) -> Any:
     """A TOML or JSON file's content, with a one-line error naming the file."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise JudgeError(f"{path}: not found") from None
-    except UnicodeDecodeError:
-        raise JudgeError(f"{path}: not a text file") from None
+    text = read_text(path, FIELDS)
     if path.suffix == ".json":
         return parse_json(text, str(path))
     try:
@@ -53,24 +50,45 @@ def load_proposal_dir(path: Path) -> Proposal:
     for field in ("pitch", "patch"):
         if field in data:
             raise JudgeError(f"{meta_path}: field '{field}': goes in its own file ({PITCH_FILE} / {PATCH_FILE})")
-    pitch_path = path / PITCH_FILE
-    if not pitch_path.is_file():
+    pitch_path, patch_path = path / PITCH_FILE, path / PATCH_FILE
+    if not os.path.lexists(pitch_path):
         raise JudgeError(f"{pitch_path}: not found (every proposal needs a pitch)")
-    data["pitch"] = pitch_path.read_text()
-    patch_path = path / PATCH_FILE
-    if patch_path.is_file():
+    data["pitch"] = read_text(pitch_path, PITCH)
+    if os.path.lexists(patch_path):
+        raw = read_bytes(patch_path, PATCH)
         try:
-            data["patch"] = patch_path.read_text()
-        except UnicodeDecodeError:
+            data["patch"] = decode(raw, str(patch_path))
+        except JudgeError:
             raise JudgeError(f"{patch_path}: binary patches are not accepted") from None
-    return parse(Proposal, data, str(meta_path))
+    return proposal_from(data, str(meta_path), {"pitch": str(pitch_path), "patch": str(patch_path)})
 
 
 def load_proposal_json(text: str, source: str = "<stdin>") -> Proposal:
     data = parse_json(text, source)
     if not isinstance(data, dict):
         raise JudgeError(f"{source}: expected one JSON object with the proposal's fields")
-    return parse(Proposal, data, source)
+    if "pitch" not in data:
+        raise JudgeError(f"{source}: field 'pitch': required field is missing (every proposal needs a pitch)")
+    return proposal_from(data, source, {"pitch": f"{source}: field 'pitch'", "patch": f"{source}: field 'patch'"})
+
+
+def proposal_from(data: dict, source: str, where: dict[str, str]) -> Proposal:
+    """The one validation of both forms (directory and JSON): sizes, fields, a pitch with words in it, and a
+    patch that is either absent or a non-empty diff with LF line endings. `where` names the pitch and the patch."""
+    check_text_field(data.get("pitch"), PITCH, where["pitch"])
+    check_text_field(data.get("patch"), PATCH, where["patch"])
+    proposal = parse(Proposal, data, source)
+    if not proposal.pitch.strip():
+        raise JudgeError(f"{where['pitch']}: empty (every proposal needs a pitch)")
+    if proposal.patch is not None:
+        if not proposal.patch.strip():
+            raise JudgeError(f"{where['patch']}: empty (a proposal without a patch is a pitch: leave the patch out to submit one)")
+        crlf = proposal.patch.find("\r\n")
+        if crlf >= 0:
+            line = proposal.patch.count("\n", 0, crlf) + 1
+            raise JudgeError(f"{where['patch']}: CRLF line endings (line {line}); judge takes patches with LF line endings "
+                             "only, so that the kernel file's LF lines stay LF (convert it, e.g. with dos2unix)")
+    return proposal
 
 
 def load_shark(path: Path) -> Shark:

@@ -7,7 +7,7 @@ import re
 from decimal import Decimal
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat, ValidationError, field_validator, model_validator
 
 from .errors import JudgeError
 
@@ -71,11 +71,12 @@ class _Record(BaseModel):
 
 
 class Claim(_Record):
-    """A claimed speedup range (before/after), overall and optionally per benchmark index."""
+    """A claimed speedup range (before/after), overall and optionally per benchmark index; finite numbers only,
+    since an Infinity or NaN claim would make every JSON judge prints invalid."""
 
-    low: float = Field(gt=0)
-    high: float = Field(gt=0)
-    per_benchmark: dict[int, tuple[float, float]] = Field(default_factory=dict)
+    low: float = Field(gt=0, allow_inf_nan=False)
+    high: float = Field(gt=0, allow_inf_nan=False)
+    per_benchmark: dict[int, tuple[FiniteFloat, FiniteFloat]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _ordered(self):
@@ -96,7 +97,7 @@ class Proposal(_Record):
     round: int = Field(ge=1)
     target: str = Field(min_length=1)
     category: str = "other"
-    confidence: Optional[float] = Field(default=None, ge=0, le=1)
+    confidence: Optional[float] = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     parent: Optional[str] = None
     risks: list[str] = Field(default_factory=list)
     references: list[str] = Field(default_factory=list)

@@ -134,6 +134,7 @@ def test_list_show_and_status_for_agents(env):
 
 def test_show_an_unknown_proposal(env):
     judge, _ = env
+    judge("init")
     result = judge("show", "nobody")
     assert (result.exit_code, result.stderr) == (2, "error: proposal 'nobody' is not in the ledger (see 'judge list')\n")
 
@@ -142,3 +143,135 @@ def test_the_ledger_option_picks_the_database(env):
     judge, root = env
     judge("--ledger", "other.db", "init")
     assert (root / "other.db").exists() and not (root / "ledger.db").exists()
+
+
+NO_LEDGER = "error: ledger.db: no ledger here (create one with 'judge init'; --ledger or JUDGE_LEDGER picks another)\n"
+VOTE = str(ROOT / "votes" / "nvfp4_group_gemm" / "round-1" / "oracle--pipeline-stages-3.toml")
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", "alpha"], ["status"], ["report"], ["shark", "list"], ["vote", VOTE],
+                                     ["clear", "1", "--note", "checked"], ["run", "--round", "1"]])
+def test_a_command_that_needs_a_ledger_refuses_a_missing_one_and_creates_none(env, command):
+    judge, root = env
+    result = judge(*command)
+    assert (result.exit_code, result.stderr) == (2, NO_LEDGER)
+    assert list(root.glob("ledger.db*")) == []
+
+
+def test_a_mistyped_ledger_path_is_named_not_created(env):
+    judge, root = env
+    judge("init")
+    result = judge("--ledger", "ledgr.db", "status", "--json")
+    assert (result.exit_code, json.loads(result.stdout)) == (2, {"error": NO_LEDGER[7:-1].replace("ledger.db:", "ledgr.db:"), "exit": 2})
+    assert not (root / "ledgr.db").exists()
+
+
+def test_commands_that_add_create_a_missing_ledger(env):
+    judge, root = env
+    assert judge("shark", "add", str(ROOT / "sharks" / "performance-oracle.toml")).exit_code == 0
+    assert (root / "ledger.db").exists()
+
+
+def test_list_never_truncates_an_id_in_80_columns(env, monkeypatch):
+    from judge import cli
+
+    judge, root = env
+    long_id = "pipeline-stages-3-with-warp-specialised-epilogue"
+    proposal_dir(root, long_id)
+    proposal_dir(root, "beta", patch=None)
+    judge("submit", "proposals")
+    monkeypatch.setattr(cli.out, "_width", 80)
+    lines = judge("list").output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any(f"│ {long_id} │" in line and "pending" in line for line in lines)
+    assert any("│ beta " in line and "pitch" in line for line in lines)
+    assert "…" not in "".join(lines)
+
+
+def test_under_json_usage_errors_and_bugs_are_one_json_object_on_stdout(env, monkeypatch):
+    from judge import actions
+
+    judge, root = env
+    result = judge("list", "--round", "x", "--json")
+    assert (result.exit_code, json.loads(result.stdout)) == (
+        2, {"error": "Invalid value for '--round': 'x' is not a valid integer.", "exit": 2})
+    result = judge("submit", "--json")
+    assert (result.exit_code, json.loads(result.stdout)) == (2, {"error": "Missing argument 'PATHS...'.", "exit": 2})
+    result = judge("show", "nobody", "--json")
+    assert (result.exit_code, json.loads(result.stdout)) == (2, {"error": NO_LEDGER[7:-1], "exit": 2})
+    judge("init")
+
+    def broken(ledger):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(actions, "status", broken)
+    result = judge("status", "--json")
+    assert (result.exit_code, json.loads(result.stdout)) == (1, {"error": "internal error: RuntimeError: boom", "exit": 1})
+    assert "Traceback" in result.stderr
+
+
+@pytest.fixture
+def fake_stages(monkeypatch):
+    """`judge run` through the CLI with the stage fakes of the round tests (a patch's `# verdict:` says what happens)."""
+    from fakestages import FakeStages
+
+    from judge import rounds
+
+    real = rounds.run_round
+
+    def run_round(ledger, round, *, target=None, settings=None, on_event=None):
+        settings.stages = FakeStages()
+        return real(ledger, round, target=target, settings=settings, on_event=on_event)
+
+    monkeypatch.setattr(rounds, "run_round", run_round)
+
+
+def test_run_json_gives_each_verdict_its_evaluation_and_the_report(env, fake_stages):
+    judge, root = env
+    proposal_dir(root, "alpha", patch=PATCH.replace("SCALE = 2.0  # same, faster?", "SCALE = 2.0  # verdict: speedup 1.25"))
+    proposal_dir(root, "beta", patch=None)
+    judge("submit", "proposals")
+    result = judge("run", "--round", "1", "--json")
+    assert result.exit_code == 0, result.output
+    [summary] = json.loads(result.stdout)
+    [verdict] = summary["verdicts"]
+    from judge.ledger import Ledger
+
+    rows = Ledger(root / "ledger.db").query("select id, subject from evaluations order by id")
+    assert rows == [{"id": 1, "subject": "base"}, {"id": 2, "subject": "candidate"}]
+    assert (verdict["proposal_id"], verdict["outcome"], verdict["evaluation_id"]) == ("alpha", "faster", 2)
+    assert (summary["base_evaluation_id"], summary["report"], summary["pitches"]) == (1, "reports/round-1.md", ["beta"])
+    assert (root / "reports" / "round-1.md").read_text().startswith("# Round 1")
+    again = json.loads(judge("run", "--round", "1", "--json").stdout)[0]["verdicts"][0]
+    assert (again["skipped"], again["evaluation_id"]) == (True, 2)
+
+
+def test_a_second_run_of_a_round_is_refused_while_the_first_lives(env, fake_stages):
+    import socket
+    import subprocess
+
+    from judge.errors import JudgeError
+    from judge.ledger import Ledger
+
+    judge, root = env
+    proposal_dir(root, "alpha")
+    judge("submit", "proposals")
+    ledger = Ledger(root / "ledger.db")
+    round_row = ledger.create_round("axpy", 1, (FIXTURE / "submission.py").read_text(), "kernels/axpy/submission.py")
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        ledger.db["runs"].insert({"round_id": round_row["id"], "status": "running", "pid": other.pid,
+                                  "host": socket.gethostname(), "started_at": "2026-01-02T03:04:05+00:00"})
+        message = (f"round 1 of axpy is already being run by judge pid {other.pid} (started 2026-01-02T03:04:05+00:00): "
+                   "wait for it to finish, or stop that process")
+        result = judge("run", "--round", "1")
+        assert (result.exit_code, result.stderr) == (2, f"error: {message}\n")
+        with pytest.raises(JudgeError, match="already being run"):
+            ledger.start_run(round_row["id"], ["judge", "run"])
+        assert (ledger.db["runs"].count, ledger.db["evaluations"].count) == (1, 0)
+        assert not (root / "work").exists()
+    finally:
+        other.kill()
+        other.wait()
+    assert judge("run", "--round", "1", "--json").exit_code == 0
+    assert [r["status"] for r in ledger.query("select status from runs order by id")] == ["interrupted", "finished"]

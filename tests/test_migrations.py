@@ -61,3 +61,34 @@ def test_a_failing_migration_leaves_the_schema_as_it_was(tmp_path, monkeypatch):
         migrations.migrate(db)
     assert "scratch" not in db.table_names()
     assert "m998_half_done" not in migrations.applied(db)
+
+
+def test_a_ledger_migrated_by_a_later_judge_is_refused_before_anything_is_written(tmp_path):
+    from judge import __version__
+    from judge.errors import JudgeError
+
+    Ledger(tmp_path / "ledger.db").close()
+    db = sqlite_utils.Database(sqlite3.connect(tmp_path / "ledger.db"))
+    db["_judge_migrations"].insert({"name": "m900_from_the_future", "applied_at": "t"})
+    dump = list(db.conn.iterdump())
+    names = [fn.__name__ for fn in migrations.MIGRATIONS]
+    with pytest.raises(JudgeError) as error:
+        migrations.migrate(db, "ledger.db")
+    assert str(error.value) == (f"ledger.db: written by a later judge: migrations m900_from_the_future are unknown to judge "
+                                f"{__version__} (it knows {names[0]} to {names[-1]}); open it with a judge that knows them")
+    assert list(db.conn.iterdump()) == dump and not db.conn.in_transaction
+
+
+def test_an_up_to_date_ledger_is_only_read(tmp_path):
+    """So that a read-only ledger still opens: migrate takes no write lock when nothing is pending."""
+    Ledger(tmp_path / "ledger.db").close()
+    db = sqlite_utils.Database(sqlite3.connect(f"{(tmp_path / 'ledger.db').as_uri()}?mode=ro", uri=True))
+    assert migrations.migrate(db) == []
+
+
+def test_an_older_ledger_is_upgraded_when_opened(tmp_path, monkeypatch):
+    first = migrations.MIGRATIONS[:1]
+    monkeypatch.setattr(migrations, "MIGRATIONS", first)
+    Ledger(tmp_path / "ledger.db").close()
+    monkeypatch.undo()
+    assert migrations.applied(Ledger(tmp_path / "ledger.db").db) == [fn.__name__ for fn in migrations.MIGRATIONS]

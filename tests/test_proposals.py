@@ -76,3 +76,32 @@ def test_a_vote_file_may_hold_several_votes(tmp_path):
     f = tmp_path / "votes.toml"
     f.write_text('[[votes]]\nshark = "s"\nproposal = "a"\nscores = {x = 1}\n[[votes]]\nshark = "s"\nproposal = "b"\nscores = {x = 2}\n')
     assert [v.proposal for v in load_vote_file(f)] == ["a", "b"]
+
+
+def test_both_forms_are_validated_alike(tmp_path):
+    """The same proposal as a directory and as JSON: the same checks, each naming where the pitch or patch came from."""
+    d = write(tmp_path, pitch=" \n", patch=b"--- a/submission.py\n")
+    with pytest.raises(JudgeError) as error:
+        load_proposal_dir(d)
+    assert str(error.value) == f"{d / 'pitch.md'}: empty (every proposal needs a pitch)"
+    data = {"id": "x", "title": "X", "author": "a", "round": 1, "target": "axpy", "pitch": " \n"}
+    with pytest.raises(JudgeError) as error:
+        load_proposal_json(json.dumps(data))
+    assert str(error.value) == "<stdin>: field 'pitch': empty (every proposal needs a pitch)"
+    with pytest.raises(JudgeError) as error:
+        load_proposal_json(json.dumps({**data, "pitch": "p", "patch": "\n"}))
+    assert str(error.value) == "<stdin>: field 'patch': empty (a proposal without a patch is a pitch: leave the patch out to submit one)"
+    assert load_proposal_json(json.dumps({**data, "pitch": "p", "patch": None})).has_patch is False
+
+
+def test_a_pitch_keeps_reading_crlf_as_lf(tmp_path):
+    """As Python's text mode always did, so that resubmitting an unchanged proposal stays 'unchanged'."""
+    assert load_proposal_dir(write(tmp_path, pitch="line one\r\nline two\r\n")).pitch == "line one\nline two\n"
+
+
+def test_a_pitch_or_patch_that_is_a_directory_is_named(tmp_path):
+    d = write(tmp_path)
+    (d / "patch.diff").mkdir()
+    with pytest.raises(JudgeError) as error:
+        load_proposal_dir(d)
+    assert str(error.value) == f"{d / 'patch.diff'}: a directory; judge reads only regular files"

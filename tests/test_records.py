@@ -67,3 +67,26 @@ def test_vote_scores_must_be_within_zero_to_ten():
 
 def test_only_faster_and_not_run_keep_a_proposal_in_the_contest():
     assert [o.value for o in Outcome if not o.eliminates] == ["faster", "not-run"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"claim": {"low": 1.5, "high": float("inf")}}, "p.toml: field 'claim.high': Input should be a finite number"),
+        ({"claim": {"low": float("nan"), "high": 1.8}}, "p.toml: field 'claim.low': Input should be a finite number"),
+        ({"claim": {"low": 1, "high": 2, "per_benchmark": {"0": [1, float("inf")]}}},
+         "p.toml: field 'claim.per_benchmark.0.1': Input should be a finite number"),
+        ({"confidence": float("nan")}, "p.toml: field 'confidence': Input should be a finite number"),
+    ],
+)
+def test_numbers_that_are_not_finite_are_refused(change, message):
+    """An Infinity claim would be stored, and every JSON judge prints about it would then be invalid."""
+    with pytest.raises(JudgeError) as error:
+        parse(Proposal, {**PROPOSAL, **change}, "p.toml")
+    assert str(error.value) == message
+
+
+def test_a_score_that_is_not_finite_is_refused():
+    with pytest.raises(JudgeError) as error:
+        parse(Vote, {"shark": "oracle", "proposal": "p", "scores": {"risk": float("nan")}}, "v.toml")
+    assert str(error.value) == "v.toml: field 'scores.risk': Input should be a finite number"
