@@ -360,7 +360,7 @@ def shark_list(ledger: Ledger) -> list[dict]:
 def clear_evaluation(ledger: Ledger, evaluation_id: int, note: str, cleared_by: str) -> dict:
     """A person's word that an implausible result is real: it then stands at what its timing said, and the
     round's winner is chosen again."""
-    from .rounds import MIN_EFFECT, timing_verdict
+    from .verdicts import MIN_EFFECT, timing_verdict
 
     evaluation = ledger.evaluation(evaluation_id)
     if evaluation is None:

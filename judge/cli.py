@@ -19,6 +19,7 @@ from . import actions, inputs
 from .errors import JudgeError
 from .ledger import Ledger
 from .migrations import applied
+from .dispatch import describe_place
 from .targets import find_target
 
 out = Console(highlight=False, soft_wrap=True)
@@ -200,7 +201,13 @@ def vote_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=Path(".judge-cache"), show_default=True)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True,
               help="Where the round's report is written at the end.")
-def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_dir, cache_dir, out_dir, as_json: bool):
+@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
+              help="Correctness and timing on a Ray cluster, one actor per GPU (pip install 'judge[ray]'); "
+                   "ADDRESS as ray.init takes it, none: the cluster this machine knows, or a local one.")
+@click.option("--gpus", help="Correctness and timing on these GPUs of this machine, one at a time each, through a "
+                             "local Ray: 'all' or a list such as 0,1.")
+def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_dir, cache_dir, out_dir, ray_address,
+            gpus, as_json: bool):
     """Evaluate a round: patch, compile, check and time every proposal with a patch, then write the round's report.
     Refused while another judge process runs the same round. Needs an existing ledger, except with --target
     (which evaluates the target's base even without proposals), where it creates a missing one."""
@@ -211,8 +218,11 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
     ledger = ctx.ledger
     if round_ is None:
         round_ = actions.latest_round(ledger) if explicit is None else _latest_or_first(ledger)
+    from .dispatch import parse_gpus
+
     settings = Settings(kernels_dir=ctx.kernels, work_dir=work_dir, cache_dir=cache_dir, workers=workers,
-                        timing_budget_s=timing_budget, again=again)
+                        timing_budget_s=timing_budget, again=again, ray=ray_address is not None,
+                        ray_address=ray_address or None, gpus=parse_gpus(gpus) if gpus else None)
     with _RunProgress(enabled=not as_json) as progress:
         summaries = actions.run(ledger, round_, explicit, settings, progress.event, out_dir)
     if as_json:
@@ -270,7 +280,11 @@ class _RunProgress:
         elif kind == "stage":
             self.progress.console.print(f"  {info['proposal']}: {info['stage']} ...", markup=False)
         elif kind == "verdict":
-            self.progress.console.print(f"  {info['proposal']}: {info['outcome']} ({info['reason']})", markup=False)
+            where = f" [{info['where']}]" if info.get("where") else ""
+            self.progress.console.print(f"  {info['proposal']}: {info['outcome']} ({info['reason']}){where}", markup=False)
+        elif kind == "workers":
+            for n, place in enumerate(info["places"], start=1):
+                self.progress.console.print(f"worker {n}: {describe_place(place)}", markup=False)
         elif kind == "skip":
             self.progress.console.print(f"  {info['proposal']}: {info['outcome']} in an earlier run, kept", markup=False)
         elif kind == "probe":

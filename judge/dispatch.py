@@ -20,6 +20,35 @@ from .errors import JudgeError
 from .stages import StageResult, not_run
 
 
+def parse_gpus(text: str) -> list[int]:
+    """`--gpus`: 'all' (every GPU nvidia-smi lists) or a comma-separated list of indices."""
+    if text.strip() == "all":
+        import subprocess
+
+        try:
+            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            listed = ""
+        count = sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+        if not count:
+            raise JudgeError("--gpus all: this machine has no NVIDIA GPU (nvidia-smi lists none)")
+        return list(range(count))
+    try:
+        gpus = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise JudgeError(f"--gpus: '{text}' is neither 'all' nor a list of GPU indices such as 0,1") from None
+    if len(set(gpus)) != len(gpus) or min(gpus) < 0:
+        raise JudgeError(f"--gpus: '{text}' names a GPU twice or a negative index")
+    return gpus
+
+
+def describe_place(place: dict) -> str:
+    """Where a Ray actor runs, for progress lines: its host, its GPU and what that GPU is."""
+    device = place.get("device") or {}
+    name = device.get("name") or "no GPU"
+    return f"{place['host']}, GPU {place['gpus'] or '-'} ({name})" + (f"; {place['gate']}" if place.get("gate") else "")
+
+
 @dataclass
 class Job:
     """One candidate whose compiled kernel waits for the GPU stages."""

@@ -21,7 +21,7 @@ from .patching import apply_patch, check_paths, parse_patch
 from .records import Outcome, Proposal
 from .stages import StageResult, not_run
 from .targets import Target, find_target
-from .verdicts import MIN_EFFECT, decide, timing_verdict  # noqa: F401 (timing_verdict: judge.actions)
+from .verdicts import MIN_EFFECT, decide
 
 EventSink = Callable[..., None]
 
@@ -243,7 +243,12 @@ class RoundRun:
         )
         if revision is None:
             return Verdict("(base)", 0, outcome.value, reason)
-        self.on_event("verdict", proposal=revision["proposal_id"], outcome=outcome.value, reason=reason)
+        where = None
+        if place is not None:
+            from .dispatch import describe_place
+
+            where = describe_place(place)
+        self.on_event("verdict", proposal=revision["proposal_id"], outcome=outcome.value, reason=reason, where=where)
         return Verdict(revision["proposal_id"], revision["revision"], outcome.value, reason)
 
 
@@ -258,11 +263,12 @@ def _run_target_round(
 
     root = settings.work_dir / target.name / f"round-{round}"
     base_dir = root / "base"
+    run_id = ledger.start_run(round_row["id"], sys.argv)  # before the workspace is reset: a second run stops here
     fresh(base_dir)
     target.assemble(base_dir, base_source)
     on_event("probe", target=target.name)
     facts = settings.stages.probe()
-    run = RoundRun(ledger, target, settings, on_event, round_row, ledger.start_run(round_row["id"], sys.argv), root,
+    run = RoundRun(ledger, target, settings, on_event, round_row, run_id, root,
                    base_dir, settings.stages.arch_gate(target.arch, facts), _facts_dict(facts))
     status = "interrupted"
     try:

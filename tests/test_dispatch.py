@@ -86,3 +86,30 @@ def test_a_ray_cluster_without_gpus_is_refused(tmp_path):
                                     "with GPUs, or run without --ray)")
     finally:
         ray.shutdown()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("0,x", "--gpus: '0,x' is neither 'all' nor a list of GPU indices such as 0,1"),
+    ("1,1", "--gpus: '1,1' names a GPU twice or a negative index"),
+    ("-1", "--gpus: '-1' names a GPU twice or a negative index"),
+])
+def test_gpus_that_cannot_be_meant_are_refused(text, message):
+    from judge.dispatch import parse_gpus
+
+    with pytest.raises(JudgeError) as error:
+        parse_gpus(text)
+    assert str(error.value) == message
+
+
+def test_gpus_lists_and_all(monkeypatch):
+    import subprocess
+
+    from judge import dispatch
+
+    assert dispatch.parse_gpus("2,0") == [2, 0]
+    listing = "GPU 0: NVIDIA H200 (UUID: GPU-1)\nGPU 1: NVIDIA H200 (UUID: GPU-2)\n"
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, listing, ""))
+    assert dispatch.parse_gpus("all") == [0, 1]
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
+    with pytest.raises(JudgeError, match=r"^--gpus all: this machine has no NVIDIA GPU \(nvidia-smi lists none\)$"):
+        dispatch.parse_gpus("all")
