@@ -7,35 +7,22 @@ multi-row write is one transaction, so killing judge at any moment loses no fini
 from __future__ import annotations
 
 import contextlib
-import datetime
-import hashlib
 import json
 import os
 import socket
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import sqlite_utils
 
-from . import __version__
-from .errors import JudgeError
-from .migrations import migrate
-from .records import Proposal, Shark, Vote
-from .stages import StageResult
-
-
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+from .. import __version__
+from ..errors import JudgeError
+from ..migrations import migrate
+from ..records import Proposal, Shark, Vote
+from .common import _json, now, sha256  # noqa: F401 (now, sha256: judge.rounds and judge.actions)
+from .evaluations import EvaluationRecords
 
 
 @dataclass
@@ -48,7 +35,7 @@ class Submitted:
     status: str  # "new" | "revised" | "unchanged"
 
 
-class Ledger:
+class Ledger(EvaluationRecords):
     """One ledger.db: open it, and every table is migrated to the current schema."""
 
     def __init__(self, path: str | Path, create: bool = True):
@@ -342,220 +329,8 @@ class Ledger:
 
     # evaluations ----------------------------------------------------------
 
-    def record_evaluation(
-        self,
-        *,
-        run_id: int,
-        round_id: int,
-        revision_id: int | None,
-        subject: str,
-        kernel_sha256: str | None,
-        outcome: str,
-        reason: str,
-        stages: list[StageResult],
-        device: dict | None,
-        started_at: str,
-    ) -> int:
-        """Write one finished evaluation with its stages, benchmarks, repetitions and resources at once."""
-        timing = next((s for s in stages if s.stage == "timing" and s.status == "passed"), None)
-        confinement = next((s.detail.get("confinement") for s in stages if s.detail.get("confinement")), None)
-        geomean = ci = None
-        if timing:
-            geomean = timing.detail.get("geomean")
-            ci = timing.detail.get("geomean_ci")
-        with self.transaction() as db:
-            evaluation_id = db["evaluations"].insert(
-                {
-                    "run_id": run_id,
-                    "round_id": round_id,
-                    "revision_id": revision_id,
-                    "subject": subject,
-                    "kernel_sha256": kernel_sha256,
-                    "outcome": outcome,
-                    "reason": reason,
-                    "geomean_speedup": geomean,
-                    "geomean_ci_low": ci[0] if ci else None,
-                    "geomean_ci_high": ci[1] if ci else None,
-                    "device_json": _json(device) if device else None,
-                    "confinement": confinement_summary(confinement),
-                    "started_at": started_at,
-                    "finished_at": now(),
-                }
-            ).last_pk
-            for stage in stages:
-                db["stage_results"].insert(
-                    {
-                        "evaluation_id": evaluation_id,
-                        "stage": stage.stage,
-                        "status": stage.status,
-                        "summary": stage.summary,
-                        "seconds": stage.seconds,
-                        "detail_json": _json(_without_raw(stage)),
-                        "log_tail": stage.log_tail,
-                    }
-                )
-                if stage.stage == "compile":
-                    db["kernel_resources"].insert_all(_resource_rows(evaluation_id, stage.detail))
-            if timing:
-                for bench in timing.detail.get("benchmarks", []):
-                    bench_id = db["benchmark_results"].insert(
-                        {
-                            "evaluation_id": evaluation_id,
-                            "benchmark": bench["index"],
-                            "label": bench.get("label"),
-                            "base_median_us": bench["base_median_us"],
-                            "cand_median_us": bench["cand_median_us"],
-                            "speedup": bench["speedup"],
-                            "ci_low": bench["ci_low"],
-                            "ci_high": bench["ci_high"],
-                            "significant": int(bool(bench["significant"])),
-                            "reps": bench["reps"],
-                            "speed_of_light_us": bench.get("speed_of_light_us"),
-                            "clock": bench.get("clock"),
-                            "clocks_json": _json(bench["clocks"]) if bench.get("clocks") else None,
-                            "audit_json": _json(bench["audit"]) if bench.get("audit") else None,
-                        }
-                    ).last_pk
-                    db["timings"].insert_all(
-                        {"benchmark_result_id": bench_id, "rep": i, "base_us": b, "cand_us": c}
-                        for i, (b, c) in enumerate(zip(bench.get("base_us", []), bench.get("cand_us", [])))
-                    )
-        return evaluation_id
-
-    def evaluations(self, round_id: int) -> list[dict]:
-        return self.query("select * from evaluations where round_id = ? order by id", (round_id,))
-
-    def latest_evaluation(self, round_id: int, revision_id: int | None, subject: str = "candidate") -> dict | None:
-        rows = self.query(
-            "select * from evaluations where round_id = ? and subject = ? and "
-            "(revision_id = ? or (? is null and revision_id is null)) order by id desc limit 1",
-            (round_id, subject, revision_id, revision_id),
-        )
-        return rows[0] if rows else None
-
-    def stage_results(self, evaluation_id: int) -> list[StageResult]:
-        rows = self.query("select * from stage_results where evaluation_id = ? order by id", (evaluation_id,))
-        return [
-            StageResult(
-                stage=r["stage"],
-                status=r["status"],
-                summary=r["summary"],
-                seconds=r["seconds"] or 0.0,
-                detail=json.loads(r["detail_json"] or "{}"),
-                log_tail=r["log_tail"] or "",
-            )
-            for r in rows
-        ]
-
-    def benchmark_results(self, evaluation_id: int) -> list[dict]:
-        return self.query("select * from benchmark_results where evaluation_id = ? order by benchmark", (evaluation_id,))
-
-    def round_winner(self, round_id: int) -> dict | None:
-        """The latest candidate evaluation per revision of the round that stands as faster, best geomean first."""
-        rows = self.query(
-            """
-            select e.*, r.proposal_id, r.revision, r.patch from evaluations e
-            join revisions r on r.id = e.revision_id
-            left join clearances c on c.evaluation_id = e.id
-            where e.id in (select max(id) from evaluations where round_id = ? and subject = 'candidate'
-                           group by revision_id)
-              and (e.outcome = 'faster' or (e.outcome = 'implausible' and c.outcome = 'faster'))
-            order by e.geomean_speedup desc, e.id
-            """,
-            (round_id,),
-        )
-        return rows[0] if rows else None
-
-    def clear(self, evaluation_id: int, outcome: str, note: str, cleared_by: str) -> int:
-        """Record that a person cleared an implausible result; it then stands at `outcome`. Once only."""
-        with self.transaction() as db:
-            if self.clearance(evaluation_id):
-                raise JudgeError(f"evaluation {evaluation_id} is already cleared")
-            return db["clearances"].insert({"evaluation_id": evaluation_id, "outcome": outcome, "note": note,
-                                            "cleared_by": cleared_by, "cleared_at": now()}).last_pk
-
-    def clearance(self, evaluation_id: int) -> dict | None:
-        rows = self.query("select * from clearances where evaluation_id = ?", (evaluation_id,))
-        return rows[0] if rows else None
-
-    def evaluation(self, evaluation_id: int) -> dict | None:
-        rows = self.query("select * from evaluations where id = ?", (evaluation_id,))
-        return rows[0] if rows else None
-
-    def kernel_resources(self, evaluation_id: int) -> list[dict]:
-        return self.query("select * from kernel_resources where evaluation_id = ? order by id", (evaluation_id,))
 
     # what the reports ask ------------------------------------------------------
-
-    def revisions_of_round(self, target: str, round: int) -> list[dict]:
-        """Each proposal's latest revision submitted for this round of this target (later rounds' are not its)."""
-        return self.query(
-            """
-            select r.* from revisions r
-            join (select proposal_id, max(revision) as revision from revisions
-                  where round = :round and target = :target group by proposal_id) latest
-              on latest.proposal_id = r.proposal_id and latest.revision = r.revision
-            order by r.proposal_id
-            """,
-            {"round": round, "target": target},
-        )
-
-    def revisions_up_to_round(self, target: str, round: int) -> list[dict]:
-        """Every revision of every proposal of a target submitted for rounds up to `round`, in revision order."""
-        return self.query(
-            "select * from revisions where target = ? and round <= ? order by proposal_id, revision", (target, round)
-        )
-
-    def latest_candidate_evaluations(self, round_id: int) -> list[dict]:
-        """The latest candidate evaluation of each revision in a round, with its revision's fields and the
-        outcome a person cleared it to (`cleared_outcome`, null when not cleared), oldest first."""
-        return self.query(
-            """
-            select e.*, r.proposal_id, r.revision, r.author, r.title, r.claim_low, r.claim_high,
-                   c.outcome as cleared_outcome
-            from evaluations e
-            join revisions r on r.id = e.revision_id
-            left join clearances c on c.evaluation_id = e.id
-            where e.id in (select max(id) from evaluations where round_id = ? and subject = 'candidate'
-                           group by revision_id)
-            order by e.id
-            """,
-            (round_id,),
-        )
-
-    def superseded_candidate_evaluations(self, round_id: int) -> list[dict]:
-        """Candidate evaluations of a round that a later evaluation of the same revision replaced, oldest first."""
-        return self.query(
-            """
-            select id, revision_id, outcome from evaluations
-            where round_id = ? and subject = 'candidate'
-              and id not in (select max(id) from evaluations where round_id = ? and subject = 'candidate'
-                             group by revision_id)
-            order by id
-            """,
-            (round_id, round_id),
-        )
-
-    def runs_of_round(self, round_id: int) -> list[dict]:
-        """Every run of a round: where and when it ran and how it ended."""
-        return self.query(
-            "select id, status, host, started_at, finished_at from runs where round_id = ? order by id", (round_id,)
-        )
-
-    def proposal_authors(self, target: str) -> list[dict]:
-        """Each (author, proposal_id) pair a target's revisions name, once."""
-        return self.query(
-            "select distinct author, proposal_id from revisions where target = ? order by author, proposal_id", (target,)
-        )
-
-
-def confinement_summary(record: dict | None) -> str | None:
-    """The one line a report shows for a runner's confinement record (judge.confine.Confinement)."""
-    if not record:
-        return None
-    from .confine import Confinement
-
-    return Confinement.from_dict(record).summary()
 
 
 def shark_from_row(row: dict) -> Shark:
@@ -567,58 +342,6 @@ def shark_from_row(row: dict) -> Shark:
             "criteria": json.loads(row["rubric_json"]),
         }
     )
-
-
-RESOURCE_FIELDS = ("kernel", "registers", "smem_bytes", "spill_bytes", "stack_bytes", "threads_per_cta", "ctas_per_sm", "limiter")
-
-
-def _resource_rows(evaluation_id: int, detail: dict) -> list[dict]:
-    """One row per kernel of each compiled configuration (one row for a configuration that failed)."""
-    rows = []
-    for config in detail.get("configs", []):
-        error = config.get("error")
-        common = {
-            "evaluation_id": evaluation_id,
-            "signature": _json(config.get("signature")),
-            "benchmarks_json": _json(config.get("benchmarks")),
-            "ok": int(bool(config.get("ok"))),
-            "ptx_bytes": config.get("ptx_bytes"),
-            "cubin_bytes": config.get("cubin_bytes"),
-            "compile_seconds": config.get("seconds"),
-            "error": error.get("line") if isinstance(error, dict) else error,
-        }
-        kernels = config.get("kernels") or [None]
-        for kernel in kernels:
-            if kernel is None:
-                rows.append({**common, **dict.fromkeys(RESOURCE_FIELDS)})
-                continue
-            occupancy = kernel.get("occupancy") or {}
-            spills = [kernel.get("spill_stores"), kernel.get("spill_loads")]
-            rows.append(
-                {
-                    **common,
-                    "kernel": kernel.get("name"),
-                    "registers": kernel.get("registers"),
-                    "smem_bytes": kernel.get("smem_total"),
-                    "spill_bytes": sum(spills) if None not in spills else None,
-                    "stack_bytes": kernel.get("stack_bytes"),
-                    "threads_per_cta": kernel.get("threads"),
-                    "ctas_per_sm": occupancy.get("ctas_per_sm"),
-                    "limiter": occupancy.get("limited_by"),
-                }
-            )
-    return rows
-
-
-def _without_raw(stage: StageResult) -> dict:
-    """Stage detail minus the raw repetitions, which live row by row in `timings`."""
-    if stage.stage != "timing":
-        return stage.detail
-    detail = dict(stage.detail)
-    detail["benchmarks"] = [
-        {k: v for k, v in bench.items() if k not in ("base_us", "cand_us")} for bench in detail.get("benchmarks", [])
-    ]
-    return detail
 
 
 def _alive(pid: int) -> bool:
