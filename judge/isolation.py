@@ -106,19 +106,25 @@ def run_isolated(
             kill_group(process.pid)
         log_tail = tail(log_file)
 
-        if timed_out:
-            return ChildOutcome("timed-out", None, None, seconds, log_tail, f"killed after {timeout_s:.1f} s")
-        result = _read_result(result_file)
-        if result is None:
-            if exit_code < 0:
-                error = f"killed by signal {_signal_name(-exit_code)}"
-            else:
-                error = f"exited with code {exit_code} before returning"
-            return ChildOutcome("crashed", None, exit_code, seconds, log_tail, error)
-        if result.get("ok"):
-            return ChildOutcome("ok", result.get("value"), exit_code, seconds, log_tail, "", result.get("confinement"))
-        return ChildOutcome("crashed", None, exit_code, seconds, log_tail, result.get("error", "unknown error"),
-                            result.get("confinement"))
+        return _outcome(timed_out, timeout_s, exit_code, seconds, log_tail, result_file)
+
+
+def _outcome(timed_out: bool, timeout_s: float, exit_code: int, seconds: float, log_tail: str,
+             result_file: Path) -> ChildOutcome:
+    """How a child ended, read from its exit and its result file."""
+    if timed_out:
+        return ChildOutcome("timed-out", None, None, seconds, log_tail, f"killed after {timeout_s:.1f} s")
+    result = _read_result(result_file)
+    if result is None:
+        if exit_code < 0:
+            error = f"killed by signal {_signal_name(-exit_code)}"
+        else:
+            error = f"exited with code {exit_code} before returning"
+        return ChildOutcome("crashed", None, exit_code, seconds, log_tail, error)
+    if result.get("ok"):
+        return ChildOutcome("ok", result.get("value"), exit_code, seconds, log_tail, "", result.get("confinement"))
+    return ChildOutcome("crashed", None, exit_code, seconds, log_tail, result.get("error", "unknown error"),
+                        result.get("confinement"))
 
 
 def _child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_dir: Path) -> tuple[dict, dict | None]:

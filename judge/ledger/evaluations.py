@@ -68,29 +68,7 @@ class EvaluationRecords:
                 if stage.stage == "compile":
                     db["kernel_resources"].insert_all(_resource_rows(evaluation_id, stage.detail))
             if timing:
-                for bench in timing.detail.get("benchmarks", []):
-                    bench_id = db["benchmark_results"].insert(
-                        {
-                            "evaluation_id": evaluation_id,
-                            "benchmark": bench["index"],
-                            "label": bench.get("label"),
-                            "base_median_us": bench["base_median_us"],
-                            "cand_median_us": bench["cand_median_us"],
-                            "speedup": bench["speedup"],
-                            "ci_low": bench["ci_low"],
-                            "ci_high": bench["ci_high"],
-                            "significant": int(bool(bench["significant"])),
-                            "reps": bench["reps"],
-                            "speed_of_light_us": bench.get("speed_of_light_us"),
-                            "clock": bench.get("clock"),
-                            "clocks_json": _json(bench["clocks"]) if bench.get("clocks") else None,
-                            "audit_json": _json(bench["audit"]) if bench.get("audit") else None,
-                        }
-                    ).last_pk
-                    db["timings"].insert_all(
-                        {"benchmark_result_id": bench_id, "rep": i, "base_us": b, "cand_us": c}
-                        for i, (b, c) in enumerate(zip(bench.get("base_us", []), bench.get("cand_us", [])))
-                    )
+                _insert_benchmarks(db, evaluation_id, timing.detail.get("benchmarks", []))
         return evaluation_id
 
     def evaluations(self, round_id: int) -> list[dict]:
@@ -215,6 +193,33 @@ class EvaluationRecords:
         """Each (author, proposal_id) pair a target's revisions name, once."""
         return self.query(
             "select distinct author, proposal_id from revisions where target = ? order by author, proposal_id", (target,)
+        )
+
+
+def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[dict]) -> None:
+    """A timing stage's per-benchmark results and every repetition, inside the evaluation's transaction."""
+    for bench in benchmarks:
+        bench_id = db["benchmark_results"].insert(
+            {
+                "evaluation_id": evaluation_id,
+                "benchmark": bench["index"],
+                "label": bench.get("label"),
+                "base_median_us": bench["base_median_us"],
+                "cand_median_us": bench["cand_median_us"],
+                "speedup": bench["speedup"],
+                "ci_low": bench["ci_low"],
+                "ci_high": bench["ci_high"],
+                "significant": int(bool(bench["significant"])),
+                "reps": bench["reps"],
+                "speed_of_light_us": bench.get("speed_of_light_us"),
+                "clock": bench.get("clock"),
+                "clocks_json": _json(bench["clocks"]) if bench.get("clocks") else None,
+                "audit_json": _json(bench["audit"]) if bench.get("audit") else None,
+            }
+        ).last_pk
+        db["timings"].insert_all(
+            {"benchmark_result_id": bench_id, "rep": i, "base_us": b, "cand_us": c}
+            for i, (b, c) in enumerate(zip(bench.get("base_us", []), bench.get("cand_us", [])))
         )
 
 
