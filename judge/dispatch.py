@@ -59,6 +59,20 @@ class Job:
     workspace: Path  # where it is assembled on this machine
 
 
+def kernel_stages(session, workspace: Path, budget_s: Optional[float]) -> list[StageResult]:
+    """Correctness, then timing against the base, in one confined runner for the candidate."""
+    from .check import check
+    from .timing import measure
+
+    result, worker = check(session, workspace)
+    if worker is None:
+        return [result]
+    try:
+        return [result, measure(session, worker, budget_s=budget_s)]
+    finally:
+        worker.close()
+
+
 class LocalDispatch:
     """This machine, its GPU (or CPU for a CPU target), one candidate at a time: the round's own session."""
 
@@ -181,12 +195,11 @@ class EvaluationActor:
 
     def evaluate(self, key: str, name: str, source: str) -> tuple[str, list[StageResult], dict]:
         from .evaluation import fresh
-        from .rounds import Stages
 
         if self.gate_reason:
             return key, [not_run("correctness", self.gate_reason), not_run("timing", self.gate_reason)], self.where()
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
-        return key, Stages().evaluate(self.session, workspace, self.budget_s), self.where()
+        return key, kernel_stages(self.session, workspace, self.budget_s), self.where()
 
     def close(self) -> None:
         self.session.close()

@@ -84,16 +84,9 @@ class Stages:
 
     def evaluate(self, session, workspace: Path, budget_s: Optional[float]) -> list[StageResult]:
         """Correctness, then timing against the base, in one confined runner for the candidate."""
-        from .check import check
-        from .timing import measure
+        from .dispatch import kernel_stages
 
-        result, worker = check(session, workspace)
-        if worker is None:
-            return [result]
-        try:
-            return [result, measure(session, worker, budget_s=budget_s)]
-        finally:
-            worker.close()
+        return kernel_stages(session, workspace, budget_s)
 
 
 @dataclass
