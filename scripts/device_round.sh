@@ -14,7 +14,7 @@ judge init
 judge submit proposals/fp8_group_gemm_sm90
 judge shark add sharks/performance-oracle.toml sharks/measured-referee.toml
 judge vote votes/fp8_group_gemm_sm90/round-1
-judge run --round 1 --target fp8_group_gemm_sm90 --work-dir "$WORK/work" --cache-dir "$WORK/cache"
+judge run --round 1 --target fp8_group_gemm_sm90 --work-dir "$WORK/work" --cache-dir "$WORK/cache" --out "$OUT"
 judge report --round 1 --target fp8_group_gemm_sm90 --out "$OUT"
 judge status
 
