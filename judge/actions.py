@@ -15,7 +15,7 @@ from .ledger import Ledger, Submitted, shark_from_row
 from .proposals import PROPOSAL_FILE, load_proposal_dir, load_proposal_json, load_shark, load_vote_file, load_votes, parse_json
 from .records import Outcome, Proposal, Shark, Vote
 from .rounds import RoundSummary, Settings, check_submission
-from .scoring import Measurement, Scorecard, check_vote, format_score, score_vote
+from .scoring import Measurement, Scorecard, check_vote, format_score, measurement, score_vote
 from .targets import Target
 
 
@@ -88,20 +88,8 @@ class CastVote:
 
 
 def measurement_for(ledger: Ledger, revision_id: int) -> Measurement:
-    """What the judge measured for a revision in its latest candidate evaluation (None where nothing ran)."""
-    rows = ledger.query(
-        "select * from evaluations where revision_id = ? and subject = 'candidate' order by id desc limit 1",
-        (revision_id,),
-    )
-    if not rows:
-        return Measurement()
-    row = rows[0]
-    outcome = Outcome(row["outcome"])
-    if outcome in (Outcome.FASTER, Outcome.SLOWER, Outcome.UNCHANGED):
-        return Measurement(correct=True, geomean_speedup=row["geomean_speedup"])
-    if outcome == Outcome.NOT_RUN:
-        return Measurement()
-    return Measurement(correct=False)
+    """What the judge measured for a revision, as its latest candidate evaluation stands (cleared or not)."""
+    return measurement(ledger.latest_evaluation_of_revision(revision_id))
 
 
 def load_vote_inputs(paths: list[str], stdin_text: Optional[str]) -> list[tuple[Vote, str]]:
@@ -134,12 +122,9 @@ def cast_votes(ledger: Ledger, items: list[tuple[Vote, str]]) -> list[CastVote]:
             if revision is None:
                 raise JudgeError(f"{source}: field 'proposal': '{vote.proposal}' is not in the ledger")
         else:
-            rows = ledger.query(
-                "select * from revisions where proposal_id = ? and revision = ?", (vote.proposal, vote.revision)
-            )
-            if not rows:
+            revision = ledger.revision_by_number(vote.proposal, vote.revision)
+            if revision is None:
                 raise JudgeError(f"{source}: field 'revision': '{vote.proposal}' has no revision {vote.revision}")
-            revision = rows[0]
         prepared.append((vote, source, shark_row, shark, revision))
     cast = []
     with ledger.transaction():
@@ -196,11 +181,7 @@ def list_proposals(ledger: Ledger, round: Optional[int] = None) -> list[dict]:
     """Each proposal's latest revision with its latest verdict, for `judge list`."""
     out = []
     for rev in ledger.current_revisions(round=round):
-        evaluation = ledger.query(
-            "select outcome, reason, geomean_speedup, id from evaluations where revision_id = ? order by id desc limit 1",
-            (rev["id"],),
-        )
-        e = evaluation[0] if evaluation else None
+        e = ledger.latest_evaluation_of_revision(rev["id"])
         out.append(
             {
                 "id": rev["proposal_id"],
@@ -228,7 +209,7 @@ def show_proposal(ledger: Ledger, proposal_id: str) -> dict:
     revisions = []
     for rev in history:
         evaluations = []
-        for e in ledger.query("select * from evaluations where revision_id = ? order by id", (rev["id"],)):
+        for e in ledger.evaluations_of_revision(rev["id"]):
             evaluations.append(
                 {
                     "evaluation_id": e["id"],
@@ -274,29 +255,20 @@ def show_proposal(ledger: Ledger, proposal_id: str) -> dict:
 
 def status(ledger: Ledger) -> dict:
     """Counts and the state of each round, for `judge status`."""
-    counts = {
-        name: ledger.query(f"select count(*) as n from {name}")[0]["n"]
-        for name in ("proposals", "revisions", "sharks", "votes", "evaluations", "timings")
-    }
+    counts = ledger.counts()
     rounds = []
     for row in ledger.rounds():
-        outcomes = ledger.query(
-            "select outcome, count(*) as n from evaluations where id in "
-            "(select max(id) from evaluations where round_id = ? and subject = 'candidate' group by revision_id) "
-            "group by outcome order by outcome",
-            (row["id"],),
-        )
         winner = ledger.revision(row["winner_revision_id"])["proposal_id"] if row["winner_revision_id"] else None
         rounds.append(
             {
                 "target": row["target"],
                 "round": row["round"],
                 "base_origin": row["base_origin"],
-                "outcomes": {o["outcome"]: o["n"] for o in outcomes},
+                "outcomes": ledger.outcome_counts(row["id"]),
                 "winner": winner,
             }
         )
-    runs = ledger.query("select id, status, started_at, finished_at from runs order by id desc limit 5")
+    runs = ledger.recent_runs(5)
     return {"ledger": str(ledger.path), "counts": counts, "rounds": rounds, "recent_runs": runs}
 
 
@@ -322,11 +294,6 @@ def run(ledger: Ledger, round: int, target: Optional[Target], settings: Settings
 def _run_summary(ledger: Ledger, summary: RoundSummary, report: Path) -> dict:
     round_id = ledger.round_row(summary.target, summary.round)["id"]
     data = asdict(summary)
-    for verdict in data["verdicts"]:
-        rows = ledger.query("select id from revisions where proposal_id = ? and revision = ?",
-                            (verdict["proposal_id"], verdict["revision"]))
-        evaluation = ledger.latest_evaluation(round_id, rows[0]["id"]) if rows else None
-        verdict["evaluation_id"] = evaluation["id"] if evaluation else None
     base = ledger.latest_evaluation(round_id, None, "base")
     data["base_evaluation_id"] = base["id"] if base else None
     data["report"] = str(report)
@@ -334,10 +301,10 @@ def _run_summary(ledger: Ledger, summary: RoundSummary, report: Path) -> dict:
 
 
 def latest_round(ledger: Ledger) -> int:
-    rows = ledger.query("select max(round) as r from revisions")
-    if not rows or rows[0]["r"] is None:
+    round = ledger.latest_proposal_round()
+    if round is None:
         raise JudgeError("the ledger has no proposals yet (submit some with 'judge submit')")
-    return rows[0]["r"]
+    return round
 
 
 def shark_list(ledger: Ledger) -> list[dict]:

@@ -309,10 +309,9 @@ def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool
             out.print(str(path), markup=False)
         return
     if round_ is None:
-        rows = ledger.query("select max(round) as r from rounds")
-        if rows[0]["r"] is None:
+        round_ = ledger.latest_round_number()
+        if round_ is None:
             raise JudgeError("no round has run yet (run one with 'judge run')")
-        round_ = rows[0]["r"]
     path = report.render_round(ledger, round_, out_dir, target=target)
     if as_json:
         emit_json({"path": str(path), "round": report.round_view(ledger, round_, target=target)})

@@ -33,6 +33,7 @@ class Verdict:
     outcome: Optional[str]
     reason: str
     skipped: bool = False
+    evaluation_id: Optional[int] = None  # the ledger row of this verdict
 
 
 @dataclass
@@ -229,20 +230,20 @@ class RoundRun:
         outcome, reason = outcome or decide(stages, self.settings.min_effect)
         device = self.device if place is None else {**(place.get("device") or {}), "host": place["host"],
                                                     "gpus": place["gpus"]}
-        self.ledger.record_evaluation(
+        evaluation_id = self.ledger.record_evaluation(
             run_id=self.run_id, round_id=self.round_row["id"], revision_id=revision["id"] if revision else None,
             subject="candidate" if revision else "base", kernel_sha256=kernel_sha, outcome=outcome.value,
             reason=reason, stages=stages, device=device, started_at=started,
         )
         if revision is None:
-            return Verdict("(base)", 0, outcome.value, reason)
+            return Verdict("(base)", 0, outcome.value, reason, evaluation_id=evaluation_id)
         where = None
         if place is not None:
             from .dispatch import describe_place
 
             where = describe_place(place)
         self.on_event("verdict", proposal=revision["proposal_id"], outcome=outcome.value, reason=reason, where=where)
-        return Verdict(revision["proposal_id"], revision["revision"], outcome.value, reason)
+        return Verdict(revision["proposal_id"], revision["revision"], outcome.value, reason, evaluation_id=evaluation_id)
 
 
 def _run_target_round(
@@ -268,32 +269,7 @@ def _run_target_round(
         run.dispatch = _dispatch(run)
         run.gate = run.dispatch.gate()
         _evaluate_base(run)
-        pending = []
-        for revision in (r for r in revisions if r["patch"]):
-            previous = ledger.latest_evaluation(round_row["id"], revision["id"])
-            if not run.stale(previous):
-                summary.verdicts.append(
-                    Verdict(revision["proposal_id"], revision["revision"], previous["outcome"], previous["reason"], skipped=True)
-                )
-                on_event("skip", proposal=revision["proposal_id"], outcome=previous["outcome"])
-                continue
-            prepared = _prepare(run, revision, base_source)
-            if isinstance(prepared, Verdict):
-                summary.verdicts.append(prepared)
-            else:
-                pending.append(prepared)
-        compiled = _compile_all(target, [p[2] for p in pending], settings, on_event)
-        jobs = []
-        for (revision, source, workspace, early_stages, started), compile_stage in zip(pending, compiled):
-            stages = [*early_stages, compile_stage, *_static_stages(run, workspace, compile_stage, revision["proposal_id"])]
-            if all(s.passed for s in stages[-1:]) or compile_stage.status == "not-run":
-                jobs.append(Job((revision, stages, started), revision["proposal_id"], source, workspace))
-            else:
-                summary.verdicts.append(run.record(revision, sha256(source), stages, started))
-        for job, kernel_stages, place in run.dispatch.evaluate(jobs):
-            revision, stages, started = job.key
-            summary.verdicts.append(run.record(revision, sha256(job.source), stages + kernel_stages, started,
-                                               place=place))
+        _evaluate_candidates(run, [r for r in revisions if r["patch"]], base_source, summary)
         status = "finished"
     finally:
         if run.dispatch is not None:
@@ -305,6 +281,35 @@ def _run_target_round(
     ledger.set_winner(round_row["id"], winner["revision_id"] if winner else None)
     summary.winner = winner["proposal_id"] if winner else None
     return summary
+
+
+def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str, summary: RoundSummary) -> None:
+    """Every revision without a standing verdict: patched, compiled together, statically checked, then its GPU
+    stages wherever the dispatch runs them; each verdict written as soon as it is known."""
+    pending = []
+    for revision in revisions:
+        previous = run.ledger.latest_evaluation(run.round_row["id"], revision["id"])
+        if not run.stale(previous):
+            summary.verdicts.append(Verdict(revision["proposal_id"], revision["revision"], previous["outcome"],
+                                            previous["reason"], skipped=True, evaluation_id=previous["id"]))
+            run.on_event("skip", proposal=revision["proposal_id"], outcome=previous["outcome"])
+            continue
+        prepared = _prepare(run, revision, base_source)
+        if isinstance(prepared, Verdict):
+            summary.verdicts.append(prepared)
+        else:
+            pending.append(prepared)
+    compiled = _compile_all(run.target, [p[2] for p in pending], run.settings, run.on_event)
+    jobs = []
+    for (revision, source, workspace, early_stages, started), compile_stage in zip(pending, compiled):
+        stages = [*early_stages, compile_stage, *_static_stages(run, workspace, compile_stage, revision["proposal_id"])]
+        if all(s.passed for s in stages[-1:]) or compile_stage.status == "not-run":
+            jobs.append(Job((revision, stages, started), revision["proposal_id"], source, workspace))
+        else:
+            summary.verdicts.append(run.record(revision, sha256(source), stages, started))
+    for job, kernel_stages, place in run.dispatch.evaluate(jobs):
+        revision, stages, started = job.key
+        summary.verdicts.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
 
 
 def _prepare(run: RoundRun, revision: dict, base_source: str):

@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Optional
 
 from .errors import JudgeError
-from .records import Shark, Vote
+from .records import Outcome, Shark, Vote
 
 SPEEDUP_RULE = (
     "measured speedup s (geometric mean) scores 5 + 5*log2(s), clamped to 0-10 and rounded to 0.01: "
@@ -141,3 +141,24 @@ def score_vote(shark: Shark, vote: Vote, measurement: Measurement | None = None)
         gated=gated,
         fund=vote.fund,
     )
+
+
+MEASURED = (Outcome.FASTER.value, Outcome.SLOWER.value, Outcome.UNCHANGED.value)
+
+
+def standing(row: dict) -> str:
+    """The outcome an evaluation stands at: a person's clearance of an implausible result, else its own."""
+    return row.get("cleared_outcome") or row["outcome"]
+
+
+def measurement(evaluation_row: Optional[dict]) -> "Measurement":
+    """What a shark's bound criteria see, from the outcome an evaluation stands at: an implausible kernel
+    passed its correctness checks, and its time waits on a person's clearance."""
+    outcome = standing(evaluation_row) if evaluation_row else Outcome.NOT_RUN.value
+    if outcome == Outcome.NOT_RUN.value:
+        return Measurement()
+    if outcome in MEASURED:
+        return Measurement(correct=True, geomean_speedup=evaluation_row["geomean_speedup"])
+    if outcome == Outcome.IMPLAUSIBLE.value:
+        return Measurement(correct=True)
+    return Measurement(correct=False)

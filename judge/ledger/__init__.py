@@ -139,6 +139,26 @@ class Ledger(EvaluationRecords):
     def revision(self, revision_id: int) -> dict:
         return self.db["revisions"].get(revision_id)
 
+    def revision_by_number(self, proposal_id: str, revision: int) -> dict | None:
+        rows = self.query("select * from revisions where proposal_id = ? and revision = ?", (proposal_id, revision))
+        return rows[0] if rows else None
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table of what users record, for `judge status`."""
+        return {name: self.query(f"select count(*) as n from {name}")[0]["n"]
+                for name in ("proposals", "revisions", "sharks", "votes", "evaluations", "timings")}
+
+    def recent_runs(self, limit: int = 5) -> list[dict]:
+        return self.query("select id, status, started_at, finished_at from runs order by id desc limit ?", (limit,))
+
+    def latest_round_number(self) -> int | None:
+        """The latest round that has run (has a rounds row)."""
+        return self.query("select max(round) as r from rounds")[0]["r"]
+
+    def latest_proposal_round(self) -> int | None:
+        """The latest round any proposal revision was submitted for."""
+        return self.query("select max(round) as r from revisions")[0]["r"]
+
     def revision_history(self, proposal_id: str) -> list[dict]:
         return self.query("select * from revisions where proposal_id = ? order by revision", (proposal_id,))
 

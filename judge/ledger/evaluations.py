@@ -170,6 +170,29 @@ class EvaluationRecords:
             (round_id,),
         )
 
+    def latest_evaluation_of_revision(self, revision_id: int) -> dict | None:
+        """A revision's latest candidate evaluation in any round, with `cleared_outcome` as above."""
+        rows = self.query(
+            "select e.*, c.outcome as cleared_outcome from evaluations e "
+            "left join clearances c on c.evaluation_id = e.id "
+            "where e.revision_id = ? and e.subject = 'candidate' order by e.id desc limit 1",
+            (revision_id,),
+        )
+        return rows[0] if rows else None
+
+    def evaluations_of_revision(self, revision_id: int) -> list[dict]:
+        return self.query("select * from evaluations where revision_id = ? order by id", (revision_id,))
+
+    def outcome_counts(self, round_id: int) -> dict[str, int]:
+        """How many of a round's revisions stand at each outcome (their latest candidate evaluation)."""
+        rows = self.query(
+            "select outcome, count(*) as n from evaluations where id in "
+            "(select max(id) from evaluations where round_id = ? and subject = 'candidate' group by revision_id) "
+            "group by outcome order by outcome",
+            (round_id,),
+        )
+        return {r["outcome"]: r["n"] for r in rows}
+
     def superseded_candidate_evaluations(self, round_id: int) -> list[dict]:
         """Candidate evaluations of a round that a later evaluation of the same revision replaced, oldest first."""
         return self.query(

@@ -14,10 +14,9 @@ from ..errors import JudgeError
 from ..ledger import Ledger
 from ..patching import patch_stats
 from ..records import OUTCOME_MEANING, Outcome, Vote
-from ..scoring import Measurement, format_score, score_vote
+from ..scoring import MEASURED, format_score, measurement, score_vote, standing  # noqa: F401 (scorecard, leaderboard)
 from .formatting import signature_label
 
-MEASURED = (Outcome.FASTER.value, Outcome.SLOWER.value, Outcome.UNCHANGED.value)
 RESOURCE_COLUMNS = (
     "registers",
     "smem_bytes",
@@ -42,11 +41,6 @@ def claim_of(row: dict) -> Optional[list]:
 def interval(row: dict) -> Optional[list]:
     """An evaluation's geomean interval, or None where nothing was timed."""
     return [row["geomean_ci_low"], row["geomean_ci_high"]] if row["geomean_ci_low"] is not None else None
-
-
-def standing(row: dict) -> str:
-    """The outcome an evaluation stands at: a person's clearance of an implausible result, else its own."""
-    return row.get("cleared_outcome") or row["outcome"]
 
 
 def stats_of(patch: Optional[str]) -> Optional[dict]:
@@ -215,19 +209,6 @@ def evaluation(ledger: Ledger, row: dict, base: Optional[dict[str, list[dict]]])
 
 
 # votes ---------------------------------------------------------------------------------------
-
-
-def measurement(evaluation_row: Optional[dict]) -> Measurement:
-    """What a shark's bound criteria see, from the outcome an evaluation stands at: an implausible kernel
-    passed its correctness checks, and its time waits on a person's clearance."""
-    outcome = standing(evaluation_row) if evaluation_row else Outcome.NOT_RUN.value
-    if outcome == Outcome.NOT_RUN.value:
-        return Measurement()
-    if outcome in MEASURED:
-        return Measurement(correct=True, geomean_speedup=evaluation_row["geomean_speedup"])
-    if outcome == Outcome.IMPLAUSIBLE.value:
-        return Measurement(correct=True)
-    return Measurement(correct=False)
 
 
 def _latest_per_shark(ledger: Ledger, round: int, proposal_id: str) -> dict[str, dict]:
