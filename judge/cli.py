@@ -238,8 +238,16 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
         for p in s["pitches"]:
             table.add_row(p, "", "pitch", "", "no patch yet: scored by sharks, not evaluated")
         out.print(table)
-        out.print(f"winner: {s['winner'] or 'none (no proposal was significantly faster than the base)'}", markup=False)
+        out.print(f"winner: {s['winner'] or _no_winner(s['verdicts'])}", markup=False)
     out.print(f"report: {summaries[0]['report']}" if summaries else "no target ran", markup=False)
+
+
+def _no_winner(verdicts: list[dict]) -> str:
+    """Why a round has no winner, in the report's words: nothing timed, or nothing significantly faster."""
+    timed = {"faster", "slower", "unchanged", "implausible"}
+    if not any(v["outcome"] in timed for v in verdicts):
+        return "none (nothing was timed in this round)"
+    return "none (no proposal was significantly faster than the base)"
 
 
 def _latest_or_first(ledger: Ledger) -> int:

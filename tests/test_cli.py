@@ -275,3 +275,17 @@ def test_a_second_run_of_a_round_is_refused_while_the_first_lives(env, fake_stag
         other.wait()
     assert judge("run", "--round", "1", "--json").exit_code == 0
     assert [r["status"] for r in ledger.query("select status from runs order by id")] == ["interrupted", "finished"]
+
+
+@pytest.mark.parametrize("verdict,line", [
+    ("compile-error", "winner: none (nothing was timed in this round)"),
+    ("speedup 0.8", "winner: none (no proposal was significantly faster than the base)"),
+    ("speedup 1.25", "winner: alpha"),
+])
+def test_run_says_why_a_round_has_no_winner(env, fake_stages, verdict, line):
+    judge, root = env
+    proposal_dir(root, "alpha", patch=PATCH.replace("SCALE = 2.0  # same, faster?", f"SCALE = 2.0  # verdict: {verdict}"))
+    judge("submit", "proposals")
+    result = judge("run", "--round", "1")
+    assert result.exit_code == 0, result.output
+    assert line in result.stdout.splitlines()
