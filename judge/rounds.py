@@ -44,6 +44,9 @@ class RoundSummary:
     verdicts: list[Verdict] = field(default_factory=list)
     pitches: list[str] = field(default_factory=list)
     winner: Optional[str] = None
+    # Where the time went: the run's wall clock, and seconds per stage summed over every evaluation it wrote
+    # (with several GPUs, stage seconds add up to more than the wall clock).
+    time: dict = field(default_factory=dict)
 
 
 class Stages:
@@ -206,12 +209,21 @@ class RoundRun:
     device: Optional[dict]
     session: object = None
     dispatch: object = None  # judge.dispatch: where correctness and timing run
+    spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
 
     def stale(self, previous: Optional[dict]) -> bool:
         """Whether an earlier evaluation must be redone: asked to, or it was not run for a reason gone now."""
         if previous is None or self.settings.again:
             return True
         return previous["outcome"] == Outcome.NOT_RUN.value and previous["reason"] != self.gate
+
+    def _count(self, stages: list[StageResult]) -> None:
+        for stage in stages:
+            self.spent[stage.stage] = self.spent.get(stage.stage, 0.0) + stage.seconds
+            inner = {"correctness": "runner_start_s", "timing": "measuring_s"}.get(stage.stage)
+            if inner and stage.detail.get(inner) is not None:
+                key = {"runner_start_s": "runner starts", "measuring_s": "measuring"}[inner]
+                self.spent[key] = self.spent.get(key, 0.0) + stage.detail[inner]
 
     def open_session(self):
         """The trusted state of the kernel-running stages, opened at the first one that runs here."""
@@ -228,6 +240,7 @@ class RoundRun:
                started: str, outcome: Optional[tuple[Outcome, str]] = None, place: Optional[dict] = None) -> Verdict:
         """Write one evaluation; `place` is the Ray worker that ran its GPU stages, when one did."""
         outcome, reason = outcome or decide(stages, self.settings.min_effect)
+        self._count(stages)
         device = self.device if place is None else {**(place.get("device") or {}), "host": place["host"],
                                                     "gpus": place["gpus"]}
         evaluation_id = self.ledger.record_evaluation(
@@ -258,6 +271,7 @@ def _run_target_round(
     root = settings.work_dir / target.name / f"round-{round}"
     base_dir = root / "base"
     run_id = ledger.start_run(round_row["id"], sys.argv)  # before the workspace is reset: a second run stops here
+    wall_start = time.monotonic()
     fresh(base_dir)
     target.assemble(base_dir, base_source)
     on_event("probe", target=target.name)
@@ -280,6 +294,7 @@ def _run_target_round(
     winner = winner_of(ledger, round_row["id"])
     ledger.set_winner(round_row["id"], winner["revision_id"] if winner else None)
     summary.winner = winner["proposal_id"] if winner else None
+    summary.time = _time_spent(time.monotonic() - wall_start, run.spent)
     return summary
 
 
@@ -310,6 +325,10 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
     for job, kernel_stages, place in run.dispatch.evaluate(jobs):
         revision, stages, started = job.key
         summary.verdicts.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
+
+
+def _time_spent(wall_s: float, spent: dict) -> dict:
+    return {"wall_s": round(wall_s, 3), "stages_s": {k: round(v, 3) for k, v in spent.items()}}
 
 
 def _prepare(run: RoundRun, revision: dict, base_source: str):

@@ -289,3 +289,19 @@ def test_run_says_why_a_round_has_no_winner(env, fake_stages, verdict, line):
     result = judge("run", "--round", "1")
     assert result.exit_code == 0, result.output
     assert line in result.stdout.splitlines()
+
+
+def test_run_ends_with_where_the_time_went(env, fake_stages):
+    judge, root = env
+    proposal_dir(root, "alpha", patch=PATCH.replace("SCALE = 2.0  # same, faster?", "SCALE = 2.0  # verdict: speedup 1.25"))
+    judge("submit", "proposals")
+    [summary] = json.loads(judge("run", "--round", "1", "--json").stdout)
+    stages = summary["time"]["stages_s"]
+    assert set(stages) == {"patch", "screen", "compile", "correctness", "timing"}
+    assert summary["time"]["wall_s"] > 0 and all(v >= 0 for v in stages.values())
+    from judge.cli import time_line
+
+    assert time_line({"wall_s": 93.14, "stages_s": {"compile": 12.04, "timing": 50.2, "measuring": 40.0, "patch": 0.0}}) \
+        == "time: 93.1 s wall; compile 12.0 s, timing 50.2 s, measuring 40.0 s"
+    human = judge("run", "--round", "1", "--again").stdout.splitlines()
+    assert human[-2].startswith("time: ") and " s wall; " in human[-2]
