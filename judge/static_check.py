@@ -29,6 +29,7 @@ CHECKS_LIST = "CHECKS"
 def run_static(target: Target, workspace: Path, compile_stage: StageResult) -> StageResult:
     """The target's rules on each config `compile_stage` compiled, then its layout checks on `workspace`."""
     spec = target.static
+    workspace = Path(workspace).resolve()  # the layout checks' child runs elsewhere: its paths must be absolute
     start = time.monotonic()
     configs = [_config_rules(target, config) for config in compile_stage.detail.get("configs", [])]
     if spec.rules and not configs:
@@ -37,7 +38,7 @@ def run_static(target: Target, workspace: Path, compile_stage: StageResult) -> S
     checks: list[dict[str, Any]] = []
     log_tail = ""
     if spec.layout_checks:
-        checks, log_tail = run_layout_checks(target, Path(workspace))
+        checks, log_tail = run_layout_checks(target, workspace)
     seconds = time.monotonic() - start
     detail = {"rules": sorted(spec.rules), "configs": configs, "layout_checks": checks,
               "layout_checks_file": spec.layout_checks}
@@ -79,6 +80,7 @@ def _config_rules(target: Target, config: dict[str, Any]) -> dict[str, Any]:
 
 def run_layout_checks(target: Target, workspace: Path) -> tuple[list[dict[str, Any]], str]:
     """The target's layout checks in a confined child that imports the candidate's kernel (contestant code)."""
+    workspace = Path(workspace).resolve()
     checks_path = (target.path / target.static.layout_checks).resolve()
     scratch = fresh(workspace.parent / f".{workspace.name}-static")
     seed = int(hashlib.sha256((workspace / target.kernel_file).read_bytes()).hexdigest()[:12], 16)

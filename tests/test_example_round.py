@@ -23,11 +23,12 @@ def summary_round_id(ledger: Ledger) -> int:
     return ledger.round_row("nvfp4_group_gemm", 1)["id"]
 
 
-def test_round_one_of_the_nvfp4_examples(tmp_path):
+def test_round_one_of_the_nvfp4_examples(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative work and cache directories, as `judge run` has them by default
     ledger = Ledger(tmp_path / "ledger.db")
     items = actions.load_submissions([str(ROOT / "proposals" / "nvfp4_group_gemm")], None)
     actions.submit(ledger, items, ROOT / "kernels")
-    settings = Settings(kernels_dir=ROOT / "kernels", work_dir=tmp_path / "work", cache_dir=tmp_path / "cache")
+    settings = Settings(kernels_dir=ROOT / "kernels", work_dir=Path("work"), cache_dir=Path(".judge-cache"))
     [summary] = run_round(ledger, 1, settings=settings)
 
     verdicts = {v.proposal_id: (v.outcome, v.reason) for v in summary.verdicts}
