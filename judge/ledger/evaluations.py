@@ -250,7 +250,7 @@ def confinement_summary(record: dict | None) -> str | None:
     """The one line a report shows for a runner's confinement record (judge.confine.Confinement)."""
     if not record:
         return None
-    from .confine import Confinement
+    from ..confine import Confinement
 
     return Confinement.from_dict(record).summary()
 
