@@ -16,7 +16,7 @@ from .proposals import PROPOSAL_FILE, load_proposal_dir, load_proposal_json, loa
 from .records import Outcome, Proposal, Shark, Vote
 from .rounds import RoundSummary, Settings, check_submission
 from .scoring import Measurement, Scorecard, check_vote, format_score, measurement, score_vote
-from .targets import Target
+from .targets import Target, find_target
 
 
 def proposal_dirs(paths: list[Path]) -> list[Path]:
@@ -343,3 +343,21 @@ def clear_evaluation(ledger: Ledger, evaluation_id: int, note: str, cleared_by: 
     ledger.set_winner(evaluation["round_id"], winner["revision_id"] if winner else None)
     return {"clearance_id": clearance_id, "evaluation_id": evaluation_id, "outcome": outcome.value,
             "reason": reason, "round_winner": winner["proposal_id"] if winner else None}
+
+
+def brief(ledger: Ledger, kernels_dir: Path, target_name: Optional[str], round: Optional[int],
+          out_dir: Path) -> tuple[Path, dict]:
+    """The brief for a round (default: the one after the target's latest): its view, written as Markdown."""
+    from .brief import brief_view, render_brief
+
+    names = sorted({r["target"] for r in ledger.rounds()} | {r["target"] for r in ledger.current_revisions()})
+    if target_name is None:
+        if len(names) != 1:
+            raise JudgeError(f"the ledger has {len(names)} targets ({', '.join(names) or 'none'}): name one with --target")
+        target_name = names[0]
+    target = find_target(target_name, kernels_dir)
+    if round is None:
+        ran = [r["round"] for r in ledger.rounds(target.name)]
+        round = max(ran) + 1 if ran else 1
+    view = brief_view(ledger, target, round)
+    return render_brief(view, out_dir), view

@@ -336,6 +336,20 @@ def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool
         out.print(str(path), markup=False)
 
 
+@command(main, "brief")
+@click.option("--round", "round_", type=int, help="The round to brief (default: the one after the latest that ran).")
+@click.option("--target", help="The target (needed when the ledger has several).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
+def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
+    """Write the brief for a round: the base, its times against the speed of light, its resources, what was
+    tried, what is open, the rules; print its path (needs an existing ledger)."""
+    path, view = actions.brief(ctx.ledger, ctx.kernels, target, round_, out_dir)
+    if as_json:
+        emit_json({"path": str(path), "brief": view})
+    else:
+        out.print(str(path), markup=False)
+
+
 @command(main, "clear")
 @click.argument("evaluation_id", type=int)
 @click.option("--note", required=True, help="Why the result is real; kept with the clearance.")

@@ -1,0 +1,115 @@
+"""judge brief: the brief for the next round, after three compounding rounds on the CPU with the stage fakes:
+exact lines of the base, its times against the speed of light, what was tried, what is open, the rules."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fakestages import FakeStages
+
+from judge.cli import main
+from judge.ledger import Ledger
+from judge.records import Proposal
+from judge.rounds import Settings, base_for, run_round
+from judge.targets import load_target
+
+FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
+
+
+def knob_patch(base: str, old: str, new: str, verdict: str) -> str:
+    lines = base.splitlines()
+    i = lines.index(old)
+    return (f"--- a/submission.py\n+++ b/submission.py\n@@ -{i},3 +{i},4 @@\n {lines[i - 1]}\n-{old}\n+{new}\n"
+            f"+# verdict: {verdict}\n {lines[i + 1]}\n")
+
+
+@pytest.fixture
+def three_rounds(tmp_path):
+    """Round 1: b wins (1.25x), a is slower; round 2, on round 1's base + b: c wins (1.10x), d does not
+    compile, e is a pitch; round 3, on round 2's base + c: nothing faster (f unchanged)."""
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    os.symlink(FIXTURE, kernels / "axpy")
+    ledger = Ledger(tmp_path / "ledger.db")
+    settings = Settings(kernels_dir=kernels, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
+                        stages=FakeStages())
+    target = load_target(kernels / "axpy")
+
+    def submit(pid, round, knob, verdict):
+        base, _ = base_for(ledger, target, round)
+        patch = knob_patch(base, knob[0], knob[1], verdict) if verdict else None
+        ledger.submit(Proposal(id=pid, title=f"{pid} title", author=f"team-{pid}", round=round, target="axpy",
+                               pitch="why", patch=patch), "test")
+
+    submit("a", 1, ("SCALE = 2.0", "SCALE = 2.0  # a"), "speedup 0.8")
+    submit("b", 1, ("CHUNKS = 1", "CHUNKS = 4"), "speedup 1.25")
+    summaries = [run_round(ledger, 1, settings=settings)[0]]
+    submit("c", 2, ("SCALE = 2.0", "SCALE = 2.0  # c"), "speedup 1.10")
+    submit("d", 2, ("SCALE = 2.0", "SCALE = 2.0  # d"), "compile-error")
+    submit("e", 2, None, None)
+    summaries.append(run_round(ledger, 2, settings=settings)[0])
+    # (the fakes read the first `# verdict:` line of the file: f's goes above the ones its base carries)
+    submit("f", 3, ("SCALE = 2.0  # c", "SCALE = 2.0  # f"), "speedup 1.0")
+    summaries.append(run_round(ledger, 3, settings=settings)[0])
+    return ledger, kernels, tmp_path, summaries
+
+
+def test_three_rounds_compound(three_rounds):
+    ledger, kernels, _, summaries = three_rounds
+    assert [s.winner for s in summaries] == ["b", "c", None]
+    assert [s.base_origin for s in summaries][1:] == ["round 1 base + winner b r1", "round 2 base + winner c r1"]
+    source, origin = base_for(ledger, load_target(kernels / "axpy"), 4)
+    assert origin == "round 3 base (round 3 had no winner)"
+    assert "CHUNKS = 4\n" in source and "SCALE = 2.0  # c\n" in source
+
+
+def test_the_brief_for_round_4_in_markdown(three_rounds):
+    ledger, kernels, tmp_path, _ = three_rounds
+    result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "--kernels", str(kernels), "brief",
+                                       "--out", str(tmp_path / "reports")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.output == f"{tmp_path / 'reports' / 'brief-round-4-axpy.md'}\n"
+    lines = (tmp_path / "reports" / "brief-round-4-axpy.md").read_text().splitlines()
+    assert lines[0] == "# Brief: round 4 of axpy"
+    assert "- Where it comes from: round 3 base (round 3 had no winner)" in lines
+    # round 3 had no winner: the base's own times, as round 3 measured them ("before")
+    assert "| 0 | size=1048576 | 100 | 2.00 | 2.0% |" in lines
+    assert "| 1 | size=4194304 | 200 | 8.00 | 4.0% |" in lines
+    tried = lines[lines.index("## What was tried") + 3:lines.index("## Still open") - 1]
+    assert tried == [
+        "|---:|---|---|---:|---|",
+        "| 1 | a r1 | slower | 0.800x | geomean 0.800x [0.796, 0.804] over 2 benchmarks |",
+        "| 1 | b r1 (winner) | faster | 1.250x | geomean 1.250x [1.244, 1.256] over 2 benchmarks |",
+        "| 2 | c r1 (winner) | faster | 1.100x | geomean 1.100x [1.095, 1.105] over 2 benchmarks |",
+        "| 2 | d r1 | compile-error | - | DSLUserCodeError: unsupported tile (submission.py:7) |",
+        "| 3 | f r1 | unchanged | 1.000x | geomean 1.000x [0.995, 1.005] over 2 benchmarks |",
+    ]
+    assert "| e r1 | 2 | team-e | pitch | e title |" in lines
+    assert ("- Architecture any; the verdict's clock: gpu; faster or slower needs a geomean change of at least 1.0% "
+            "with its 95% interval clear of 1") in lines
+
+
+def test_the_brief_after_a_winner_shows_the_winners_times_and_json(three_rounds):
+    ledger, kernels, tmp_path, _ = three_rounds
+    result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "--kernels", str(kernels), "brief",
+                                       "--round", "3", "--json", "--out", str(tmp_path / "reports")],
+                                catch_exceptions=False)
+    brief = json.loads(result.stdout)["brief"]
+    assert brief["base"]["origin"] == "round 2 base + winner c r1"
+    # round 3's base is round 2's winner: its times are c's "after" times (100 / 1.1, 200 / 1.1)
+    assert [round(b["median_us"], 3) for b in brief["benchmarks"]] == [90.909, 181.818]
+    assert [o["proposal"] for o in brief["open"]] == ["e"]
+    assert [t["proposal"] for t in brief["tried"]] == ["a", "b", "c", "d"]  # round 3's f is not history yet
+
+
+def test_the_brief_needs_a_target_when_the_ledger_has_several(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.db")
+    for target in ("axpy", "vecadd_cpu"):
+        ledger.submit(Proposal(id=f"p-{target.replace('_', '-')}", title="t", author="x", round=1, target=target, pitch="why"), "test")
+    result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "brief"])
+    assert (result.exit_code, result.output) == (
+        2, "error: the ledger has 2 targets (axpy, vecadd_cpu): name one with --target\n")
