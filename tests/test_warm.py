@@ -8,6 +8,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from judge.check import check
 from judge.evaluation import Evaluator
 from judge.targets import load_target
@@ -72,3 +74,20 @@ def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
         assert runner is not dead and runner.process.poll() is None
         assert runner.call("load", 60).value is not None
         runner.close()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_spare_has_cuda_before_its_kernel_and_times_like_a_cold_runner(tmp_path):
+    """The spare initialises CUDA before bind; the candidate it becomes must check and time as a cold one."""
+    target = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "vecadd")
+    source = target.kernel_source()
+    base = target.assemble(tmp_path / "base", source)
+    with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
+        for name in ("first", "second"):  # the second candidate's runner is the spare
+            result, worker = check(evaluator, target.assemble(tmp_path / name, source))
+            assert result.passed, result.summary + result.log_tail
+            timing = measure(evaluator, worker, budget_s=2)
+            worker.close()
+            assert timing.passed, timing.summary + timing.log_tail
+            assert 0.98 < timing.detail["geomean"] < 1.02, timing.summary
+        assert result.detail["runner_start_s"] < 1.0  # bound, not started
