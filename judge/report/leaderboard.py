@@ -6,6 +6,7 @@ from typing import Optional
 
 from ..ledger import Ledger
 from ..records import Outcome
+from ..stats import median
 from . import evaluations as ev
 
 
@@ -29,6 +30,20 @@ def _no_winner(latest: list[dict]) -> dict:
     timed = any(e["geomean_speedup"] is not None for e in latest)
     pending = sum(1 for e in latest if ev.standing(e) == Outcome.NOT_RUN.value)
     return {"why": "none faster" if timed else "nothing timed", "pending": pending}
+
+
+def _base_times(ledger: Ledger, latest: list[dict]) -> Optional[list[dict]]:
+    """The round's base time per benchmark (the leaderboard's chart): the median of its medians timed beside each
+    measured proposal, as the round's times chart has it. None where nothing was measured."""
+    benchmarks: dict[int, dict] = {}
+    for e in latest:
+        if ev.standing(e) not in ev.MEASURED:
+            continue
+        for b in ledger.benchmark_results(e["id"]):
+            row = benchmarks.setdefault(b["benchmark"], {"index": b["benchmark"], "label": b["label"] or f"benchmark {b['benchmark']}",
+                                                         "sol_us": b["speed_of_light_us"], "us": []})
+            row["us"].append(b["base_median_us"])
+    return [{**row, "us": median(row["us"])} for _, row in sorted(benchmarks.items())] or None
 
 
 def _record(records: dict, e: dict, round: int) -> None:
@@ -65,6 +80,7 @@ def _target(ledger: Ledger, target: str) -> dict:
     for round_row in ledger.rounds(target):
         latest = ledger.latest_candidate_evaluations(round_row["id"])
         winner = _winner(ledger, round_row)
+        base_speedup = cumulative or 1.0  # this round's base over round 1's: the earlier winners compounded
         if winner and winner["geomean"]:
             cumulative = (cumulative or 1.0) * winner["geomean"]
         rounds.append(
@@ -76,6 +92,8 @@ def _target(ledger: Ledger, target: str) -> dict:
                 "winner": winner,
                 "no_winner": None if winner else _no_winner(latest),
                 "cumulative": cumulative,
+                "base_speedup": base_speedup,
+                "base_times": _base_times(ledger, latest),
             }
         )
         for e in latest:

@@ -1,4 +1,5 @@
-"""Templates to Markdown files: the round scorecard and the leaderboard, written under a reports folder."""
+"""Templates to Markdown files: the round scorecard and the leaderboard, written under a reports folder,
+with their charts (judge/charts.py) beside them as SVG files the Markdown links."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 
+from .. import charts
 from ..ledger import Ledger
 from .formatting import FILTERS
 from .leaderboard import leaderboard_view
@@ -27,17 +29,20 @@ def _environment() -> jinja2.Environment:
 
 
 def render_round(ledger: Ledger, round: int, out_dir: Path, target: str | None = None) -> Path:
-    """Write out_dir/round-<N>.md (round-<N>-<target>.md when the ledger has several targets)."""
+    """Write out_dir/round-<N>.md (round-<N>-<target>.md when the ledger has several targets) and its charts."""
     view = round_view(ledger, round, target)
     several = len({r["target"] for r in ledger.rounds()}) > 1
     name = f"round-{round}-{view['targets'][0]['target']}.md" if several and len(view["targets"]) == 1 else f"round-{round}.md"
-    return _write(Path(out_dir) / name, _environment().get_template("round.md.j2").render(view=view))
+    drawn = charts.round_charts(view, Path(out_dir))
+    return _write(Path(out_dir) / name, _environment().get_template("round.md.j2").render(view=view, charts=drawn))
 
 
 def render_leaderboard(ledger: Ledger, out_dir: Path) -> Path:
-    """Write out_dir/leaderboard.md."""
+    """Write out_dir/leaderboard.md and its charts."""
     view = leaderboard_view(ledger)
-    return _write(Path(out_dir) / "leaderboard.md", _environment().get_template("leaderboard.md.j2").render(view=view))
+    drawn = charts.leaderboard_charts(view, Path(out_dir))
+    return _write(Path(out_dir) / "leaderboard.md",
+                  _environment().get_template("leaderboard.md.j2").render(view=view, charts=drawn))
 
 
 def _write(path: Path, text: str) -> Path:

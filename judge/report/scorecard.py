@@ -12,6 +12,7 @@ from typing import Optional
 from ..errors import JudgeError
 from ..ledger import Ledger
 from ..records import Outcome
+from ..stats import median
 from . import evaluations as ev
 from .conventions import conventions
 from .formatting import fmt_claim, fmt_patch
@@ -141,6 +142,27 @@ def _verdict(evaluations: list[dict], ranking: list[dict], gpu_reason: Optional[
         "pending": [r for r in ranking if r["state"] == "pending"],
         "next_round_started": next_round is not None,
     }
+
+
+def _times(proposals: list[dict]) -> Optional[dict]:
+    """Per benchmark, the base's median time, each measured proposal's and the speed of light (the times chart).
+    The base's time: the median of its medians timed beside each measured proposal. None: nothing measured."""
+    timed = [p for p in proposals if p["evaluation"] and p["evaluation"]["benchmarks"]]
+    measured = [p for p in timed if (p["evaluation"]["clearance"] or p["evaluation"])["outcome"] in ev.MEASURED]
+    measured.sort(key=lambda p: (-(p["evaluation"]["geomean"] or 0), p["evaluation"]["id"]))
+    if not measured:
+        return None
+    benchmarks: dict[int, dict] = {}
+    for p in measured:
+        for b in p["evaluation"]["benchmarks"]:
+            row = benchmarks.setdefault(b["index"], {"index": b["index"], "label": b["label"], "sol_us": b["sol_us"], "base_us": []})
+            row["base_us"].append(b["before_us"])
+    rows = [{**row, "base_us": median(row["base_us"])} for _, row in sorted(benchmarks.items())]
+    times = [{b["index"]: b["after_us"] for b in p["evaluation"]["benchmarks"]} for p in measured]
+    return {"benchmarks": rows, "proposals": [
+        {"proposal_id": p["proposal_id"], "revision": p["revision"], "evaluation_id": p["evaluation"]["id"],
+         "geomean": p["evaluation"]["geomean"], "after_us": [after.get(r["index"]) for r in rows]}
+        for p, after in zip(measured, times)]}
 
 
 # the header: base, devices, what changed ---------------------------------------------------
@@ -384,6 +406,7 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
         "runs": ledger.runs_of_round(round_row["id"]),
         "proposals": proposals,
         "ranking": ranking,
+        "times": _times(proposals),
         "winner": winner,
         "verdict": _verdict(candidates, ranking, devices["gpu_reason"], ledger.round_row(target, round + 1)),
         "graveyard": _graveyard(history),
