@@ -15,6 +15,7 @@ from ..records import Outcome
 from ..stats import median
 from . import evaluations as ev
 from .conventions import conventions
+from .claims import claims_view
 from .formatting import fmt_claim, fmt_patch
 
 GPU_STAGES = ("correctness", "timing")
@@ -275,50 +276,6 @@ def _graveyard(history: list[tuple[dict, dict[int, dict]]]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["round"], r["proposal_id"], r["evaluation_id"]))
 
 
-def _landed(claim: Optional[list], geomean: Optional[float]) -> str:
-    if claim is None:
-        return "no claim"
-    if geomean is None:
-        return "not measured"
-    if geomean < claim[0]:
-        return "below"
-    if geomean > claim[1]:
-        return "above"
-    return "inside"
-
-
-def _claims(ledger: Ledger, target: str, history: list[tuple[dict, dict[int, dict]]]) -> dict:
-    """Per author, each measured proposal's claim against its measured geomean; and who has nothing measured."""
-    measured: dict[str, list[dict]] = {}
-    authors: set[str] = set()
-    for round_row, latest in history:
-        for revision in ledger.revisions_of_round(target, round_row["round"]):
-            authors.add(revision["author"])
-            e = latest.get(revision["id"])
-            if e is None or ev.standing(e) not in ev.MEASURED or e["geomean_speedup"] is None:
-                continue
-            claim = ev.claim_of(revision)
-            measured.setdefault(revision["author"], []).append(
-                {
-                    "round": round_row["round"],
-                    "proposal_id": revision["proposal_id"],
-                    "revision": revision["revision"],
-                    "claim": claim,
-                    "geomean": e["geomean_speedup"],
-                    "geomean_ci": ev.interval(e),
-                    "status": ev.standing(e),
-                    "landed": _landed(claim, e["geomean_speedup"]),
-                    "evaluation_id": e["id"],
-                }
-            )
-    tables = []
-    for author in sorted(measured):
-        rows = measured[author]
-        counts = {k: sum(1 for r in rows if r["landed"] == k) for k in ("inside", "above", "below")}
-        tables.append({"author": author, "measured": len(rows), **counts, "rows": rows})
-    return {"authors": tables, "unmeasured_authors": sorted(authors - set(measured))}
-
-
 def _revision_changes(previous: Optional[dict], revision: dict) -> list[str]:
     if previous is None:
         return ["first revision"]
@@ -410,7 +367,7 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
         "winner": winner,
         "verdict": _verdict(candidates, ranking, devices["gpu_reason"], ledger.round_row(target, round + 1)),
         "graveyard": _graveyard(history),
-        "claims": _claims(ledger, target, history),
+        "claims": claims_view(ledger, target, history),
         "lineage": _lineage(ledger, target, round),
     }
 
