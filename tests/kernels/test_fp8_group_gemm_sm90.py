@@ -103,7 +103,8 @@ def sm90a(monkeypatch):
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
 
 
-def test_compile_kernel_on_cpu_for_sm90a(sm90a):
+def test_compile_kernel_on_cpu_for_sm90a(sm90a, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # --keep-ptx writes the PTX and cubin into the working directory
     kernel = load("submission", TARGET / "submission.py")
     compiled = kernel.compile_kernel(TASK["benchmarks"][0], "--keep-ptx --keep-cubin")
     ptx = compiled.__ptx__
