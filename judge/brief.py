@@ -12,11 +12,9 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-import jinja2
-
 from .ledger import Ledger, sha256
 from .records import OUTCOME_MEANING, Outcome
-from .report.formatting import FILTERS
+from .report.rendering import write_template
 from .rounds import base_for
 from .targets import Target
 from .verdicts import MIN_EFFECT
@@ -54,13 +52,7 @@ def brief_view(ledger: Ledger, target: Target, round: int) -> dict[str, Any]:
 
 def render_brief(view: dict[str, Any], out_dir: Path) -> Path:
     """Write out_dir/brief-round-<N>-<target>.md and return its path."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("judge", "templates"), undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
-    env.filters.update(FILTERS)
-    path = Path(out_dir) / f"brief-round-{view['round']}-{view['target']}.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(env.get_template("brief.md.j2").render(view=view))
-    return path
+    return write_template("brief.md.j2", Path(out_dir) / f"brief-round-{view['round']}-{view['target']}.md", view=view)
 
 
 def _base_measurement(ledger: Ledger, row: dict, target: Target) -> Optional[dict]:

@@ -43,6 +43,13 @@ class DeviceFacts:
         return asdict(self)
 
 
+def facts_dict(facts) -> dict[str, Any] | None:
+    """Device facts as the ledger stores them: a DeviceFacts, or the plain dict a test's fake stages give."""
+    if facts is None:
+        return None
+    return facts.to_dict() if isinstance(facts, DeviceFacts) else dict(facts)
+
+
 def probe(timeout_s: float = 120) -> DeviceFacts | None:
     """The facts of CUDA device 0, read in a child process; None when there is no CUDA GPU (or it cannot start)."""
     from .isolation import run_isolated

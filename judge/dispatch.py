@@ -162,7 +162,7 @@ class EvaluationActor:
     """One GPU's share of a round on a Ray worker: its own copy of the target, base and round state."""
 
     def __init__(self, files: dict[str, bytes], name: str, base_source: str, budget_s: Optional[float]):
-        from .devices import arch_gate, probed
+        from .devices import arch_gate, facts_dict, probed
         from .evaluation import Evaluator
         from .targets import load_target
 
@@ -175,7 +175,7 @@ class EvaluationActor:
         self.base_dir = self.target.assemble(self.root / "base", base_source)
         self.budget_s = budget_s
         facts = probed()
-        self.facts = _facts_dict(facts)
+        self.facts = facts_dict(facts)
         self.gate_reason = arch_gate(self.target.arch, facts)
         self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir)
 
@@ -203,11 +203,3 @@ class EvaluationActor:
 
     def close(self) -> None:
         self.session.close()
-
-
-def _facts_dict(facts) -> Optional[dict]:
-    if facts is None:
-        return None
-    from dataclasses import asdict, is_dataclass
-
-    return asdict(facts) if is_dataclass(facts) else dict(facts)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import JudgeError
+from .devices import facts_dict
 from .dispatch import Job
 from .evaluation import fresh
 from .ledger import Ledger, now, sha256
@@ -277,7 +278,7 @@ def _run_target_round(
     on_event("probe", target=target.name)
     facts = settings.stages.probe()
     run = RoundRun(ledger, target, settings, on_event, round_row, run_id, root,
-                   base_dir, settings.stages.arch_gate(target.arch, facts), _facts_dict(facts))
+                   base_dir, settings.stages.arch_gate(target.arch, facts), facts_dict(facts))
     status = "interrupted"
     try:
         run.dispatch = _dispatch(run)
@@ -420,11 +421,3 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-def _facts_dict(facts) -> Optional[dict]:
-    if facts is None:
-        return None
-    from dataclasses import asdict, is_dataclass
-
-    return asdict(facts) if is_dataclass(facts) else dict(facts)

@@ -19,7 +19,7 @@ from .confine import Policy
 from .evaluation import fresh
 from .isolation import run_isolated
 from .stages import StageResult
-from .static_rules import RULES, Code, RuleResult
+from .static_rules import RULES, Code, RuleResult, knobs_text
 from .targets import Target
 
 STAGE = "static"
@@ -101,7 +101,7 @@ def run_layout_checks(target: Target, workspace: Path) -> tuple[list[dict[str, A
 
 
 def _short(signature: Any, limit: int = 80) -> str:
-    text = ", ".join(f"{k}={v}" for k, v in signature.items() if k != "kernel") if isinstance(signature, dict) else str(signature)
+    text = knobs_text(signature) if isinstance(signature, dict) else str(signature)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -192,7 +192,7 @@ def expect_tx_bytes(code: Code, params: dict, signature: dict) -> RuleResult:
                 wanted = " or ".join(str(v) for v in sorted(set(expected.values())))
                 return RuleResult("expect-tx-bytes", False, (
                     f"PTX line {instruction.line}: expect_tx of {count} bytes per stage, where the copies of this "
-                    f"config bring {wanted} (the target's formula over {_knobs(signature)})"), instruction.line)
+                    f"config bring {wanted} (the target's formula over {knobs_text(signature)})"), instruction.line)
     if not seen:
         return RuleResult("expect-tx-bytes", True, "no mbarrier expect_tx in the PTX: nothing to check")
     return RuleResult("expect-tx-bytes", True, f"{seen} expect_tx, each {' or '.join(map(str, sorted(set(expected.values()))))}"
@@ -314,5 +314,6 @@ def _formulas(params: dict) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _knobs(signature: dict) -> str:
+def knobs_text(signature: dict) -> str:
+    """A compile signature's knobs on one line, `name=value, ...` (the kernel's name left out)."""
     return ", ".join(f"{k}={v}" for k, v in signature.items() if k != "kernel")

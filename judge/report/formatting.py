@@ -16,6 +16,11 @@ def _fixed(value: float, places: int) -> str:
     return f"{Decimal(repr(float(value))).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP):f}"
 
 
+def _signed(text: str) -> str:
+    """A formatted number with its sign always shown: +20.0, -30.8."""
+    return text if text.startswith("-") else f"+{text}"
+
+
 def fmt_us(value: Optional[float]) -> str:
     """A time in us to 3 significant digits, halves rounded up, without exponent notation (1234.5 -> 1235)."""
     if value is None:
@@ -53,8 +58,7 @@ def fmt_pct(value: Optional[float]) -> str:
     """A signed percentage, 1 decimal: +20.0%, -30.8%."""
     if value is None:
         return "-"
-    text = _fixed(value, 1)
-    return f"{text}%" if text.startswith("-") else f"+{text}%"
+    return f"{_signed(_fixed(value, 1))}%"
 
 
 def fmt_plain_pct(value: Optional[float]) -> str:
@@ -87,8 +91,7 @@ def fmt_kib(cell: Optional[dict]) -> str:
     text = _fixed(value / KIB, 1)
     if base is None:
         return text
-    change = _fixed((value - base) / KIB, 1)
-    return f"{text} ({change})" if change.startswith("-") else f"{text} (+{change})"
+    return f"{text} ({_signed(_fixed((value - base) / KIB, 1))})"
 
 
 def fmt_seconds(value: Optional[float]) -> str:

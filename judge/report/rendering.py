@@ -45,6 +45,11 @@ def render_leaderboard(ledger: Ledger, out_dir: Path) -> Path:
                   _environment().get_template("leaderboard.md.j2").render(view=view, charts=drawn))
 
 
+def write_template(template: str, path: Path, **context) -> Path:
+    """Render one of judge's templates into `path` (the brief uses this too)."""
+    return _write(path, _environment().get_template(template).render(**context))
+
+
 def _write(path: Path, text: str) -> Path:
     """Write the Markdown with at most one blank line in a row (template blocks leave extra ones)."""
     path.parent.mkdir(parents=True, exist_ok=True)
