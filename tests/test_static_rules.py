@@ -194,3 +194,27 @@ def test_the_gpu_targets_declare_their_rules():
     assert evaluate(nvfp4.rules["expect-tx-bytes"]["bytes"], {"mma_tiler_mnk": [128, 128, 256]}) == 36864
     assert evaluate(nvfp4.rules["expect-tx-bytes"]["bytes"], {"mma_tiler_mnk": [128, 256, 256]}) == 55296
     assert evaluate(fp8.rules["expect-tx-bytes"]["bytes"], {"tile_mnk": [128, 128, 128]}) == 32768
+
+
+def test_a_kernel_cannot_write_outside_its_workspace_from_the_layout_checks_child(tmp_path):
+    """The layout checks import contestant code: its child is confined like every runner's."""
+    from judge.stages import StageResult
+    from judge.static_check import run_static
+
+    target_dir = tmp_path / "vecadd_cpu"
+    shutil.copytree(ROOT / "kernels" / "vecadd_cpu", target_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    (target_dir / "layout_checks.py").write_text(
+        "def check_imports(kernel, reference, rng):\n    return 'the kernel imports'\n\nCHECKS = [check_imports]\n")
+    toml = target_dir / "judge.toml"
+    toml.write_text(toml.read_text() + '\n[static]\nlayout_checks = "layout_checks.py"\n')
+    target = load_target(target_dir)
+    outside = tmp_path / "ledger.db"
+    hostile = f"open({str(outside)!r}, 'w').write('forged')\n" + target.kernel_source()
+    workspace = target.assemble(tmp_path / "work" / "hostile", hostile)
+    result = run_static(target, workspace, StageResult("compile", "passed", "imported", 0.1, {"configs": []}))
+    assert not outside.exists()
+    assert result.status == "failed"
+    assert result.summary.startswith("layout check (import): the kernel does not import: PermissionError: ")
+    honest = run_static(target, target.assemble(tmp_path / "work" / "honest", target.kernel_source()),
+                        StageResult("compile", "passed", "imported", 0.1, {"configs": []}))
+    assert (honest.status, honest.summary) == ("passed", "1 layout check passed")
