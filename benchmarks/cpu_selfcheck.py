@@ -50,7 +50,7 @@ def main() -> None:
             timing = Stages().evaluate(evaluator, workspace, None)[-1]
             if not timing.passed:
                 raise SystemExit(f"self-{run + 1}: timing {timing.status}: {timing.summary}")
-            detail = timing.detail
+            detail = timing.detail.to_json()
             low, high = detail["geomean_ci"]
             cells = [f"{b['speedup']:.3f}x" for b in detail["benchmarks"]]
             print(f"| self-{run + 1} | {detail['geomean']:.3f}x [{low:.3f}, {high:.3f}] | " + " | ".join(cells) + " |",

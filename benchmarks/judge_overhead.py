@@ -45,9 +45,9 @@ def one_round(target, work: Path, candidates: int, warm: bool, budget_s: float |
             worker.close()
             if not timing.passed:
                 raise SystemExit(f"candidate {n}: timing {timing.status}: {timing.summary}")
-            start = result.detail.get("runner_start_s")
+            start = result.detail.to_json().get("runner_start_s")
             rows.append({"start": start, "check": t1 - t0, "timing": t2 - t1,
-                         "measuring": timing.detail["measuring_s"], "total": t2 - t0})
+                         "measuring": timing.detail.to_json()["measuring_s"], "total": t2 - t0})
     return rows
 
 

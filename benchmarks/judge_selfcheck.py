@@ -86,7 +86,7 @@ def main() -> None:
 
     # A first self-comparison, outside the round, gives the kernel's times for calibrating the delays.
     _, calib = evaluate(evaluator, work, "calibration", delayed_source(0), args.budget_s)
-    times = [b["base_median_us"] for b in calib.detail["benchmarks"]]
+    times = [b["base_median_us"] for b in calib.detail.to_json()["benchmarks"]]
     # A fixed spin of d us slows benchmark i by d / t_i; the geomean slows by about mean(d / t_i).
     inv = sum(1 / t for t in times) / len(times)
 
@@ -102,7 +102,7 @@ def main() -> None:
     for name, fraction, source in candidates:
         check, timing = evaluate(evaluator, work, name, source, args.budget_s)
         child_s += check.seconds + timing.seconds
-        measuring_s += timing.detail["measuring_s"]
+        measuring_s += timing.detail.to_json()["measuring_s"]
         rows.append((name, fraction, check, timing))
     round_wall = time.monotonic() - round_start
     for fraction in LADDER_FRACTIONS:
@@ -111,13 +111,13 @@ def main() -> None:
         rows.append((name, fraction, check, timing))
     evaluator.close()
 
-    device_after = rows[-1][3].detail["device_after"]
+    device_after = rows[-1][3].detail.to_json()["device_after"]
     print(f"# judge self-check, {date.today().isoformat()}")
     print(f"device: {facts.name}, {facts.sm_count} SMs, {facts.arch}, L2 {facts.l2_mb} MB, driver {facts.driver}, "
           f"CUDA {facts.cuda}, torch {facts.torch}, CuTe DSL {facts.cutedsl}")
-    print(f"clocks: SM {(calib.detail['device'] or {}).get('sm_clock_mhz')} MHz before the first timing, "
+    print(f"clocks: SM {(calib.detail.to_json()['device'] or {}).get('sm_clock_mhz')} MHz before the first timing, "
           f"{device_after['sm_clock_mhz']} MHz after the last; spin rate {rate:.0f} cycles/us")
-    print(f"fixture: vecadd float32, benchmarks {', '.join(b['label'] for b in calib.detail['benchmarks'])}; "
+    print(f"fixture: vecadd float32, benchmarks {', '.join(b['label'] for b in calib.detail.to_json()['benchmarks'])}; "
           f"base times {', '.join(f'{t:.1f}' for t in times)} us")
     print()
     print("## 1. Cost of a round (8 candidates x 4 benchmarks, correctness + timing)")
@@ -130,7 +130,7 @@ def main() -> None:
           "| wall-clock excess us (gpu clock) |")
     print("|---|---|---|---|---|---|---|---|")
     for name, fraction, _, timing in rows:
-        d = timing.detail
+        d = timing.detail.to_json()
         low, high = d["geomean_ci"]
         reps = "/".join(str(b["reps"]) for b in d["benchmarks"])
         excess = "/".join(f"{b['audit']['wall_excess_us'].get('gpu call', 0):.1f}" for b in d["benchmarks"])
@@ -138,12 +138,12 @@ def main() -> None:
         intended = "1.0000" if fraction == 0 else f"{1 / (1 + fraction):.4f}"
         print(f"| {name} | {intended} | {d['geomean']:.4f} | [{low:.4f}, {high:.4f}] | "
               f"{'yes' if d['significant'] else 'no'} | {reps} | {stopped} | {excess} |")
-    selfs = [r[3].detail for r in rows if r[1] == 0]
+    selfs = [r[3].detail.to_json() for r in rows if r[1] == 0]
     worst = max(abs(d["geomean"] - 1) for d in selfs)
     contain = sum(d["geomean_ci"][0] <= 1 <= d["geomean_ci"][1] for d in selfs)
     slower = [r for r in rows if r[1] > 0]
-    flagged = [(r[1], r[3].detail["geomean"]) for r in slower if r[3].detail["geomean_ci"][1] < 1]
-    missed = [r[1] for r in slower if r[3].detail["geomean_ci"][1] >= 1]
+    flagged = [(r[1], r[3].detail.to_json()["geomean"]) for r in slower if r[3].detail.to_json()["geomean_ci"][1] < 1]
+    missed = [r[1] for r in slower if r[3].detail.to_json()["geomean_ci"][1] >= 1]
     print()
     print(f"self: worst |geomean - 1| = {worst:.2%} (goal < 0.5%); intervals containing 1.0: {contain} of {len(selfs)}")
     if flagged:
@@ -155,9 +155,9 @@ def main() -> None:
         args.json.write_text(json.dumps({
             "device": facts.to_dict(), "spin_cycles_per_us": rate, "round_wall_s": round_wall,
             "round_child_s": child_s, "round_measuring_s": measuring_s,
-            "calibration": calib.detail,
+            "calibration": calib.detail.to_json(),
             "rows": [{"name": n, "fraction": f, "correctness_s": c.seconds, "timing_s": t.seconds,
-                      "timing": t.detail} for n, f, c, t in rows],
+                      "timing": t.detail.to_json()} for n, f, c, t in rows],
         }))
 
 

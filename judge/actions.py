@@ -217,7 +217,7 @@ def show_proposal(ledger: Ledger, proposal_id: str) -> dict:
                     "reason": e["reason"],
                     "geomean_speedup": e["geomean_speedup"],
                     "geomean_ci": [e["geomean_ci_low"], e["geomean_ci_high"]] if e["geomean_ci_low"] is not None else None,
-                    "stages": [asdict(s) for s in ledger.stage_results(e["id"])],
+                    "stages": [s.to_dict() for s in ledger.stage_results(e["id"])],
                     "benchmarks": ledger.benchmark_results(e["id"]),
                     "finished_at": e["finished_at"],
                 }

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .devices import gate
 from .evaluation import Case, Evaluator, fresh
+from .stage_details import CheckDetail, CheckedCase
 from .stages import StageResult, not_run
 from .targets import Target, spec_label
 from .worker import CommandFailed, Worker, WorkerError, time_left
@@ -52,24 +53,23 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
     except WorkerError as error:
         if worker is not None:
             worker.close()
-        detail = {"error": error.message}
         return StageResult(STAGE, error.status, f"{error.status}: {error.message}", time.monotonic() - started,
-                           detail, error.log_tail), None
+                           CheckDetail(error=error.message), error.log_tail), None
     except CommandFailed as error:
         worker.close()
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
-                           {"error": error.error}, error.log_tail), None
+                           CheckDetail(error=error.error), error.log_tail), None
     seconds = time.monotonic() - started
-    detail = {"cases": cases, "tolerance": _tolerance(target), "check_implementation": None,
-              "confinement": confinement, "secret_seeds": True, "runner_start_s": runner_start_s,
-              "distributions": [d.name for d in target.distributions]}
-    detail["check_implementation"] = any("check_implementation" in c for c in cases)
+    detail = CheckDetail(cases=cases, tolerance=_tolerance(target),
+                         check_implementation=any(c.check_implementation is not None for c in cases),
+                         confinement=confinement, secret_seeds=True, runner_start_s=runner_start_s,
+                         distributions=[d.name for d in target.distributions])
     tail = worker.log_tail()
     if changes:
         worker.close()
-        detail["tampered"] = changes
+        detail = detail.updated(tampered=changes)
         return StageResult(STAGE, "tampered", f"tampered: {'; '.join(changes)}", seconds, detail, tail), None
-    failed = [c for c in cases if not c["passed"]]
+    failed = [c for c in cases if not c.passed]
     if failed:
         worker.close()
         summary = f"{len(failed)} of {len(cases)} checks failed; first: {describe_failure(failed[0])}"
@@ -78,36 +78,36 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
                        seconds, detail, tail), worker
 
 
-def _run_case(evaluator: Evaluator, worker: Worker, workspace: Path, case: Case, deadline: float) -> dict:
+def _run_case(evaluator: Evaluator, worker: Worker, workspace: Path, case: Case, deadline: float) -> CheckedCase:
     plan = evaluator.plan(case)
     dump = workspace / ".judge" / "output.pt"
     dump.unlink(missing_ok=True)
-    entry = {"kind": case.kind, "test": case.index, "label": spec_label(case.spec), "call": case.call,
-             "seed": case.spec.get("seed"), "distribution": case.distribution}
+    entry = CheckedCase(kind=case.kind, test=case.index, label=spec_label(case.spec), call=case.call,
+                        seed=case.spec.get("seed"), distribution=case.distribution)
     try:
         ran = worker.call("case", time_left(deadline), spec=case.spec, distribution=case.distribution,
                           slots=plan["slots"], dump=str(dump)).value
     except CommandFailed as error:
         raise CommandFailed(f"{error.error} ({_where(entry)})", error.log_tail) from None
-    entry.update(poisoned=ran["poisoned"], kernel_s=ran["kernel_s"])
+    entry = entry.updated(poisoned=ran["poisoned"], kernel_s=ran["kernel_s"])
     if ran["problem"]:
-        return {**entry, "passed": False, "reason": ran["problem"]}
+        return entry.updated(passed=False, reason=ran["problem"])
     verdict = evaluator.ask("verify", spec=case.spec, distribution=case.distribution, dump=str(dump))
     dump.unlink(missing_ok=True)
-    return {**entry, **verdict}
+    return entry.updated(**verdict)  # the oracle's verdict: passed, reason, outputs[, check_implementation]
 
 
-def describe_failure(case: dict) -> str:
-    return f"{_where(case)}: {case['reason']}"
+def describe_failure(case: CheckedCase) -> str:
+    return f"{_where(case)}: {case.reason}"
 
 
-def _where(case: dict) -> str:
-    if case.get("kind") == "benchmark":
-        where = f"benchmark {case['test']} ({case['label']})"
+def _where(case: CheckedCase) -> str:
+    if case.kind == "benchmark":
+        where = f"benchmark {case.test} ({case.label})"
     else:
-        where = f"test {case['test']} ({case['label']}), {'first' if case['call'] == 1 else 'second'} call"
-    seed = f"seed {case['seed']}" if case.get("seed") is not None else "fixed inputs"
-    distribution = f", {case['distribution']} inputs" if case.get("distribution", "default") != "default" else ""
+        where = f"test {case.test} ({case.label}), {'first' if case.call == 1 else 'second'} call"
+    seed = f"seed {case.seed}" if case.seed is not None else "fixed inputs"
+    distribution = f", {case.distribution} inputs" if case.distribution not in (None, "default") else ""
     return f"{where} ({seed}{distribution})"
 
 

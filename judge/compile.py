@@ -24,6 +24,7 @@ from .compile_cache import CompileCache, cache_key, default_signature, distinct_
 from .errors import JudgeError
 from .confine import Policy
 from .isolation import run_isolated
+from .stage_details import CompileDetail, CompiledConfig, CompileError, KernelResources
 from .stages import StageResult
 from .targets import Target
 from .tracebacks import describe_error
@@ -77,8 +78,8 @@ def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: 
     if isinstance(result, StageResult):
         return result
     configs, log_tail = result
-    if all(c["ok"] for c in configs):
-        cache.write_index(index_key, [{k: c[k] for k in ("signature", "benchmarks", "key")} for c in configs])
+    if all(c.ok for c in configs):
+        cache.write_index(index_key, [{"signature": c.signature, "benchmarks": c.benchmarks, "key": c.key} for c in configs])
     return _verdict(target, configs, time.monotonic() - start, dsl_version, log_tail)
 
 
@@ -147,80 +148,67 @@ def _compile_in_child(target: Target, workspace: Path, specs: list[dict], key_pa
             return _child_failed(target, outcome, progress, cache, scratch, seconds, limit, dsl_version)
         value = outcome.value
         if value.get("import_error"):
-            error = value["import_error"]
-            return StageResult(STAGE, "failed", error["line"], seconds,
-                               {"arch": target.arch, "dsl_version": dsl_version, "error": error, "configs": []},
+            error = CompileError.from_json(value["import_error"])
+            return StageResult(STAGE, "failed", error.line, seconds,
+                               CompileDetail(arch=target.arch, dsl_version=dsl_version, error=error, configs=[]),
                                outcome.log_tail)
         configs = [_finish_config(target, c, cache, scratch) for c in value["configs"]]
     return configs, outcome.log_tail
 
 
-def _finish_config(target: Target, config: dict[str, Any], cache: CompileCache, scratch: Path) -> dict[str, Any]:
+def _finish_config(target: Target, config: dict[str, Any], cache: CompileCache, scratch: Path) -> CompiledConfig:
     """One config from the child: read resources from its artifacts and cache them, or describe its error."""
     if config.get("cached"):
         return _from_cache(cache, config)
-    out = {
-        "signature": config["signature"],
-        "benchmarks": config["benchmarks"],
-        "key": config["key"],
-        "ok": config["ok"],
-        "cached": False,
-        "seconds": config["seconds"],
-        "error": config.get("error"),
-    }
+    error = config.get("error")
+    out = CompiledConfig(signature=config["signature"], benchmarks=config["benchmarks"], key=config["key"],
+                         ok=config["ok"], cached=False, seconds=config["seconds"],
+                         error=CompileError.from_json(error) if error is not None else None)
     if not config["ok"]:
         return out
     ptx_paths = [scratch / p for p in config["ptx"]]
     cubin_paths = [scratch / p for p in config["cubin"]]
-    out["ptx_bytes"] = sum(p.stat().st_size for p in ptx_paths) if ptx_paths else None
-    out["cubin_bytes"] = sum(p.stat().st_size for p in cubin_paths) if cubin_paths else None
     if ptx_paths:
         analysis = resources.analyse(ptx_paths, cubin_paths, target.arch, config["launches"])
     else:
         analysis = {"kernels": [], "notes": [config.get("no_artifacts") or "no PTX kept: resources unknown"]}
-    out["kernels"] = analysis["kernels"]
-    out["notes"] = analysis["notes"]
-    out["tools"] = resources.tool_versions()
+    meta = {  # the cache entry: what a later hit needs to give the same config back
+        "signature": config["signature"],
+        "seconds": config["seconds"],
+        "ptx_bytes": sum(p.stat().st_size for p in ptx_paths) if ptx_paths else None,
+        "cubin_bytes": sum(p.stat().st_size for p in cubin_paths) if cubin_paths else None,
+        "kernels": analysis["kernels"],
+        "notes": analysis["notes"],
+        "tools": resources.tool_versions(),
+        "arch": target.arch,
+    }
     files = {f"kernel{'' if i == 0 else i}.ptx": p for i, p in enumerate(ptx_paths)}
     files.update({f"kernel{'' if i == 0 else i}.cubin": p for i, p in enumerate(cubin_paths)})
-    meta = {k: out[k] for k in ("signature", "seconds", "ptx_bytes", "cubin_bytes", "kernels", "notes", "tools")}
-    meta["arch"] = target.arch
-    out["files"] = cache.put(config["key"], meta, files)
-    return out
+    return out.updated(files=cache.put(config["key"], meta, files), **_resources(meta))
 
 
-def _from_cache(cache: CompileCache, config: dict[str, Any]) -> dict[str, Any]:
+def _from_cache(cache: CompileCache, config: dict[str, Any]) -> CompiledConfig:
     meta = cache.get(config["key"])
-    return {
-        "signature": config["signature"],
-        "benchmarks": config["benchmarks"],
-        "key": config["key"],
-        "ok": True,
-        "cached": True,
-        "seconds": meta["seconds"],
-        "error": None,
-        "ptx_bytes": meta["ptx_bytes"],
-        "cubin_bytes": meta["cubin_bytes"],
-        "kernels": meta["kernels"],
-        "notes": meta["notes"],
-        "tools": meta["tools"],
-        "files": meta["files"],
-    }
+    return CompiledConfig(signature=config["signature"], benchmarks=config["benchmarks"], key=config["key"],
+                          ok=True, cached=True, seconds=meta["seconds"], error=None, files=meta["files"],
+                          **_resources(meta))
 
 
-def _verdict(target: Target, configs: list[dict], seconds: float, dsl_version: str, log_tail: str) -> StageResult:
-    detail = {
-        "arch": target.arch,
-        "gpu": resources.arch_table(target.arch),
-        "occupancy_model": resources.OCCUPANCY_MODEL,
-        "dsl_version": dsl_version,
-        "entry": target.compile_entry,
-        "configs": configs,
-    }
-    failed = [c for c in configs if not c["ok"]]
+def _resources(meta: dict[str, Any]) -> dict[str, Any]:
+    """A config's resources as its cache entry keeps them (judge/resources.py's dicts), typed."""
+    return {"ptx_bytes": meta["ptx_bytes"], "cubin_bytes": meta["cubin_bytes"], "notes": meta["notes"],
+            "tools": meta["tools"], "kernels": [KernelResources.from_json(k) for k in meta["kernels"]]}
+
+
+def _verdict(target: Target, configs: list[CompiledConfig], seconds: float, dsl_version: str,
+             log_tail: str) -> StageResult:
+    detail = CompileDetail(arch=target.arch, gpu=resources.arch_table(target.arch),
+                           occupancy_model=resources.OCCUPANCY_MODEL, dsl_version=dsl_version,
+                           entry=target.compile_entry, configs=configs)
+    failed = [c for c in configs if not c.ok]
     if failed:
-        first = failed[0]["error"]["line"]
-        if len(configs) > 1 and (len(failed) < len(configs) or len({c["error"]["line"] for c in failed}) > 1):
+        first = failed[0].error.line
+        if len(configs) > 1 and (len(failed) < len(configs) or len({c.error.line for c in failed}) > 1):
             summary = f"{len(failed)} of {len(configs)} configs failed; first: {first}"
         else:
             summary = first
@@ -228,31 +216,31 @@ def _verdict(target: Target, configs: list[dict], seconds: float, dsl_version: s
     return StageResult(STAGE, "passed", summarize(target.arch, configs), seconds, detail, log_tail)
 
 
-def summarize(arch: str, configs: list[dict]) -> str:
+def summarize(arch: str, configs: list[CompiledConfig]) -> str:
     """"compiled 4/4 configs for sm_100a: 168 regs, 0 B spills, 99.3 KiB smem, 1 CTA/SM (smem)", worst case first."""
     n = len(configs)
     head = f"compiled {n}/{n} config{'s' if n != 1 else ''} for {arch}"
-    cached = sum(1 for c in configs if c["cached"])
+    cached = sum(1 for c in configs if c.cached)
     tail = f" ({cached} cached)" if cached else ""
-    kernels = [k for c in configs for k in c.get("kernels", [])]
+    kernels = [k for c in configs for k in c.kernels]
     if not kernels:
         return head + tail + ": resources unknown (no PTX kept)"
     parts = []
-    regs = [k["registers"] for k in kernels if k["registers"] is not None]
+    regs = [k.registers for k in kernels if k.registers is not None]
     if regs:
         parts.append(f"{max(regs)} regs")
-    spills = [k["spill_stores"] + k["spill_loads"] for k in kernels if k["spill_stores"] is not None]
+    spills = [k.spill_stores + k.spill_loads for k in kernels if k.spill_stores is not None]
     if spills:
         parts.append(f"{max(spills)} B spills")
-    smem = [k["smem_total"] for k in kernels if k["smem_total"] is not None]
+    smem = [k.smem_total for k in kernels if k.smem_total is not None]
     if smem:
         parts.append(f"{max(smem) / 1024:.1f} KiB smem")
-    elif any(k["smem_static"] is not None for k in kernels):
+    elif any(k.smem_static is not None for k in kernels):
         parts.append("dynamic smem unknown")
-    occupancies = [k["occupancy"] for k in kernels if k["occupancy"]]
+    occupancies = [k.occupancy for k in kernels if k.occupancy]
     if occupancies:
-        worst = min(occupancies, key=lambda o: o["ctas_per_sm"])
-        parts.append(f"{worst['ctas_per_sm']} CTA/SM ({worst['limited_by']})")
+        worst = min(occupancies, key=lambda o: o.ctas_per_sm)
+        parts.append(f"{worst.ctas_per_sm} CTA/SM ({worst.limited_by})")
     return head + ": " + ", ".join(parts) + tail
 
 
@@ -269,16 +257,9 @@ def _child_failed(target, outcome, progress, cache, scratch, seconds, limit, dsl
         summary = f"timed out after {limit:g} s{where}"
     else:
         summary = f"crashed: {outcome.error}{where}"
-    detail = {
-        "arch": target.arch,
-        "gpu": resources.arch_table(target.arch),
-        "dsl_version": dsl_version,
-        "entry": target.compile_entry,
-        "error": outcome.error,
-        "exit_code": outcome.exit_code,
-        "compiling": current,
-        "configs": done,
-    }
+    detail = CompileDetail(arch=target.arch, gpu=resources.arch_table(target.arch), dsl_version=dsl_version,
+                           entry=target.compile_entry, error=outcome.error, exit_code=outcome.exit_code,
+                           compiling=current, configs=done)
     return StageResult(STAGE, outcome.status, summary, seconds, detail, outcome.log_tail)
 
 
@@ -310,16 +291,16 @@ def _import_only(target: Target, workspace: Path, limit: float) -> StageResult:
         timeout_s=limit, cwd=workspace, env=env, log_path=workspace / "compile.log",
         policy=Policy(writable=[workspace], readable=[]),
     )
-    detail: dict[str, Any] = {"arch": target.arch, "entry": None, "configs": []}
+    detail = CompileDetail(arch=target.arch, entry=None, configs=[])
     if outcome.status == "timed-out":
         return StageResult(STAGE, "timed-out", f"timed out after {limit:g} s importing {target.kernel_file}",
-                           outcome.seconds, {**detail, "error": outcome.error}, outcome.log_tail)
+                           outcome.seconds, detail.updated(error=outcome.error), outcome.log_tail)
     if outcome.status == "crashed":
         return StageResult(STAGE, "crashed", f"crashed: {outcome.error} importing {target.kernel_file}",
-                           outcome.seconds, {**detail, "error": outcome.error}, outcome.log_tail)
+                           outcome.seconds, detail.updated(error=outcome.error), outcome.log_tail)
     if outcome.value.get("import_error"):
-        error = outcome.value["import_error"]
-        return StageResult(STAGE, "failed", error["line"], outcome.seconds, {**detail, "error": error}, outcome.log_tail)
+        error = CompileError.from_json(outcome.value["import_error"])
+        return StageResult(STAGE, "failed", error.line, outcome.seconds, detail.updated(error=error), outcome.log_tail)
     summary = f"imported {target.kernel_file}; no compile hook: the kernel compiles at its first call"
     return StageResult(STAGE, "passed", summary, outcome.seconds, detail, outcome.log_tail)
 

@@ -20,6 +20,7 @@ from .evaluation import fresh
 from .ledger import Ledger, now, sha256
 from .patching import apply_patch, check_paths, parse_patch
 from .records import Outcome, Proposal
+from .stage_details import CheckDetail, ScreenDetail, TimingDetail
 from .stages import StageResult, not_run
 from .targets import Target, find_target
 from .verdicts import MIN_EFFECT, decide
@@ -220,11 +221,14 @@ class RoundRun:
 
     def _count(self, stages: list[StageResult]) -> None:
         for stage in stages:
-            self.spent[stage.stage] = self.spent.get(stage.stage, 0.0) + stage.seconds
-            inner = {"correctness": "runner_start_s", "timing": "measuring_s"}.get(stage.stage)
-            if inner and stage.detail.get(inner) is not None:
-                key = {"runner_start_s": "runner starts", "measuring_s": "measuring"}[inner]
-                self.spent[key] = self.spent.get(key, 0.0) + stage.detail[inner]
+            parts = [(stage.stage, stage.seconds)]
+            if isinstance(stage.detail, CheckDetail):
+                parts.append(("runner starts", stage.detail.runner_start_s))
+            elif isinstance(stage.detail, TimingDetail):
+                parts.append(("measuring", stage.detail.measuring_s))
+            for key, seconds in parts:
+                if seconds is not None:
+                    self.spent[key] = self.spent.get(key, 0.0) + seconds
 
     def open_session(self):
         """The trusted state of the kernel-running stages, opened at the first one that runs here."""
@@ -361,7 +365,7 @@ def screen_stage(base_source: str, source: str, patch: str) -> StageResult:
     else:
         rules = sorted({f.rule for f in flags})
         summary = f"{len(flags)} flag{'s' if len(flags) != 1 else ''} for the sharks: {', '.join(rules)}"
-    return StageResult("screen", "passed", summary, time.monotonic() - t0, {"flags": [f.to_dict() for f in flags]})
+    return StageResult("screen", "passed", summary, time.monotonic() - t0, ScreenDetail(flags=flags))
 
 
 def _evaluate_base(run: RoundRun) -> None:

@@ -15,10 +15,11 @@ import ast
 import builtins
 import difflib
 from collections import Counter
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 
 from .patching import HUNK_HEADER, parse_patch
 from .screening_rules import _CONTAINERS, _FUNCS, RuleVisits, _const_str, _lines, _Scope
+from .stage_details import Flag  # a flag is a part of the screen stage's detail
 
 RULES: dict[str, str] = {
     "monkeypatch": "writes an attribute of an imported module or object (torch, time, builtins, reference, ...) or code objects",
@@ -37,21 +38,6 @@ RULES: dict[str, str] = {
     "dynamic-code": "runs code made at run time: exec, eval, compile, import_module, unpickling, decoded blobs, native builds",
     "unparsable": "the patched file does not parse",
 }
-
-
-@dataclass(frozen=True)
-class Flag:
-    rule: str
-    line: int
-    text: str
-    why: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Flag":
-        return cls(rule=d["rule"], line=int(d["line"]), text=d["text"], why=d["why"])
 
 
 class _Screen(RuleVisits):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from .stage_details import Detail, detail_type
 
 STATUSES = ("passed", "failed", "crashed", "timed-out", "tampered", "not-run")
 STAGES = ("patch", "screen", "compile", "static", "correctness", "timing")
@@ -11,25 +13,33 @@ STAGES = ("patch", "screen", "compile", "static", "correctness", "timing")
 
 @dataclass
 class StageResult:
-    """What one stage did to one candidate: a status, a one-line summary, and JSON detail for the ledger."""
+    """What one stage did to one candidate: a status, a one-line summary, and its typed detail for the ledger
+    (judge/stage_details.py: one type per stage; None stands for that type with nothing recorded)."""
 
     stage: str
     status: str
     summary: str
     seconds: float = 0.0
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: Detail | None = None
     log_tail: str = ""
 
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"stage status must be one of {STATUSES}, got {self.status!r}")
+        kind = detail_type(self.stage)
+        if self.detail is None:
+            self.detail = kind.from_json({})
+        elif not isinstance(self.detail, kind):
+            raise TypeError(f"a {self.stage} stage's detail is a {kind.__name__}, got {type(self.detail).__name__}")
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As `judge show --json` prints it: the detail as the ledger stores it."""
+        return {"stage": self.stage, "status": self.status, "summary": self.summary, "seconds": self.seconds,
+                "detail": self.detail.to_json(), "log_tail": self.log_tail}
 
 
 def not_run(stage: str, reason: str) -> StageResult:

@@ -18,8 +18,9 @@ from typing import Any
 from .confine import Policy
 from .evaluation import fresh
 from .isolation import run_isolated
+from .stage_details import CompiledConfig, LayoutCheck, RuleResult, StaticConfig, StaticDetail
 from .stages import StageResult
-from .static_rules import RULES, Code, RuleResult, knobs_text
+from .static_rules import RULES, Code, knobs_text
 from .targets import Target
 
 STAGE = "static"
@@ -31,26 +32,26 @@ def run_static(target: Target, workspace: Path, compile_stage: StageResult) -> S
     spec = target.static
     workspace = Path(workspace).resolve()  # the layout checks' child runs elsewhere: its paths must be absolute
     start = time.monotonic()
-    configs = [_config_rules(target, config) for config in compile_stage.detail.get("configs", [])]
+    configs = [_config_rules(target, config) for config in compile_stage.detail.configs]
     if spec.rules and not configs:
-        configs = [{"signature": None, "rules": [RuleResult(
-            "compile", False, "no compiled config to read: the target's rules need a compile hook").to_dict()]}]
-    checks: list[dict[str, Any]] = []
+        configs = [StaticConfig(signature=None, rules=[RuleResult(
+            "compile", False, "no compiled config to read: the target's rules need a compile hook")])]
+    checks: list[LayoutCheck] = []
     log_tail = ""
     if spec.layout_checks:
         checks, log_tail = run_layout_checks(target, workspace)
     seconds = time.monotonic() - start
-    detail = {"rules": sorted(spec.rules), "configs": configs, "layout_checks": checks,
-              "layout_checks_file": spec.layout_checks}
-    failures = [(c, r) for c in configs for r in c["rules"] if not r["passed"]]
+    detail = StaticDetail(rules=sorted(spec.rules), configs=configs, layout_checks=checks,
+                          layout_checks_file=spec.layout_checks)
+    failures = [(c, r) for c in configs for r in c.rules if not r.passed]
     if failures:
         config, result = failures[0]
-        where = f" (config {_short(config['signature'])})" if len(configs) > 1 else ""
-        return StageResult(STAGE, "failed", f"{result['rule']}: {result['message']}{where}", seconds, detail)
-    failed = [c for c in checks if c["status"] != "passed"]
+        where = f" (config {_short(config.signature)})" if len(configs) > 1 else ""
+        return StageResult(STAGE, "failed", f"{result.rule}: {result.message}{where}", seconds, detail)
+    failed = [c for c in checks if c.status != "passed"]
     if failed:
         first = failed[0]
-        return StageResult(STAGE, "failed", f"layout check {first['name']}: {first['message']}", seconds, detail,
+        return StageResult(STAGE, "failed", f"layout check {first.name}: {first.message}", seconds, detail,
                            log_tail)
     return StageResult(STAGE, "passed", summary(len(spec.rules), len(configs), len(checks)), seconds, detail, log_tail)
 
@@ -64,10 +65,10 @@ def summary(rules: int, configs: int, checks: int) -> str:
     return f"{' and '.join(parts) or 'nothing declared'} passed"
 
 
-def _config_rules(target: Target, config: dict[str, Any]) -> dict[str, Any]:
+def _config_rules(target: Target, config: CompiledConfig) -> StaticConfig:
     """Every declared rule on one config's PTX files (a cached config reads its files from the cache)."""
-    signature = config.get("signature") or {}
-    ptx_files = [Path(path) for name, path in sorted((config.get("files") or {}).items()) if name.endswith(".ptx")]
+    signature = config.signature or {}
+    ptx_files = [Path(path) for name, path in sorted((config.files or {}).items()) if name.endswith(".ptx")]
     results: list[RuleResult] = []
     if not ptx_files:
         results.append(RuleResult("compile", False, "no PTX kept for this config: the target's rules cannot run"))
@@ -75,10 +76,10 @@ def _config_rules(target: Target, config: dict[str, Any]) -> dict[str, Any]:
         code = Code.read(path, target.arch)
         for name, params in target.static.rules.items():
             results.append(RULES[name](code, params, signature))
-    return {"signature": signature, "rules": [r.to_dict() for r in results]}
+    return StaticConfig(signature=signature, rules=results)
 
 
-def run_layout_checks(target: Target, workspace: Path) -> tuple[list[dict[str, Any]], str]:
+def run_layout_checks(target: Target, workspace: Path) -> tuple[list[LayoutCheck], str]:
     """The target's layout checks in a confined child that imports the candidate's kernel (contestant code)."""
     workspace = Path(workspace).resolve()
     checks_path = (target.path / target.static.layout_checks).resolve()
@@ -95,9 +96,10 @@ def run_layout_checks(target: Target, workspace: Path) -> tuple[list[dict[str, A
     )
     if outcome.status != "ok":
         ending = "ran past the compile limit" if outcome.status == "timed-out" else outcome.error
-        return [{"name": "(all)", "status": "error", "message": f"the layout checks' process {ending}",
-                 "seconds": round(outcome.seconds, 3)}], outcome.log_tail
-    return outcome.value, outcome.log_tail
+        return [LayoutCheck(name="(all)", status="error", message=f"the layout checks' process {ending}",
+                            seconds=round(outcome.seconds, 3))], outcome.log_tail
+    # The child imported contestant code: its answer is read as JSON, like any other stored detail.
+    return [LayoutCheck.from_json(c) for c in outcome.value], outcome.log_tail
 
 
 def _short(signature: Any, limit: int = 80) -> str:

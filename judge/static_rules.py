@@ -21,17 +21,7 @@ from typing import Any, Callable
 
 from . import resources
 from .ptx import Function, Instruction, parse
-
-
-@dataclass
-class RuleResult:
-    rule: str
-    passed: bool
-    message: str  # what failed and where, or what was checked
-    line: int | None = None  # the PTX line of the failure
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "passed": self.passed, "message": self.message, "line": self.line}
+from .stage_details import RuleResult  # what a rule returns is a part of the static stage's detail
 
 
 @dataclass

@@ -28,6 +28,7 @@ from . import stats
 from .devices import gate
 from .evaluation import Case, Evaluator, derive, fresh, with_seed
 from .runner import spin_for
+from .stage_details import ABSENT, TimedBenchmark, TimingDetail
 from .stages import StageResult, not_run
 from .targets import Target
 from .tensors import projection_failure
@@ -121,15 +122,16 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
     seconds = time.monotonic() - started
     detail = summarise(benchmarks, target, cand.hello.get("confinement"))
     after = None if target.on_cpu else ev.ask("facts")
-    detail["device"] = facts
-    detail["device_after"] = {k: after.get(k) for k in ("sm_clock_mhz", "mem_clock_mhz", "temperature_c")} if after else None
+    detail = detail.updated(device=facts, device_after={k: after.get(k) for k in (
+        "sm_clock_mhz", "mem_clock_mhz", "temperature_c")} if after else None)
     if failure:
         return StageResult(STAGE, "failed", failure, seconds, detail, cand.log_tail())
-    reasons = audit + detail.pop("audit_reasons")
+    reasons = audit + detail.audit_reasons
     if reasons:
-        detail["tampered"] = reasons
+        detail = detail.updated(audit_reasons=ABSENT, tampered=reasons)
         return StageResult(STAGE, "tampered", f"tampered: {'; '.join(reasons)}", seconds, detail, cand.log_tail())
-    return StageResult(STAGE, "passed", detail.pop("summary"), seconds, detail, cand.log_tail())
+    return StageResult(STAGE, "passed", detail.summary, seconds, detail.updated(audit_reasons=ABSENT, summary=ABSENT),
+                       cand.log_tail())
 
 
 class _Session:
@@ -227,9 +229,9 @@ class _Session:
                 "sets": sets, "measuring_s": round(time.monotonic() - start, 3)}
 
 
-def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) -> dict[str, Any]:
+def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) -> TimingDetail:
     """Per-benchmark medians, speedups and intervals on the deciding clock, the other clocks' medians, the
-    audits, and the geometric mean."""
+    audits (`audit_reasons`), and the geometric mean (with its `summary` line)."""
     deciding = target.deciding_clock
     out, pairs, reasons = [], [], []
     for bench in benchmarks:
@@ -249,29 +251,26 @@ def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) 
         if bench.get("strays"):
             reasons.append(f"benchmark {i}: processes it started left its process group and kept running while "
                            f"the base was timed (pids {', '.join(map(str, bench['strays']))})")
-        entry = {
-            "index": i, "label": target.benchmark_label(i), "clock": deciding,
-            "base_median_us": round(stats.median(base_us), 3), "cand_median_us": round(stats.median(cand_us), 3),
-            "speedup": round(ratio, 5), "ci_low": round(low, 5), "ci_high": round(high, 5),
-            "significant": stats.significant(low, high), "reps": len(base_us), "stopped": bench["stopped"],
-            "method": method, "clocks": clocks, "audit": audit, "spin_us": bench["spin_us"], "sets": bench["sets"],
-            "measuring_s": bench["measuring_s"], "base_us": _rounded(base_us), "cand_us": _rounded(cand_us),
-        }
-        if target.speed_of_light_us:
-            entry["speed_of_light_us"] = target.speed_of_light_us[i]
-        out.append(entry)
-    detail: dict[str, Any] = {"benchmarks": out, "clock": deciding, "confinement": confinement,
-                              "max_speedup": target.max_speedup, "min_effect": target.min_effect,
-                              "audit_reasons": reasons, "method": METHOD[deciding]}
-    if pairs:
-        point, low, high = stats.geomean_ci(pairs)
-        n = len(out)
-        detail.update(
-            summary=f"geomean {point:.3f}x [{low:.3f}, {high:.3f}] over {n} benchmark{'s' if n != 1 else ''}",
-            geomean=round(point, 5), geomean_ci=[round(low, 5), round(high, 5)],
-            significant=stats.significant(low, high),
-            measuring_s=round(sum(b["measuring_s"] for b in out), 3))
-    return detail
+        out.append(TimedBenchmark(
+            index=i, label=target.benchmark_label(i), clock=deciding,
+            base_median_us=round(stats.median(base_us), 3), cand_median_us=round(stats.median(cand_us), 3),
+            speedup=round(ratio, 5), ci_low=round(low, 5), ci_high=round(high, 5),
+            significant=stats.significant(low, high), reps=len(base_us), stopped=bench["stopped"],
+            method=method, clocks=clocks, audit=audit, spin_us=bench["spin_us"], sets=bench["sets"],
+            measuring_s=bench["measuring_s"], base_us=_rounded(base_us), cand_us=_rounded(cand_us),
+            speed_of_light_us=target.speed_of_light_us[i] if target.speed_of_light_us else ABSENT,
+        ))
+    detail = TimingDetail(benchmarks=out, clock=deciding, confinement=confinement, max_speedup=target.max_speedup,
+                          min_effect=target.min_effect, audit_reasons=reasons, method=METHOD[deciding])
+    if not pairs:
+        return detail
+    point, low, high = stats.geomean_ci(pairs)
+    n = len(out)
+    return detail.updated(
+        summary=f"geomean {point:.3f}x [{low:.3f}, {high:.3f}] over {n} benchmark{'s' if n != 1 else ''}",
+        geomean=round(point, 5), geomean_ci=[round(low, 5), round(high, 5)],
+        significant=stats.significant(low, high),
+        measuring_s=round(sum(b.measuring_s for b in out), 3))
 
 
 METHOD = {
@@ -378,7 +377,8 @@ def _stopped(error: Exception, seconds: float, who: str = "candidate") -> StageR
     else:
         status, message, log = error.status, error.message, error.log_tail
     prefix = "the base's runner " if who == "base" else ""
-    return StageResult(STAGE, status, f"{status}: {prefix}{message}", seconds, {"error": message, "who": who}, log)
+    return StageResult(STAGE, status, f"{status}: {prefix}{message}", seconds, TimingDetail(error=message, who=who),
+                       log)
 
 
 def _rounded(values: list[float]) -> list[float]:

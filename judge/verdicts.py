@@ -4,6 +4,7 @@ slower, unchanged), held as implausible when the measurement cannot be true."""
 from __future__ import annotations
 
 from .records import Outcome
+from .stage_details import TimingDetail
 from .stages import StageResult
 
 
@@ -42,9 +43,9 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
 def timing_verdict(timing: StageResult, min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
     """faster, slower or unchanged, from the geomean and its interval; a target may ask for a larger effect
     (judge.toml `min_effect`) where its clock is noisier."""
-    min_effect = max(min_effect, timing.detail.get("min_effect") or 0.0)
-    low, high = timing.detail["geomean_ci"]
-    geomean = timing.detail["geomean"]
+    min_effect = max(min_effect, timing.detail.min_effect or 0.0)
+    low, high = timing.detail.geomean_ci
+    geomean = timing.detail.geomean
     if low > 1.0 and geomean >= 1.0 + min_effect:
         return Outcome.FASTER, timing.summary
     if high < 1.0 and geomean <= 1.0 / (1.0 + min_effect):
@@ -54,15 +55,15 @@ def timing_verdict(timing: StageResult, min_effect: float = MIN_EFFECT) -> tuple
     return Outcome.UNCHANGED, timing.summary
 
 
-def implausible(detail: dict) -> list[str]:
+def implausible(detail: TimingDetail) -> list[str]:
     """Why a measurement cannot be true: a time below the speed of light, or a speedup past the target's bound."""
     reasons = []
-    for bench in detail.get("benchmarks", []):
-        sol = bench.get("speed_of_light_us")
-        if sol and bench["cand_median_us"] < sol:
-            reasons.append(f"benchmark {bench['index']} timed {bench['cand_median_us']:.3f} us, below its speed of "
+    for bench in detail.benchmarks:
+        sol = bench.speed_of_light_us
+        if sol and bench.cand_median_us < sol:
+            reasons.append(f"benchmark {bench.index} timed {bench.cand_median_us:.3f} us, below its speed of "
                            f"light {sol:.3f} us")
-    bound = detail.get("max_speedup")
-    if bound and detail.get("geomean", 0) > bound:
-        reasons.append(f"geomean {detail['geomean']:.3f}x is past the target's bound of {bound:g}x")
+    bound = detail.max_speedup
+    if bound and (detail.geomean or 0) > bound:
+        reasons.append(f"geomean {detail.geomean:.3f}x is past the target's bound of {bound:g}x")
     return reasons

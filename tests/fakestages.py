@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from judge.rounds import Stages
+from judge.stage_details import CompileDetail, CompiledConfig, TimedBenchmark, TimingDetail
 from judge.stages import StageResult
 
 
@@ -37,17 +38,17 @@ class FakeStages(Stages):
             self.compiled.append(workspace.name)
             if marker(workspace) == "compile-error":
                 error = {"type": "DSLUserCodeError", "message": "unsupported tile", "line": "DSLUserCodeError: unsupported tile (submission.py:7)"}
-                results.append(StageResult("compile", "failed", error["line"], 0.1,
-                                           {"configs": [{"signature": {"size": 1}, "benchmarks": [0, 1], "ok": False, "error": error}]}))
+                config = CompiledConfig.from_json({"signature": {"size": 1}, "benchmarks": [0, 1], "ok": False, "error": error})
+                results.append(StageResult("compile", "failed", error["line"], 0.1, CompileDetail(configs=[config])))
             else:
                 regs = 96 if workspace.name == "base" else 128
-                results.append(StageResult("compile", "passed", f"compiled: {regs} regs", 0.1,
-                                           {"configs": [{"signature": {"size": 1}, "benchmarks": [0, 1], "ok": True, "error": None,
-                                                         "kernels": [{"name": "k", "registers": regs, "smem_total": 1024,
-                                                                      "spill_stores": 0, "spill_loads": 0, "stack_bytes": 0,
-                                                                      "threads": 128,
-                                                                      "occupancy": {"ctas_per_sm": 4, "limited_by": "registers"}}],
-                                                         "ptx_bytes": 100, "cubin_bytes": 200, "seconds": 0.1}]}))
+                config = CompiledConfig.from_json({"signature": {"size": 1}, "benchmarks": [0, 1], "ok": True, "error": None,
+                                                   "kernels": [{"name": "k", "registers": regs, "smem_total": 1024,
+                                                                "spill_stores": 0, "spill_loads": 0, "stack_bytes": 0,
+                                                                "threads": 128,
+                                                                "occupancy": {"ctas_per_sm": 4, "limited_by": "registers"}}],
+                                                   "ptx_bytes": 100, "cubin_bytes": 200, "seconds": 0.1})
+                results.append(StageResult("compile", "passed", f"compiled: {regs} regs", 0.1, CompileDetail(configs=[config])))
             progress(i + 1, len(jobs))
         return results
 
@@ -86,13 +87,13 @@ class FakeStages(Stages):
         benchmarks = []
         for index in range(len(target.benchmarks)):
             base_us = 100.0 * (index + 1)
-            benchmarks.append({
-                "index": index, "label": target.benchmark_label(index), "base_median_us": base_us,
-                "cand_median_us": base_us / speedup, "speedup": speedup, "ci_low": speedup * 0.995,
-                "ci_high": speedup * 1.005, "significant": speedup != 1.0, "reps": 3,
-                "base_us": [base_us] * 3, "cand_us": [base_us / speedup] * 3,
-            })
+            benchmarks.append(TimedBenchmark(
+                index=index, label=target.benchmark_label(index), base_median_us=base_us,
+                cand_median_us=base_us / speedup, speedup=speedup, ci_low=speedup * 0.995,
+                ci_high=speedup * 1.005, significant=speedup != 1.0, reps=3,
+                base_us=[base_us] * 3, cand_us=[base_us / speedup] * 3,
+            ))
         low, high = (speedup * 0.995, speedup * 1.005) if speedup != 1.0 else (0.995, 1.005)
         return StageResult("timing", "passed", f"geomean {speedup:.3f}x [{low:.3f}, {high:.3f}] over {len(benchmarks)} benchmarks",
-                           1.0, {"benchmarks": benchmarks, "geomean": speedup, "geomean_ci": [low, high],
-                            "max_speedup": target.max_speedup})
+                           1.0, TimingDetail(benchmarks=benchmarks, geomean=speedup, geomean_ci=[low, high],
+                                             max_speedup=target.max_speedup))

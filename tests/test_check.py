@@ -52,18 +52,18 @@ def test_correct_passes_on_secret_seeds(tmp_path):
     result = judge_variant(cpu_target(), "correct", tmp_path)
     assert result.status == "passed", result.summary + result.log_tail
     assert result.summary == "8 of 8 checks passed (3 tests x 2 seeds + 2 benchmarks)"
-    cases = result.detail["cases"]
+    cases = result.detail.cases
     expected_seeds = [derive(7, "test", i, call, "default") for i in range(3) for call in (1, 2)]
     expected_seeds += [derive(7, "benchmark", j, "default") for j in range(2)]
-    assert [c["seed"] for c in cases] == expected_seeds
-    assert not {4242, 4243, 5236, 1001, 1, 2} & {c["seed"] for c in cases}  # task.yml's public seeds are not used
-    assert [(c["kind"], c["test"], c["call"]) for c in cases] == [
+    assert [c.seed for c in cases] == expected_seeds
+    assert not {4242, 4243, 5236, 1001, 1, 2} & {c.seed for c in cases}  # task.yml's public seeds are not used
+    assert [(c.kind, c.test, c.call) for c in cases] == [
         ("test", 0, 1), ("test", 0, 2), ("test", 1, 1), ("test", 1, 2), ("test", 2, 1), ("test", 2, 2),
         ("benchmark", 0, 1), ("benchmark", 1, 1)]
-    assert all(c["poisoned"] == ["[2]"] for c in cases)  # the preallocated output, found by the oracle
-    assert all(c["check_implementation"] == {"passed": True, "message": ""} for c in cases)
-    assert result.detail["tolerance"] == {"rtol": 1e-6, "atol": 1e-6}
-    assert result.detail["confinement"]["filesystem"]
+    assert all(c.poisoned == ["[2]"] for c in cases)  # the preallocated output, found by the oracle
+    assert all(c.check_implementation == {"passed": True, "message": ""} for c in cases)
+    assert result.detail.tolerance == {"rtol": 1e-6, "atol": 1e-6}
+    assert result.detail.confinement["filesystem"]
     assert (tmp_path / "correct" / "worker.log").exists()
 
 
@@ -73,7 +73,7 @@ def test_wrong_fails_with_mismatches(tmp_path):
     seed = derive(7, "test", 0, 1, "default")
     assert result.summary.startswith(
         f"8 of 8 checks failed; first: test 0 (size=127), first call (seed {seed}): output: ")
-    first = result.detail["cases"][0]["outputs"][0]
+    first = result.detail.cases[0].outputs[0]
     assert first["mismatched"] > 100 and first["nonfinite"] == 0
     assert 1e-4 < first["max_abs_err"] < 1e-2  # 0.001 * |b|
     mismatch = first["first_mismatches"][0]
@@ -84,16 +84,16 @@ def test_wrong_fails_with_mismatches(tmp_path):
 def test_partial_write_fails_on_poison(tmp_path):
     result = judge_variant(cpu_target(), "partial", tmp_path)
     assert result.status == "failed"
-    first = result.detail["cases"][0]
-    assert first["reason"].startswith("output has 64 NaN/Inf of 127 elements")
-    assert first["outputs"][0]["first_mismatches"][0]["index"] == [63]
-    assert first["outputs"][0]["first_mismatches"][0]["got"] == "nan"
+    first = result.detail.cases[0]
+    assert first.reason.startswith("output has 64 NaN/Inf of 127 elements")
+    assert first.outputs[0]["first_mismatches"][0]["index"] == [63]
+    assert first.outputs[0]["first_mismatches"][0]["got"] == "nan"
 
 
 def test_cache_is_stale_on_the_second_call(tmp_path):
     result = judge_variant(cpu_target(), "cached", tmp_path)
     assert result.status == "failed"
-    verdicts = [(c["kind"], c["call"], c["passed"]) for c in result.detail["cases"]]
+    verdicts = [(c.kind, c.call, c.passed) for c in result.detail.cases]
     assert verdicts == [("test", 1, True), ("test", 2, False)] * 3 + [("benchmark", 1, True)] * 2
     seed = derive(7, "test", 0, 2, "default")
     assert result.summary.startswith(f"3 of 8 checks failed; first: test 0 (size=127), second call (seed {seed})")
@@ -140,7 +140,7 @@ def test_patching_the_reference_in_its_own_process_changes_nothing(tmp_path):
         result, _ = check(evaluator, workspace)
     assert result.status == "tampered"
     assert result.summary == ("tampered: reference.ref_kernel replaced; reference.check_implementation replaced")
-    assert not any(c["passed"] for c in result.detail["cases"])  # the oracle's reference was never touched
+    assert not any(c.passed for c in result.detail.cases)  # the oracle's reference was never touched
 
 
 def test_input_distributions_are_all_checked(tmp_path):
@@ -151,7 +151,7 @@ def test_input_distributions_are_all_checked(tmp_path):
     with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
         result, _ = check(evaluator, workspace)
     assert result.status == "failed"
-    failed = {(c["distribution"], c["passed"]) for c in result.detail["cases"]}
+    failed = {(c.distribution, c.passed) for c in result.detail.cases}
     assert failed == {("randn", True), ("wide", False)}
     assert result.summary.startswith("8 of 16 checks failed; first: test 0 (size=127), first call (seed ")
     assert ", wide inputs): output: " in result.summary
@@ -171,7 +171,7 @@ def test_verdicts_on_gpu(variant, status, tmp_path):
     print(f"{variant}: {result.status}: {result.summary} ({result.seconds:.1f} s)")
     assert result.status == status, result.summary + "\n" + result.log_tail
     if variant == "cached":
-        assert [(c["call"], c["passed"]) for c in result.detail["cases"] if c["kind"] == "test"] == \
+        assert [(c.call, c.passed) for c in result.detail.cases if c.kind == "test"] == \
             [(1, True), (2, False)] * 3
     if variant == "faults":
         assert "CUDA" in result.summary or "device-side assert" in result.log_tail
@@ -187,8 +187,8 @@ def test_real_gpumode_vectoradd(tmp_path):
     good = run_correctness(target, target.assemble(tmp_path / "good", target.kernel_source()))
     print("vectoradd_py reference submission:", good.status, good.summary)
     assert good.status == "passed", good.summary + good.log_tail
-    assert good.detail["tolerance"] is None and good.detail["check_implementation"]
-    assert good.detail["cases"][0]["poisoned"] == ["[2]"]
+    assert good.detail.tolerance is None and good.detail.check_implementation
+    assert good.detail.cases[0].poisoned == ["[2]"]
     half = target.kernel_source().replace("output[...] = A + B", "output[: A.shape[0] // 2] = (A + B)[: A.shape[0] // 2]")
     assert half != target.kernel_source()
     bad = run_correctness(target, target.assemble(tmp_path / "half", half))

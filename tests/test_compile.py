@@ -315,12 +315,12 @@ def test_without_a_ptxas_that_reads_the_ptx_the_cubin_gives_stack_and_smem(tmp_p
     target, ws = workspace(tmp_path)
     result = run_compile(target, ws, cache_dir=tmp_path / "cache")
     assert result.status == "passed", result.summary
-    (config,) = result.detail["configs"]
-    (kernel,) = config["kernels"]
-    assert kernel["ptxas"] is None and kernel["spill_stores"] is None
-    assert (kernel["stack_bytes"], kernel["smem_static"], kernel["smem_total"]) == (0, 0, 512)
-    assert 0 < kernel["occupancy"]["ctas_per_sm"] <= 32
-    assert "ptxas: Unsupported .version 9.1; current version is '9.0'" in config["notes"]
+    (config,) = result.detail.configs
+    (kernel,) = config.kernels
+    assert kernel.ptxas is None and kernel.spill_stores is None
+    assert (kernel.stack_bytes, kernel.smem_static, kernel.smem_total) == (0, 0, 512)
+    assert 0 < kernel.occupancy.ctas_per_sm <= 32
+    assert "ptxas: Unsupported .version 9.1; current version is '9.0'" in config.notes
 
 
 @needs_dsl
@@ -329,20 +329,20 @@ def test_fixture_kernel_compiles_with_resources(tmp_path):
     result = run_compile(target, ws, cache_dir=tmp_path / "cache")
     assert result.status == "passed", result.summary
     assert result.summary.startswith("compiled 1/1 config for sm_90a: ")
-    (config,) = result.detail["configs"]
-    assert config["signature"] == {"scale": 2.0, "threads": 128}
-    assert config["benchmarks"] == [0, 1, 2]
-    assert config["ok"] and not config["cached"]
-    assert config["ptx_bytes"] > 0 and config["cubin_bytes"] > 0
-    (kernel,) = config["kernels"]
-    assert 1 <= kernel["registers"] <= 255
-    assert kernel["spill_stores"] == 0 and kernel["stack_bytes"] == 0
-    assert (kernel["smem_static"], kernel["smem_dynamic"], kernel["smem_total"]) == (0, 512, 512)
-    assert (kernel["threads"], kernel["threads_from"]) == (128, ".reqntid 128, 1, 1")
-    assert 0 < kernel["occupancy"]["ctas_per_sm"] <= 32
-    assert Path(config["files"]["kernel.ptx"]).read_text().startswith("//")
-    assert result.detail["gpu"]["gpu"] == "H100"
-    json.dumps(result.detail)  # lands in the ledger as JSON
+    (config,) = result.detail.configs
+    assert config.signature == {"scale": 2.0, "threads": 128}
+    assert config.benchmarks == [0, 1, 2]
+    assert config.ok and not config.cached
+    assert config.ptx_bytes > 0 and config.cubin_bytes > 0
+    (kernel,) = config.kernels
+    assert 1 <= kernel.registers <= 255
+    assert kernel.spill_stores == 0 and kernel.stack_bytes == 0
+    assert (kernel.smem_static, kernel.smem_dynamic, kernel.smem_total) == (0, 512, 512)
+    assert (kernel.threads, kernel.threads_from) == (128, ".reqntid 128, 1, 1")
+    assert 0 < kernel.occupancy.ctas_per_sm <= 32
+    assert Path(config.files["kernel.ptx"]).read_text().startswith("//")
+    assert result.detail.gpu["gpu"] == "H100"
+    json.dumps(result.detail.to_json())  # lands in the ledger as JSON
 
 
 @needs_dsl
@@ -350,7 +350,7 @@ def test_second_compile_is_a_cache_hit_and_a_changed_source_a_miss(tmp_path, mon
     cache = tmp_path / "cache"
     target, ws = workspace(tmp_path)
     first = run_compile(target, ws, cache_dir=cache)
-    assert first.status == "passed" and not first.detail["configs"][0]["cached"]
+    assert first.status == "passed" and not first.detail.configs[0].cached
 
     def no_child(*args, **kwargs):
         raise AssertionError("a cache hit must not start a child")
@@ -358,17 +358,17 @@ def test_second_compile_is_a_cache_hit_and_a_changed_source_a_miss(tmp_path, mon
     monkeypatch.setattr(compile_stage, "run_isolated", no_child)
     again = run_compile(target, target.assemble(tmp_path / "ws2", target.kernel_source()), cache_dir=cache)
     assert again.status == "passed"
-    assert again.detail["configs"][0]["cached"] is True
-    assert again.detail["configs"][0]["kernels"] == first.detail["configs"][0]["kernels"]
+    assert again.detail.configs[0].cached is True
+    assert again.detail.configs[0].kernels == first.detail.configs[0].kernels
     assert again.summary == first.summary + " (1 cached)"
     monkeypatch.undo()
 
     changed = target.kernel_source().replace("THREADS = 128", "THREADS = 256")
     other = run_compile(target, target.assemble(tmp_path / "ws3", changed), cache_dir=cache)
     assert other.status == "passed"
-    (config,) = other.detail["configs"]
-    assert not config["cached"] and config["key"] != first.detail["configs"][0]["key"]
-    assert config["kernels"][0]["threads"] == 256 and config["kernels"][0]["smem_dynamic"] == 1024
+    (config,) = other.detail.configs
+    assert not config.cached and config.key != first.detail.configs[0].key
+    assert config.kernels[0].threads == 256 and config.kernels[0].smem_dynamic == 1024
 
 
 @needs_dsl
@@ -381,8 +381,8 @@ def test_compile_hook_that_raises_fails_with_the_error_line(tmp_path):
         '(submission.py:9: `raise ValueError(f"THREADS={threads} is not a whole number of warps")`)'
     )
     # no compile_signature: each benchmark spec (less its seed) is its own config, and each fails alike
-    assert [c["benchmarks"] for c in result.detail["configs"]] == [[0], [1], [2]]
-    assert not any(c["ok"] for c in result.detail["configs"])
+    assert [c.benchmarks for c in result.detail.configs] == [[0], [1], [2]]
+    assert not any(c.ok for c in result.detail.configs)
     assert "ValueError" in (ws / "compile.log").read_text()
 
 
@@ -392,7 +392,7 @@ def test_compile_hook_that_hangs_times_out(tmp_path):
     result = run_compile(target, ws, cache_dir=tmp_path / "cache", timeout_s=3)
     assert result.status == "timed-out"
     assert result.summary == 'timed out after 3 s while compiling config 1 of 3 ({"size": 4096})'
-    assert result.detail["compiling"]["signature"] == {"size": 4096}
+    assert result.detail.compiling["signature"] == {"size": 4096}
 
 
 @needs_dsl
@@ -450,8 +450,8 @@ def test_contest_target_base_compiles(tmp_path, name):
         pytest.skip(f"kernels/{name} names no compile hook")
     result = run_compile(target, target.assemble(tmp_path / "ws", target.kernel_source()), cache_dir=tmp_path / "c")
     assert result.status == "passed", result.summary
-    for config in result.detail["configs"]:
-        for kernel in config["kernels"]:
-            assert 1 <= kernel["registers"] <= 255
-            assert kernel["smem_total"] is not None and kernel["smem_total"] <= 228 * KB
-            assert kernel["occupancy"]["ctas_per_sm"] >= 1
+    for config in result.detail.configs:
+        for kernel in config.kernels:
+            assert 1 <= kernel.registers <= 255
+            assert kernel.smem_total is not None and kernel.smem_total <= 228 * KB
+            assert kernel.occupancy.ctas_per_sm >= 1

@@ -39,8 +39,8 @@ def test_solution_gets_its_verdict(problem, kind, name, tmp_path):
     if kind == "wrong":
         assert check.status == "failed", check.summary + check.log_tail
         return
-    failed = [c for c in check.detail.get("cases", []) if not c["passed"]]
-    if check.status == "failed" and all(c["reason"].startswith("check_implementation:") for c in failed):
+    failed = [c for c in check.detail.cases if not c.passed]
+    if check.status == "failed" and all(c.reason.startswith("check_implementation:") for c in failed):
         # The problem's own checker rejects its own "correct" solution (conv2d's allows TF32 in cuDNN while
         # its reference forbids it): judge reports what the problem says.
         print("  rejected by the problem's own check_implementation")

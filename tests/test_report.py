@@ -11,6 +11,7 @@ from judge.ledger import Ledger
 from judge.proposals import load_shark
 from judge.records import Claim, Proposal, Vote
 from judge.report import fmt_claim, fmt_delta, fmt_pct, fmt_us, leaderboard_view, render_leaderboard, render_round, round_view
+from judge.stage_details import CompileDetail, CompiledConfig, TimedBenchmark, TimingDetail
 from judge.stages import StageResult, not_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,8 @@ def compiled(registers: int, smem: int, ctas: int, limiter: str, ptx: int, cubin
               "occupancy": {"ctas_per_sm": ctas, "limited_by": limiter}}
     config = {"signature": {**SIGNATURE, **knobs}, "benchmarks": [0], "ok": True, "kernels": [kernel], "error": None,
               "ptx_bytes": ptx, "cubin_bytes": cubin, "seconds": 1.2}
-    return StageResult("compile", "passed", f"1 configuration compiled: {registers} registers", 1.2, {"configs": [config]})
+    return StageResult("compile", "passed", f"1 configuration compiled: {registers} registers", 1.2,
+                       CompileDetail(configs=[CompiledConfig.from_json(config)]))
 
 
 BASE_COMPILE = compiled(128, 64512, 3, "registers", 800, 1600)
@@ -57,12 +59,13 @@ LABELS = ["g=8 k=7168", "g=8 k=2048", "g=2 k=4096", "g=2 k=1536"]
 def timing(pairs, cis, geomean, geomean_ci) -> StageResult:
     benchmarks = []
     for i, ((before, after), (low, high)) in enumerate(zip(pairs, cis)):
-        benchmarks.append({"index": i, "label": LABELS[i], "base_median_us": before, "cand_median_us": after,
-                           "speedup": round(before / after, 5), "ci_low": low, "ci_high": high,
-                           "significant": not low <= 1 <= high, "reps": 40, "base_us": [before] * 3,
-                           "cand_us": [after] * 3, "speed_of_light_us": SOL[i]})
+        benchmarks.append(TimedBenchmark(index=i, label=LABELS[i], base_median_us=before, cand_median_us=after,
+                                         speedup=round(before / after, 5), ci_low=low, ci_high=high,
+                                         significant=not low <= 1 <= high, reps=40, base_us=[before] * 3,
+                                         cand_us=[after] * 3, speed_of_light_us=SOL[i]))
     summary = f"geomean {geomean:.3f}x [{geomean_ci[0]:.3f}, {geomean_ci[1]:.3f}] over {len(pairs)} benchmarks"
-    return StageResult("timing", "passed", summary, 30.0, {"benchmarks": benchmarks, "geomean": geomean, "geomean_ci": geomean_ci})
+    return StageResult("timing", "passed", summary, 30.0,
+                       TimingDetail(benchmarks=benchmarks, geomean=geomean, geomean_ci=geomean_ci))
 
 
 SLOWER = timing([(373.0, 488.0), (372.0, 462.0), (173.0, 249.0), (156.0, 228.0)],
@@ -70,11 +73,12 @@ SLOWER = timing([(373.0, 488.0), (372.0, 462.0), (173.0, 249.0), (156.0, 228.0)]
 FASTER = timing([(373.0, 350.0), (372.0, 352.5), (173.0, 163.0), (156.0, 147.0)],
                 [(1.050, 1.080), (1.040, 1.070), (1.045, 1.075), (1.046, 1.076)], 1.06, [1.04, 1.08])
 COMPILE_ERROR = StageResult("compile", "failed", "DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op", 0.8,
-                            {"configs": [{"signature": {**SIGNATURE, "mma_tiler_mnk": [64, 128, 256]}, "benchmarks": [0], "ok": False,
-                                          "error": {"type": "DSLUserCodeError",
-                                                    "message": "tile M=64 is not supported by MmaMXF4NVF4Op",
-                                                    "line": "DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op "
-                                                            "(submission.py:40: `MMA_TILER_MNK = (64, 128, 256)`)"}}]})
+                            CompileDetail(configs=[CompiledConfig.from_json(
+                                {"signature": {**SIGNATURE, "mma_tiler_mnk": [64, 128, 256]}, "benchmarks": [0], "ok": False,
+                                 "error": {"type": "DSLUserCodeError",
+                                           "message": "tile M=64 is not supported by MmaMXF4NVF4Op",
+                                           "line": "DSLUserCodeError: tile M=64 is not supported by MmaMXF4NVF4Op "
+                                                   "(submission.py:40: `MMA_TILER_MNK = (64, 128, 256)`)"}})]))
 
 
 def proposal(pid, author, round, category, claim, new_line=None, old_line="NUM_AB_STAGES = 1", **extra):

@@ -14,8 +14,9 @@ from fakestages import FakeStages
 from judge.errors import JudgeError
 from judge.ledger import Ledger
 from judge.records import Outcome, Proposal
-from judge.rounds import Settings, base_for, run_round
+from judge.rounds import RoundRun, Settings, base_for, run_round
 from judge.verdicts import decide
+from judge.stage_details import CheckDetail, TimedBenchmark, TimingDetail
 from judge.stages import StageResult
 from judge.targets import load_target
 
@@ -122,13 +123,22 @@ def test_a_round_without_proposals_is_an_error(setup):
     assert str(error.value) == "round 3 has no proposals (submit some with 'judge submit')"
 
 
+def test_a_run_counts_the_time_inside_its_stages_from_their_details():
+    run = RoundRun(None, None, None, None, {}, 0, Path("."), Path("."), None, None)
+    run._count([StageResult("correctness", "passed", "ok", 1.0, CheckDetail(runner_start_s=0.25)),
+                StageResult("timing", "passed", "ok", 2.0, TimingDetail(measuring_s=1.5)),
+                StageResult("correctness", "crashed", "crashed: x", 0.5, CheckDetail(error="x")),
+                StageResult("timing", "not-run", "not run: no GPU")])
+    assert run.spent == {"correctness": 1.5, "runner starts": 0.25, "timing": 2.0, "measuring": 1.5}
+
+
 def test_decide_reads_the_first_stage_that_stopped():
     stages = [StageResult("patch", "passed", "ok"), StageResult("compile", "timed-out", "killed after 300.0 s")]
     assert decide(stages) == (Outcome.TIMED_OUT, "compile: killed after 300.0 s")
 
 
 def timed(geomean, low, high):
-    return [StageResult("timing", "passed", f"geomean {geomean}x", 1.0, {"geomean": geomean, "geomean_ci": [low, high]})]
+    return [StageResult("timing", "passed", f"geomean {geomean}x", 1.0, TimingDetail(geomean=geomean, geomean_ci=[low, high]))]
 
 
 @pytest.mark.parametrize("geomean, low, high, outcome", [
@@ -214,9 +224,9 @@ def test_an_implausible_speedup_cannot_win_until_a_person_clears_it(setup):
 
 
 def test_a_time_below_the_speed_of_light_is_implausible():
-    timing = StageResult("timing", "passed", "geomean 1.500x [1.490, 1.510] over 1 benchmark", 1.0, {
-        "geomean": 1.5, "geomean_ci": [1.49, 1.51], "max_speedup": 10.0,
-        "benchmarks": [{"index": 0, "cand_median_us": 1.2, "speed_of_light_us": 1.525}]})
+    timing = StageResult("timing", "passed", "geomean 1.500x [1.490, 1.510] over 1 benchmark", 1.0, TimingDetail(
+        geomean=1.5, geomean_ci=[1.49, 1.51], max_speedup=10.0,
+        benchmarks=[TimedBenchmark.from_json({"index": 0, "cand_median_us": 1.2, "speed_of_light_us": 1.525})]))
     assert decide([timing]) == (
         Outcome.IMPLAUSIBLE, "benchmark 0 timed 1.200 us, below its speed of light 1.525 us (timing said faster: "
         "geomean 1.500x [1.490, 1.510] over 1 benchmark); held until a person clears it")

@@ -168,8 +168,8 @@ def test_a_patched_file_that_does_not_parse_gives_one_unparsable_flag():
 
 def test_flags_round_trip_and_name_known_rules_with_short_text():
     flag = Flag("timing", 3, "t = time.time()", "calls time.time")
-    assert Flag.from_dict(flag.to_dict()) == flag
-    assert flag.to_dict() == {"rule": "timing", "line": 3, "text": "t = time.time()", "why": "calls time.time"}
+    assert Flag.from_json(flag.to_json()) == flag
+    assert flag.to_json() == {"rule": "timing", "line": 3, "text": "t = time.time()", "why": "calls time.time"}
     assert set(RULES) == {"monkeypatch", "sys-modules", "threads", "subprocess", "file-io", "network", "cache-by-identity",
                           "sleep", "timing", "reference", "introspection", "env", "dynamic-code", "unparsable"}
     long = "import time\nx = time.time()" + " + 1" * 60 + "\n"

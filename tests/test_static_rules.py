@@ -198,6 +198,7 @@ def test_the_gpu_targets_declare_their_rules():
 
 def test_a_kernel_cannot_write_outside_its_workspace_from_the_layout_checks_child(tmp_path):
     """The layout checks import contestant code: its child is confined like every runner's."""
+    from judge.stage_details import CompileDetail
     from judge.stages import StageResult
     from judge.static_check import run_static
 
@@ -211,10 +212,10 @@ def test_a_kernel_cannot_write_outside_its_workspace_from_the_layout_checks_chil
     outside = tmp_path / "ledger.db"
     hostile = f"open({str(outside)!r}, 'w').write('forged')\n" + target.kernel_source()
     workspace = target.assemble(tmp_path / "work" / "hostile", hostile)
-    result = run_static(target, workspace, StageResult("compile", "passed", "imported", 0.1, {"configs": []}))
+    result = run_static(target, workspace, StageResult("compile", "passed", "imported", 0.1, CompileDetail(configs=[])))
     assert not outside.exists()
     assert result.status == "failed"
     assert result.summary.startswith("layout check (import): the kernel does not import: PermissionError: ")
     honest = run_static(target, target.assemble(tmp_path / "work" / "honest", target.kernel_source()),
-                        StageResult("compile", "passed", "imported", 0.1, {"configs": []}))
+                        StageResult("compile", "passed", "imported", 0.1, CompileDetail(configs=[])))
     assert (honest.status, honest.summary) == ("passed", "1 layout check passed")

@@ -58,21 +58,21 @@ def test_records_on_cpu(tmp_path, small_target):
     assert result.status == "passed", result.summary + result.log_tail
     detail = result.detail
     assert re.fullmatch(r"geomean \d\.\d{3}x \[\d\.\d{3}, \d\.\d{3}\] over 2 benchmarks", result.summary)
-    assert [b["label"] for b in detail["benchmarks"]] == ["size=20000", "size=40000"]
-    for bench in detail["benchmarks"]:
-        assert bench["clock"] == "host" and bench["method"] == "host"
-        assert bench["reps"] == len(bench["base_us"]) == len(bench["cand_us"]) >= timing.MIN_REPS
-        assert bench["ci_low"] <= bench["speedup"] <= bench["ci_high"]
-        assert bench["speedup"] == pytest.approx(bench["base_median_us"] / bench["cand_median_us"], rel=1e-3)
-        assert bench["significant"] == (bench["ci_low"] > 1 or bench["ci_high"] < 1)
-        assert bench["stopped"] in ("precise", "budget", "max-reps")
-        assert set(bench["clocks"]) == {"host"}
-        assert set(bench["audit"]["wall_excess_us"]) == {"host call", "host report"}
-        assert bench["sets"] == 8  # small inputs: the most input sets a benchmark rotates through
-    assert detail["geomean_ci"][0] <= detail["geomean"] <= detail["geomean_ci"][1]
-    assert detail["measuring_s"] <= 2 + 1.5
-    assert detail["device"] is None  # a CPU target: no GPU facts invented
-    assert detail["confinement"]["network"].startswith("none (network namespace")
+    assert [b.label for b in detail.benchmarks] == ["size=20000", "size=40000"]
+    for bench in detail.benchmarks:
+        assert bench.clock == "host" and bench.method == "host"
+        assert bench.reps == len(bench.base_us) == len(bench.cand_us) >= timing.MIN_REPS
+        assert bench.ci_low <= bench.speedup <= bench.ci_high
+        assert bench.speedup == pytest.approx(bench.base_median_us / bench.cand_median_us, rel=1e-3)
+        assert bench.significant == (bench.ci_low > 1 or bench.ci_high < 1)
+        assert bench.stopped in ("precise", "budget", "max-reps")
+        assert set(bench.clocks) == {"host"}
+        assert set(bench.audit["wall_excess_us"]) == {"host call", "host report"}
+        assert bench.sets == 8  # small inputs: the most input sets a benchmark rotates through
+    assert detail.geomean_ci[0] <= detail.geomean <= detail.geomean_ci[1]
+    assert detail.measuring_s <= 2 + 1.5
+    assert detail.device is None  # a CPU target: no GPU facts invented
+    assert detail.confinement["network"].startswith("none (network namespace")
 
 
 def test_candidate_crash_in_timing(tmp_path, small_target):
@@ -174,17 +174,17 @@ def test_same_kernel_is_unchanged_on_gpu(tmp_path):
     cand = assemble(target, tmp_path, "cand", variant("correct"))
     result = run_timing(target, cand, base, budget_s=12)
     print("self:", result.summary)
-    for b in result.detail["benchmarks"]:
-        print(f"  {b['label']}: base {b['base_median_us']} us cand {b['cand_median_us']} us x{b['speedup']} "
-              f"[{b['ci_low']}, {b['ci_high']}] reps {b['reps']} ({b['stopped']}, {b['method']}), "
-              f"clocks {b['clocks']}, audit {b['audit']}, spin {b['spin_us']} us")
-    print("device:", result.detail["device"], "after:", result.detail["device_after"])
+    for b in result.detail.benchmarks:
+        print(f"  {b.label}: base {b.base_median_us} us cand {b.cand_median_us} us x{b.speedup} "
+              f"[{b.ci_low}, {b.ci_high}] reps {b.reps} ({b.stopped}, {b.method}), "
+              f"clocks {b.clocks}, audit {b.audit}, spin {b.spin_us} us")
+    print("device:", result.detail.device, "after:", result.detail.device_after)
     assert result.status == "passed", result.summary
-    assert all(b["method"] == "stream" for b in result.detail["benchmarks"])
-    low, high = result.detail["geomean_ci"]
-    assert low <= 1.0 <= high or abs(result.detail["geomean"] - 1) < 0.005
-    assert result.detail["device"]["sm_count"] > 0
-    assert result.detail["device"]["sm_clock_mhz"] is not None
+    assert all(b.method == "stream" for b in result.detail.benchmarks)
+    low, high = result.detail.geomean_ci
+    assert low <= 1.0 <= high or abs(result.detail.geomean - 1) < 0.005
+    assert result.detail.device["sm_count"] > 0
+    assert result.detail.device["sm_clock_mhz"] is not None
 
 
 @pytest.mark.gpu
@@ -194,13 +194,13 @@ def test_side_stream_work_is_counted(tmp_path):
     cand = assemble(target, tmp_path, "cand", variant("side_stream", REPEAT=3))
     result = run_timing(target, cand, base, budget_s=8)
     print("side stream x3:", result.summary)
-    for b in result.detail["benchmarks"]:
-        print(f"  {b['label']}: x{b['speedup']} base {b['base_median_us']} us cand {b['cand_median_us']} us "
-              f"({b['method']}), clocks {b['clocks']}")
+    for b in result.detail.benchmarks:
+        print(f"  {b.label}: x{b.speedup} base {b.base_median_us} us cand {b.cand_median_us} us "
+              f"({b.method}), clocks {b.clocks}")
     assert result.status == "passed", result.summary
-    assert all(b["method"] == "device-wide" for b in result.detail["benchmarks"])
+    assert all(b.method == "device-wide" for b in result.detail.benchmarks)
     # three adds cost about three times one; events on the current stream alone would see little of them
-    assert result.detail["geomean_ci"][1] < 0.7
+    assert result.detail.geomean_ci[1] < 0.7
 
 
 @pytest.mark.gpu
@@ -210,7 +210,7 @@ def test_delay_is_significant(tmp_path):
     cand = assemble(target, tmp_path, "cand", variant("delayed", DELAY_CYCLES=20000))  # ~10 us at 1.98 GHz
     result = run_timing(target, cand, base, budget_s=8)
     print("delayed:", result.summary)
-    assert result.detail["geomean_ci"][1] < 1.0
+    assert result.detail.geomean_ci[1] < 1.0
 
 
 @pytest.mark.gpu
@@ -241,11 +241,11 @@ def test_real_gpumode_vectoradd_timing(tmp_path):
     cand = assemble(target, tmp_path, "cand", faster)
     result = run_timing(target, cand, base, budget_s=9)
     print("vectoradd_py torch.add(out=) vs output[...] = A + B:", result.summary)
-    for b in result.detail["benchmarks"]:
-        print(f"  {b['label']}: base {b['base_median_us']} us cand {b['cand_median_us']} us x{b['speedup']} "
-              f"[{b['ci_low']}, {b['ci_high']}] reps {b['reps']}")
+    for b in result.detail.benchmarks:
+        print(f"  {b.label}: base {b.base_median_us} us cand {b.cand_median_us} us x{b.speedup} "
+              f"[{b.ci_low}, {b.ci_high}] reps {b.reps}")
     assert result.status == "passed"
-    assert result.detail["geomean"] > 1.0
+    assert result.detail.geomean > 1.0
 
 
 @pytest.mark.gpu
@@ -262,8 +262,8 @@ def test_host_work_is_slower_under_the_call_clock(tmp_path):
     cand = assemble(target, tmp_path, "cand", host_work)
     target.clock = "call"
     result = run_timing(target, cand, base, budget_s=6)
-    print("host work:", result.summary, [b["clocks"] for b in result.detail["benchmarks"]])
+    print("host work:", result.summary, [b.clocks for b in result.detail.benchmarks])
     assert result.status == "passed", result.summary
-    assert all(b["clock"] == "call" for b in result.detail["benchmarks"])
-    assert result.detail["geomean_ci"][1] < 1.0
-    assert all(b["clocks"]["call"]["speedup"] < b["clocks"]["gpu"]["speedup"] for b in result.detail["benchmarks"])
+    assert all(b.clock == "call" for b in result.detail.benchmarks)
+    assert result.detail.geomean_ci[1] < 1.0
+    assert all(b.clocks["call"]["speedup"] < b.clocks["gpu"]["speedup"] for b in result.detail.benchmarks)

@@ -89,5 +89,5 @@ def test_on_a_gpu_the_spare_has_cuda_before_its_kernel_and_times_like_a_cold_run
             timing = measure(evaluator, worker, budget_s=2)
             worker.close()
             assert timing.passed, timing.summary + timing.log_tail
-            assert 0.98 < timing.detail["geomean"] < 1.02, timing.summary
-        assert result.detail["runner_start_s"] < 1.0  # bound, not started
+            assert 0.98 < timing.detail.geomean < 1.02, timing.summary
+        assert result.detail.runner_start_s < 1.0  # bound, not started

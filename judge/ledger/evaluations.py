@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from ..errors import JudgeError
+from ..stage_details import CheckDetail, CompileDetail, CompileError, TimedBenchmark, TimingDetail, detail_type
 from ..stages import StageResult
 from .common import _json, now
 
@@ -29,11 +30,12 @@ class EvaluationRecords:
     ) -> int:
         """Write one finished evaluation with its stages, benchmarks, repetitions and resources at once."""
         timing = next((s for s in stages if s.stage == "timing" and s.status == "passed"), None)
-        confinement = next((s.detail.get("confinement") for s in stages if s.detail.get("confinement")), None)
+        confinement = next((s.detail.confinement for s in stages
+                            if isinstance(s.detail, (CheckDetail, TimingDetail)) and s.detail.confinement), None)
         geomean = ci = None
         if timing:
-            geomean = timing.detail.get("geomean")
-            ci = timing.detail.get("geomean_ci")
+            geomean = timing.detail.geomean
+            ci = timing.detail.geomean_ci
         with self.transaction() as db:
             evaluation_id = db["evaluations"].insert(
                 {
@@ -61,14 +63,14 @@ class EvaluationRecords:
                         "status": stage.status,
                         "summary": stage.summary,
                         "seconds": stage.seconds,
-                        "detail_json": _json(_without_raw(stage)),
+                        "detail_json": _json(stage.detail.to_json()),
                         "log_tail": stage.log_tail,
                     }
                 )
-                if stage.stage == "compile":
+                if isinstance(stage.detail, CompileDetail):
                     db["kernel_resources"].insert_all(_resource_rows(evaluation_id, stage.detail))
             if timing:
-                _insert_benchmarks(db, evaluation_id, timing.detail.get("benchmarks", []))
+                _insert_benchmarks(db, evaluation_id, timing.detail.benchmarks)
         return evaluation_id
 
     def evaluations(self, round_id: int) -> list[dict]:
@@ -90,7 +92,7 @@ class EvaluationRecords:
                 status=r["status"],
                 summary=r["summary"],
                 seconds=r["seconds"] or 0.0,
-                detail=json.loads(r["detail_json"] or "{}"),
+                detail=detail_type(r["stage"]).from_json(json.loads(r["detail_json"] or "{}")),
                 log_tail=r["log_tail"] or "",
             )
             for r in rows
@@ -219,30 +221,30 @@ class EvaluationRecords:
         )
 
 
-def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[dict]) -> None:
+def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[TimedBenchmark]) -> None:
     """A timing stage's per-benchmark results and every repetition, inside the evaluation's transaction."""
-    for bench in benchmarks:
+    for bench in (b.require() for b in benchmarks):
         bench_id = db["benchmark_results"].insert(
             {
                 "evaluation_id": evaluation_id,
-                "benchmark": bench["index"],
-                "label": bench.get("label"),
-                "base_median_us": bench["base_median_us"],
-                "cand_median_us": bench["cand_median_us"],
-                "speedup": bench["speedup"],
-                "ci_low": bench["ci_low"],
-                "ci_high": bench["ci_high"],
-                "significant": int(bool(bench["significant"])),
-                "reps": bench["reps"],
-                "speed_of_light_us": bench.get("speed_of_light_us"),
-                "clock": bench.get("clock"),
-                "clocks_json": _json(bench["clocks"]) if bench.get("clocks") else None,
-                "audit_json": _json(bench["audit"]) if bench.get("audit") else None,
+                "benchmark": bench.index,
+                "label": bench.label,
+                "base_median_us": bench.base_median_us,
+                "cand_median_us": bench.cand_median_us,
+                "speedup": bench.speedup,
+                "ci_low": bench.ci_low,
+                "ci_high": bench.ci_high,
+                "significant": int(bool(bench.significant)),
+                "reps": bench.reps,
+                "speed_of_light_us": bench.speed_of_light_us,
+                "clock": bench.clock,
+                "clocks_json": _json(bench.clocks) if bench.clocks else None,
+                "audit_json": _json(bench.audit) if bench.audit else None,
             }
         ).last_pk
         db["timings"].insert_all(
             {"benchmark_result_id": bench_id, "rep": i, "base_us": b, "cand_us": c}
-            for i, (b, c) in enumerate(zip(bench.get("base_us", []), bench.get("cand_us", [])))
+            for i, (b, c) in enumerate(zip(bench.base_us, bench.cand_us))
         )
 
 
@@ -258,50 +260,39 @@ def confinement_summary(record: dict | None) -> str | None:
 RESOURCE_FIELDS = ("kernel", "registers", "smem_bytes", "spill_bytes", "stack_bytes", "threads_per_cta", "ctas_per_sm", "limiter")
 
 
-def _resource_rows(evaluation_id: int, detail: dict) -> list[dict]:
+def _resource_rows(evaluation_id: int, detail: CompileDetail) -> list[dict]:
     """One row per kernel of each compiled configuration (one row for a configuration that failed)."""
     rows = []
-    for config in detail.get("configs", []):
-        error = config.get("error")
+    for config in detail.configs:
+        error = config.error
         common = {
             "evaluation_id": evaluation_id,
-            "signature": _json(config.get("signature")),
-            "benchmarks_json": _json(config.get("benchmarks")),
-            "ok": int(bool(config.get("ok"))),
-            "ptx_bytes": config.get("ptx_bytes"),
-            "cubin_bytes": config.get("cubin_bytes"),
-            "compile_seconds": config.get("seconds"),
-            "error": error.get("line") if isinstance(error, dict) else error,
+            "signature": _json(config.signature),
+            "benchmarks_json": _json(config.benchmarks),
+            "ok": int(bool(config.ok)),
+            "ptx_bytes": config.ptx_bytes,
+            "cubin_bytes": config.cubin_bytes,
+            "compile_seconds": config.seconds,
+            "error": error.line if isinstance(error, CompileError) else error,
         }
-        kernels = config.get("kernels") or [None]
+        kernels = config.kernels or [None]
         for kernel in kernels:
             if kernel is None:
                 rows.append({**common, **dict.fromkeys(RESOURCE_FIELDS)})
                 continue
-            occupancy = kernel.get("occupancy") or {}
-            spills = [kernel.get("spill_stores"), kernel.get("spill_loads")]
+            occupancy = kernel.occupancy
+            spills = [kernel.spill_stores, kernel.spill_loads]
             rows.append(
                 {
                     **common,
-                    "kernel": kernel.get("name"),
-                    "registers": kernel.get("registers"),
-                    "smem_bytes": kernel.get("smem_total"),
+                    "kernel": kernel.name,
+                    "registers": kernel.registers,
+                    "smem_bytes": kernel.smem_total,
                     "spill_bytes": sum(spills) if None not in spills else None,
-                    "stack_bytes": kernel.get("stack_bytes"),
-                    "threads_per_cta": kernel.get("threads"),
-                    "ctas_per_sm": occupancy.get("ctas_per_sm"),
-                    "limiter": occupancy.get("limited_by"),
+                    "stack_bytes": kernel.stack_bytes,
+                    "threads_per_cta": kernel.threads,
+                    "ctas_per_sm": occupancy.ctas_per_sm if occupancy else None,
+                    "limiter": occupancy.limited_by if occupancy else None,
                 }
             )
     return rows
-
-
-def _without_raw(stage: StageResult) -> dict:
-    """Stage detail minus the raw repetitions, which live row by row in `timings`."""
-    if stage.stage != "timing":
-        return stage.detail
-    detail = dict(stage.detail)
-    detail["benchmarks"] = [
-        {k: v for k, v in bench.items() if k not in ("base_us", "cand_us")} for bench in detail.get("benchmarks", [])
-    ]
-    return detail

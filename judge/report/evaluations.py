@@ -15,6 +15,7 @@ from ..ledger import Ledger
 from ..patching import patch_stats
 from ..records import OUTCOME_MEANING, Outcome, Vote
 from ..scoring import MEASURED, format_score, measurement, score_vote, standing  # noqa: F401 (scorecard, leaderboard)
+from ..stage_details import StaticDetail
 from .formatting import signature_label
 
 RESOURCE_COLUMNS = (
@@ -160,18 +161,18 @@ def _benchmark(b: dict) -> dict:
     }
 
 
-def static_lines(detail: dict) -> list[str]:
+def static_lines(detail: StaticDetail) -> list[str]:
     """What the static stage ran, one line for the rules of each config and one for the layout checks."""
     lines = []
-    configs = detail.get("configs", [])
+    configs = detail.configs
     for n, config in enumerate(configs, start=1):
         where = f" (config {n} of {len(configs)})" if len(configs) > 1 else ""
-        lines.append(f"rules{where}: " + ", ".join(f"{r['rule']} {'passed' if r['passed'] else 'FAILED'}"
-                                                 for r in config.get("rules", [])))
-    checks = detail.get("layout_checks", [])
+        lines.append(f"rules{where}: " + ", ".join(f"{r.rule} {'passed' if r.passed else 'FAILED'}"
+                                                 for r in config.rules))
+    checks = detail.layout_checks
     if checks:
-        lines.append(f"layout checks ({detail.get('layout_checks_file')}): "
-                     + ", ".join(f"{c['name']} {c['status']}" for c in checks))
+        lines.append(f"layout checks ({detail.layout_checks_file}): "
+                     + ", ".join(f"{c.name} {c.status}" for c in checks))
     return lines
 
 
@@ -201,7 +202,7 @@ def evaluation(ledger: Ledger, row: dict, base: Optional[dict[str, list[dict]]])
                     "lines": static_lines(s.detail) if s.stage == "static" else []} for s in stages],
         "benchmarks": [_benchmark(b) for b in ledger.benchmark_results(row["id"])],
         "resources": resources(ledger.kernel_resources(row["id"]), base),
-        "flags": screen.detail.get("flags", []) if screen else [],
+        "flags": [f.to_json() for f in screen.detail.flags] if screen else [],
         "confinement": row.get("confinement"),
         "clearance": clearance,
         "held": outcome == Outcome.IMPLAUSIBLE and clearance is None,

@@ -80,7 +80,7 @@ def test_each_layout_mutant_is_eliminated_by_its_check(tmp_path, name, old, new)
     result = static_stage(tmp_path, name.replace(" ", "-"), base.replace(old, new), NVFP4)
     assert result.status == "failed"
     assert result.summary.startswith(f"layout check {LAYOUT_CATCHES[name]}: "), result.summary
-    statuses = {c["name"]: c["status"] for c in result.detail["layout_checks"]}
+    statuses = {c.name: c.status for c in result.detail.layout_checks}
     assert statuses[LAYOUT_CATCHES[name]] == "failed"
 
 
@@ -96,8 +96,8 @@ def test_the_base_and_the_honest_examples_pass(tmp_path, target_name):
     results = {name: static_stage(tmp_path, name, source, target_name) for name, source in sources.items()}
     assert {name: (r.status, r.summary) for name, r in results.items()} == {
         name: ("passed", PASSED[target_name]) for name in sources}
-    rules = results["base"].detail["configs"][0]["rules"]
-    assert [r["rule"] for r in rules] == list(target.static.rules)
+    rules = results["base"].detail.configs[0].rules
+    assert [r.rule for r in rules] == list(target.static.rules)
 
 
 def test_in_a_round_a_mutant_is_static_check_failed_before_the_gpu(tmp_path):
