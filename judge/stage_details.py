@@ -225,6 +225,7 @@ class RuleResult(Detail):
     passed: bool  # whether the PTX keeps it
     message: str  # what failed and where, or what was checked
     line: int | None = None  # the PTX line of the failure
+    ran: bool | None = ABSENT  # false where this machine could not run the rule (a missing or too old tool): no finding; absent where it ran
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,12 @@ def run_static(target: Target, workspace: Path, compile_stage: StageResult) -> S
         first = failed[0]
         return StageResult(STAGE, "failed", f"layout check {first.name}: {first.message}", seconds, detail,
                            log_tail)
-    return StageResult(STAGE, "passed", summary(len(spec.rules), len(configs), len(checks)), seconds, detail, log_tail)
+    text = summary(len(spec.rules), len(configs), len(checks))
+    skipped = [r for c in configs for r in c.rules if r.ran is False]
+    if skipped:
+        names = ", ".join(sorted({r.rule for r in skipped}))
+        text += f"; not run on this machine: {names} ({skipped[0].message})"
+    return StageResult(STAGE, "passed", text, seconds, detail, log_tail)
 
 
 def summary(rules: int, configs: int, checks: int) -> str:

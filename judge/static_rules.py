@@ -239,11 +239,13 @@ def ptxas_clean(code: Code, params: dict, signature: dict) -> RuleResult:
     (`wrong_code` adds patterns to PTXAS_WRONG_CODE); other warnings are listed, not failed."""
     tool = resources.find_tool("ptxas")
     if tool is None:
-        return RuleResult("ptxas-clean", False, "ptxas not found (pip install nvidia-cuda-nvcc): the rule cannot run")
+        return RuleResult("ptxas-clean", True, "ptxas not found (pip install nvidia-cuda-nvcc)", ran=False)
     try:
         output = resources.run_ptxas(code.path, code.arch, tool)
     except RuntimeError as error:
-        return RuleResult("ptxas-clean", False, str(error))
+        # The DSL assembled this PTX into the cubin the candidate runs, so a ptxas that cannot read it is this
+        # machine's tool (e.g. older than the PTX ISA the DSL writes), not the candidate's fault.
+        return RuleResult("ptxas-clean", True, str(error), ran=False)
     patterns = [*PTXAS_WRONG_CODE, *params.get("wrong_code", [])]
     warnings = [line.strip() for line in output.splitlines() if "warning" in line.lower()]
     for warning in warnings:

@@ -213,3 +213,16 @@ def test_a_stage_result_without_resources_renders_no_resource_table(untimed, tmp
     warp_section = section(text, "### warp revision 2: warp")
     assert "  - compile (crashed, 0.5 s): child died" in warp_section
     assert not [line for line in warp_section if "Compile" in line]
+
+
+def test_a_static_rule_this_machine_could_not_run_is_shown_as_such():
+    from judge.report.evaluations import static_lines
+    from judge.stage_details import RuleResult, StaticConfig, StaticDetail
+
+    rules = [RuleResult("wgmma-waited", True, "ok"), RuleResult("ptxas-clean", True, "ptxas failed on kernel.ptx",
+                                                                     ran=False),
+             RuleResult("expect-tx-bytes", False, "expect_tx 16384, formula 32768", line=241)]
+    detail = StaticDetail(rules=["expect-tx-bytes", "ptxas-clean", "wgmma-waited"],
+                          configs=[StaticConfig(signature={"stages": 4}, rules=rules)], layout_checks=[],
+                          layout_checks_file=None)
+    assert static_lines(detail) == ["rules: wgmma-waited passed, ptxas-clean not run here, expect-tx-bytes FAILED"]

@@ -219,3 +219,22 @@ def test_a_kernel_cannot_write_outside_its_workspace_from_the_layout_checks_chil
     honest = run_static(target, target.assemble(tmp_path / "work" / "honest", target.kernel_source()),
                         StageResult("compile", "passed", "imported", 0.1, CompileDetail(configs=[])))
     assert (honest.status, honest.summary) == ("passed", "1 layout check passed")
+
+
+def test_a_ptxas_this_machine_cannot_use_is_no_finding(tmp_path, monkeypatch):
+    """On the H100 machine the system ptxas (PTX ISA 9.0) cannot read CuTe DSL 4.8's PTX 9.4: the rule did not
+    run there, which must not eliminate a candidate whose cubin the DSL's own assembler built."""
+    from judge import resources
+
+    old = tmp_path / "ptxas"
+    old.write_text("#!/bin/sh\necho \"ptxas $3, line 9; fatal   : Unsupported .version 9.4; current version is '9.0'\" >&2\n"
+                   "exit 255\n")
+    old.chmod(0o755)
+    monkeypatch.setattr(resources, "find_tool", lambda name: str(old) if name == "ptxas" else None)
+    result = RULES["ptxas-clean"](code("", tmp_path, "sm_90a"), {}, {})
+    assert (result.passed, result.ran) == (True, False)
+    assert result.message.startswith("ptxas failed on kernel.ptx: ptxas ")
+    assert result.message.endswith("fatal   : Unsupported .version 9.4; current version is '9.0'")
+    monkeypatch.setattr(resources, "find_tool", lambda name: None)
+    missing = RULES["ptxas-clean"](code("", tmp_path, "sm_90a"), {}, {})
+    assert (missing.passed, missing.ran, missing.message) == (True, False, "ptxas not found (pip install nvidia-cuda-nvcc)")

@@ -161,14 +161,19 @@ def _benchmark(b: dict) -> dict:
     }
 
 
+def _rule_state(result) -> str:
+    if result.ran is False:  # this machine's tool could not run it: not a finding either way
+        return "not run here"
+    return "passed" if result.passed else "FAILED"
+
+
 def static_lines(detail: StaticDetail) -> list[str]:
     """What the static stage ran, one line for the rules of each config and one for the layout checks."""
     lines = []
     configs = detail.configs
     for n, config in enumerate(configs, start=1):
         where = f" (config {n} of {len(configs)})" if len(configs) > 1 else ""
-        lines.append(f"rules{where}: " + ", ".join(f"{r.rule} {'passed' if r.passed else 'FAILED'}"
-                                                 for r in config.rules))
+        lines.append(f"rules{where}: " + ", ".join(f"{r.rule} {_rule_state(r)}" for r in config.rules))
     checks = detail.layout_checks
     if checks:
         lines.append(f"layout checks ({detail.layout_checks_file}): "
