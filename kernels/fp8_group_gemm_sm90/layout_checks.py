@@ -14,6 +14,7 @@ wrong and where.
 
 import contextlib
 import inspect
+import math
 import os
 import tempfile
 
@@ -302,7 +303,9 @@ def check_operand_layouts(kernel, reference, rng) -> str:
     gemm = _gemm(kernel)
     data = _data(reference, rng)
     inputs = dict(zip(INPUT_NAMES, data))
-    num_ctas = 5
+    # A cluster kernel's grid is a whole number of clusters (custom_kernel sizes it so).
+    cluster_size = math.prod(gemm.cluster_shape_mn)
+    num_ctas = 5 * cluster_size
     buffers = {name: (inputs[source].numel(), torch.full((4,), -1, dtype=torch.int64),
                       torch.full((inputs[source].numel() + 64,), SENTINEL, dtype=torch.int64))
                for name, source, _order in VIEWS}
@@ -315,7 +318,9 @@ def check_operand_layouts(kernel, reference, rng) -> str:
     assert (grid, grid_yz) == (num_ctas, 1), f"__call__ launches a grid of {grid} x {grid_yz} for num_ctas = {num_ctas}"
     assert block == gemm.num_threads, (
         f"__call__ launches {block} threads per CTA, the kernel is built for {gemm.num_threads}")
-    assert cluster == 1, f"__call__ launches clusters of {cluster} CTAs; the kernel implements 1"
+    assert cluster == cluster_size, (
+        f"__call__ launches clusters of {cluster} CTAs; the kernel is built for CLUSTER_SHAPE_MN "
+        f"{tuple(gemm.cluster_shape_mn)}, {cluster_size} CTAs")
     m_sizes = [int(v) for v in torch.diff(data[4], prepend=torch.zeros(1, dtype=data[4].dtype))]
     return (f"global views of A, B, C, sa, sb and offs from __call__ (M = {m_sizes}, N = {data[1].shape[1]}, "
             f"K = {data[0].shape[1]}) address exactly the reference's elements; grid and block as planned")
