@@ -19,6 +19,7 @@ from .dispatch import Job
 from .evaluation import fresh
 from .ledger import Ledger, now, sha256
 from .patching import apply_patch, check_paths, parse_patch
+from .peer import evaluate_peer
 from .records import Outcome, Proposal
 from .stage_details import CheckDetail, ScreenDetail, TimingDetail
 from .stages import StageResult, not_run
@@ -242,19 +243,21 @@ class RoundRun:
             self.session = None
 
     def record(self, revision: Optional[dict], kernel_sha: Optional[str], stages: list[StageResult],
-               started: str, outcome: Optional[tuple[Outcome, str]] = None, place: Optional[dict] = None) -> Verdict:
-        """Write one evaluation; `place` is the Ray worker that ran its GPU stages, when one did."""
+               started: str, outcome: Optional[tuple[Outcome, str]] = None, place: Optional[dict] = None,
+               subject: Optional[str] = None) -> Verdict:
+        """Write one evaluation; `place` is the Ray worker that ran its GPU stages, when one did; `subject` is
+        'candidate' with a revision, else 'base' unless named ('peer')."""
         outcome, reason = outcome or decide(stages, self.settings.min_effect)
         self._count(stages)
         device = self.device if place is None else {**(place.get("device") or {}), "host": place["host"],
                                                     "gpus": place["gpus"]}
         evaluation_id = self.ledger.record_evaluation(
             run_id=self.run_id, round_id=self.round_row["id"], revision_id=revision["id"] if revision else None,
-            subject="candidate" if revision else "base", kernel_sha256=kernel_sha, outcome=outcome.value,
+            subject=subject or ("candidate" if revision else "base"), kernel_sha256=kernel_sha, outcome=outcome.value,
             reason=reason, stages=stages, device=device, started_at=started,
         )
         if revision is None:
-            return Verdict("(base)", 0, outcome.value, reason, evaluation_id=evaluation_id)
+            return Verdict(f"({subject or 'base'})", 0, outcome.value, reason, evaluation_id=evaluation_id)
         where = None
         if place is not None:
             from .dispatch import describe_place
@@ -288,6 +291,7 @@ def _run_target_round(
         run.dispatch = _dispatch(run)
         run.gate = run.dispatch.gate()
         _evaluate_base(run)
+        evaluate_peer(run)
         _evaluate_candidates(run, [r for r in revisions if r["patch"]], base_source, summary)
         status = "finished"
     finally:

@@ -53,6 +53,15 @@ class StaticSpec:
 
 
 @dataclass
+class PeerSpec:
+    """An existing implementation the target is raced against (judge.toml [peer]): a trusted file in the target
+    directory with the kernel file's entry point, timed against each round's base once, for the base/peer column."""
+
+    file: str
+    name: str
+
+
+@dataclass
 class Target:
     """Everything judge needs to know about one kernel problem."""
 
@@ -74,6 +83,7 @@ class Target:
     max_speedup: float = DEFAULT_MAX_SPEEDUP
     min_effect: float | None = None
     static: StaticSpec | None = None
+    peer: PeerSpec | None = None
 
     @property
     def on_cpu(self) -> bool:
@@ -218,6 +228,7 @@ def load_target(path: str | Path) -> Target:
         max_speedup=max_speedup,
         min_effect=float(min_effect) if min_effect is not None else None,
         static=_static(meta.get("static"), path, where),
+        peer=_peer(meta.get("peer"), path, where, kernel_file),
     )
 
 
@@ -305,6 +316,19 @@ def _static(raw: Any, path: Path, where: Path) -> StaticSpec | None:
     if checks is not None and not (isinstance(checks, str) and (path / checks).is_file()):
         raise JudgeError(f"{where}: field 'static.layout_checks': '{checks}' is not a file in {path}")
     return StaticSpec(rules, checks)
+
+
+def _peer(raw: Any, path: Path, where: Path, kernel_file: str) -> PeerSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"file", "name"}:
+        raise JudgeError(f"{where}: field 'peer': a table with 'file' (in the target directory) and 'name'")
+    file, name = raw.get("file"), raw.get("name")
+    if not (isinstance(file, str) and (path / file).is_file()) or file == kernel_file:
+        raise JudgeError(f"{where}: field 'peer.file': '{file}' is not a file in {path} other than the kernel file")
+    if not isinstance(name, str) or not name.strip():
+        raise JudgeError(f"{where}: field 'peer.name': the peer's name as reports show it, e.g. 'torch._scaled_grouped_mm'")
+    return PeerSpec(file, name.strip())
 
 
 def find_target(name_or_path: str, kernels_dir: Path) -> Target:

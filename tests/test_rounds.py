@@ -230,3 +230,25 @@ def test_a_time_below_the_speed_of_light_is_implausible():
     assert decide([timing]) == (
         Outcome.IMPLAUSIBLE, "benchmark 0 timed 1.200 us, below its speed of light 1.525 us (timing said faster: "
         "geomean 1.500x [1.490, 1.510] over 1 benchmark); held until a person clears it")
+
+
+def test_the_peer_is_timed_against_each_rounds_base_once_and_never_ranked(tmp_path):
+    """judge.toml [peer]: the peer runs the candidate stages against the base, is recorded with its name and
+    subject 'peer', once per round (a resumed run keeps it), and never becomes a candidate or the winner."""
+    import shutil
+
+    kernels = tmp_path / "kernels"
+    shutil.copytree(FIXTURE, kernels / "axpy")
+    (kernels / "axpy" / "peer.py").write_text(BASE + "# verdict: speedup 0.5\n")
+    meta = kernels / "axpy" / "judge.toml"
+    meta.write_text((meta.read_text() if meta.exists() else "") + '\n[peer]\nfile = "peer.py"\nname = "torch axpy"\n')
+    ledger = Ledger(tmp_path / "ledger.db")
+    settings = Settings(kernels_dir=kernels, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", stages=FakeStages())
+    ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert summary.winner == "a-fast" and [v.proposal_id for v in summary.verdicts] == ["a-fast"]
+    r1 = ledger.round_row("axpy", 1)
+    peer = ledger.latest_evaluation(r1["id"], None, subject="peer")
+    assert (peer["outcome"], peer["reason"]) == ("slower", "torch axpy: geomean 0.500x [0.497, 0.502] over 2 benchmarks")
+    run_round(ledger, 1, settings=settings)
+    assert ledger.query("select count(*) as n from evaluations where subject = 'peer'")[0]["n"] == 1

@@ -58,3 +58,23 @@ def test_a_distribution_name_appears_once(target_dir):
     with pytest.raises(JudgeError) as caught:
         load_target(target_dir)
     assert caught.value.message == f"{toml}: field 'distributions[1].name': 'randn' appears twice"
+
+
+def test_the_fp8_target_names_its_peer():
+    target = load_target(CPU_TARGET.parent / "fp8_group_gemm_sm90")
+    assert (target.peer.file, target.peer.name) == ("peer.py", "torch._scaled_grouped_mm")
+    assert load_target(CPU_TARGET).peer is None
+
+
+@pytest.mark.parametrize("peer,message", [
+    ('file = "missing.py"\nname = "x"', "field 'peer.file': 'missing.py' is not a file in {dir} other than the kernel file"),
+    ('file = "submission.py"\nname = "x"', "field 'peer.file': 'submission.py' is not a file in {dir} other than the kernel file"),
+    ('file = "reference.py"\nname = " "', "field 'peer.name': the peer's name as reports show it, e.g. 'torch._scaled_grouped_mm'"),
+    ('file = "reference.py"\nname = "x"\nargs = 1', "field 'peer': a table with 'file' (in the target directory) and 'name'"),
+])
+def test_a_bad_peer_is_a_one_line_error(target_dir, peer, message):
+    toml = target_dir / "judge.toml"
+    toml.write_text(toml.read_text() + f"\n[peer]\n{peer}\n")
+    with pytest.raises(JudgeError) as caught:
+        load_target(target_dir)
+    assert caught.value.message == f"{toml}: {message.format(dir=target_dir)}"

@@ -8,6 +8,7 @@ from ..ledger import Ledger
 from ..records import Outcome
 from ..stats import median
 from . import evaluations as ev
+from .peer import after_winner, peer_view
 
 
 def _winner(ledger: Ledger, round_row: dict) -> Optional[dict]:
@@ -94,11 +95,23 @@ def _target(ledger: Ledger, target: str) -> dict:
                 "cumulative": cumulative,
                 "base_speedup": base_speedup,
                 "base_times": _base_times(ledger, latest),
+                "peer": _peer(ledger, round_row, winner),
             }
         )
         for e in latest:
             _record(records, e, round_row["round"])
-    return {"target": target, "rounds": rounds, "authors": _authors(ledger, target, records)}
+    peer = next((r["peer"]["name"] for r in rounds if r["peer"]), None)
+    return {"target": target, "rounds": rounds, "authors": _authors(ledger, target, records), "peer": peer}
+
+
+def _peer(ledger: Ledger, round_row: dict, winner: Optional[dict]) -> Optional[dict]:
+    """The base against the target's peer, measured this round, and the next base's estimate after the winner."""
+    view = peer_view(ledger, round_row)
+    if view is None:
+        return None
+    return {"name": view["name"], "base_over_peer": view["base_over_peer"], "ci": view["ci"],
+            "evaluation_id": view["evaluation_id"],
+            "after_winner": after_winner(view, winner["geomean"] if winner else None)}
 
 
 def leaderboard_view(ledger: Ledger) -> dict:

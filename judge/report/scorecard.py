@@ -16,6 +16,7 @@ from ..stats import median
 from . import evaluations as ev
 from .conventions import conventions
 from .claims import claims_view
+from .peer import after_winner, peer_view
 from .formatting import fmt_claim, fmt_patch
 
 GPU_STAGES = ("correctness", "timing")
@@ -366,10 +367,18 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
         "times": _times(proposals),
         "winner": winner,
         "verdict": _verdict(candidates, ranking, devices["gpu_reason"], ledger.round_row(target, round + 1)),
+        "peer": _peer(ledger, round_row, winner),
         "graveyard": _graveyard(history),
         "claims": claims_view(ledger, target, history),
         "lineage": _lineage(ledger, target, round),
     }
+
+
+def _peer(ledger: Ledger, round_row: dict, winner: Optional[dict]) -> Optional[dict]:
+    view = peer_view(ledger, round_row)
+    if view is not None:
+        view["after_winner"] = after_winner(view, winner["geomean"] if winner else None)
+    return view
 
 
 def _shown(targets: list[dict]) -> dict:

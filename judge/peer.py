@@ -1,0 +1,38 @@
+"""The peer's evaluation in a round: the target's existing implementation (judge.toml [peer]) timed against the
+round's base exactly as a candidate is, once per round, so reports can say where the base stands against it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .dispatch import Job
+from .evaluation import fresh
+from .ledger import now, sha256
+from .verdicts import decide
+
+SUBJECT = "peer"  # evaluations.subject of the peer's rows; candidates' and the base's queries never see them
+
+
+def evaluate_peer(run) -> Optional[object]:
+    """Correctness and timing of the peer against this round's base; nothing where the target names no peer,
+    where the base did not pass, or where this round already has a standing peer evaluation."""
+    target = run.target
+    if target.peer is None:
+        return None
+    base = run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")
+    if base is None or base["outcome"] != "unchanged":
+        return None
+    if not run.stale(run.ledger.latest_evaluation(run.round_row["id"], None, subject=SUBJECT)):
+        return None
+    source = (target.path / target.peer.file).read_text()
+    workspace = run.root / "peer"
+    fresh(workspace)
+    target.assemble(workspace, source)
+    started = now()
+    run.on_event("stage", proposal=f"(peer {target.peer.name})", stage="correctness and timing")
+    for job, stages, place in run.dispatch.evaluate([Job(None, "(peer)", source, workspace)]):
+        outcome, reason = decide(stages, run.settings.min_effect)
+        # The reports read the peer's name from its reason: the ledger has no other column for it.
+        return run.record(None, sha256(source), stages, started, (outcome, f"{target.peer.name}: {reason}"),
+                          place=place, subject=SUBJECT)
+    return None
