@@ -3,7 +3,8 @@
 Per benchmark of the target's task.yml: both medians in us, the peer/ours ratio with a 95% bootstrap
 interval, and each as a fraction of speed of light; then the geometric mean over the four contest cases.
 Measurement: interleaved ours/peer repetitions, an L2 flush (a write of a buffer larger than L2) before
-each, CUDA events around each call, warm-up excluded.
+each, then a GPU spin longer than either's launch overhead (so the events time the kernels, not the host),
+CUDA events around each call, warm-up excluded. The host's launch overhead per call is reported beside.
 
     python benchmarks/peer_fp8_group_gemm.py [--ceilings] [--reps 200] [--set NUM_STAGES=6] [--kernel FILE]
 """
@@ -74,17 +75,49 @@ def measure_ceilings(reps: int = 50) -> tuple[float, float]:
     return best_tflops, tbps
 
 
+def host_us_per_call(fn, calls: int = 30) -> float:
+    """Median host time to enqueue one call (no synchronisation inside): the launch overhead."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+_cycles_per_us = []
+
+
+def spin_cycles(us: float) -> int:
+    """GPU clock cycles for `us` microseconds of torch.cuda._sleep, calibrated once."""
+    if not _cycles_per_us:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)
+        start.record()
+        torch.cuda._sleep(2_000_000)
+        end.record()
+        torch.cuda.synchronize()
+        _cycles_per_us.append(2_000_000 / (start.elapsed_time(end) * 1e3))
+    return int(us * _cycles_per_us[0])
+
+
 def time_calls(fns, reps: int, flush: torch.Tensor | None, warmup: int = 5) -> list[list[float]]:
-    """Interleave the functions rep by rep, flushing L2 before each call; returns us per call."""
+    """Interleave the functions rep by rep, flushing L2 before each call; returns us per call.
+
+    The GPU spins after the flush for twice the slowest launch overhead, so every call is already queued
+    when its start event fires: the events time the kernels, not the host's launch path."""
     for _ in range(warmup):
         for fn in fns:
             fn()
     torch.cuda.synchronize()
+    spin = spin_cycles(2 * max(host_us_per_call(fn) for fn in fns) + 20)
     events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)] for _ in fns]
     for r in range(reps):
         for i, fn in enumerate(fns):
             if flush is not None:
                 flush.zero_()
+            torch.cuda._sleep(spin)
             events[i][r][0].record()
             fn()
             events[i][r][1].record()
@@ -143,11 +176,13 @@ def main() -> int:
         ok, msg = reference.check_implementation(data, out)
         peer_out = peer(data)
         peer_ok, peer_msg = reference.check_implementation(data, peer_out)
+        host_ours = host_us_per_call(lambda: kernel.custom_kernel(data))
+        host_peer = host_us_per_call(lambda: peer(data))
         ours, theirs = time_calls([lambda: kernel.custom_kernel(data), lambda: peer(data)], args.reps, flush)
         mo, mp = statistics.median(ours), statistics.median(theirs)
         lo, hi = bootstrap_ratio_ci(ours, theirs)
         sol = speed_of_light_us(spec, tflops, tbps)
-        rows.append((index, spec, mo, mp, mp / mo, lo, hi, sol))
+        rows.append((index, spec, mo, mp, mp / mo, lo, hi, sol, host_ours, host_peer))
         label = f"g={len(spec['m'])} N={spec['n']} K={spec['k']} M={','.join(map(str, spec['m']))}"
         print(f"[{index}] {label}: ours {'ok' if ok else 'WRONG'} ({msg}); peer {'ok' if peer_ok else 'WRONG'} "
               f"({peer_msg}); first call {first_call_s:.1f} s")
@@ -155,12 +190,13 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     print()
-    print("| # | benchmark | ours (us) | peer (us) | peer/ours | 95% CI | SoL (us) | ours SoL frac | peer SoL frac |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for index, spec, mo, mp, ratio, lo, hi, sol in rows:
+    print("| # | benchmark | ours (us) | peer (us) | peer/ours | 95% CI | SoL (us) | ours SoL frac | peer SoL frac "
+          "| host us/call ours | host us/call peer |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for index, spec, mo, mp, ratio, lo, hi, sol, host_ours, host_peer in rows:
         label = f"g={len(spec['m'])} N={spec['n']} K={spec['k']}" + (" (large)" if index >= CONTEST_CASES else "")
         print(f"| {index} | {label} | {mo:.1f} | {mp:.1f} | {ratio:.3f} | {lo:.3f}-{hi:.3f} | {sol:.1f} | "
-              f"{sol / mo:.2f} | {sol / mp:.2f} |")
+              f"{sol / mo:.2f} | {sol / mp:.2f} | {host_ours:.0f} | {host_peer:.0f} |")
     contest = [r for r in rows if r[0] < CONTEST_CASES]
     if contest:
         geo = math.exp(sum(math.log(r[4]) for r in contest) / len(contest))

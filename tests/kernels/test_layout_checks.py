@@ -220,3 +220,33 @@ def test_honest_proposals_pass_every_check(target, proposal, tmp_path, monkeypat
                          monkeypatch)
     assert {check: status for check, (status, _text) in results.items()} == {
         check: "passed" for check in BASE_DESCRIPTIONS[target]}
+
+
+# ---- the FP8 contest's later rounds: each proposal on its round's base (the winners applied in turn) ----------
+
+CONTEST_WINNERS = ["epilogue-paired-stores", "round-2/epilogue-smem-rows"]  # rounds 1 and 2
+LATER = [("round-2", "cluster-1x2-multicast-a"), ("round-2", "stages-6-paired"), ("round-2", "promote-every-2"),
+         ("round-3", "cluster-1x2-multicast-a-v2"), ("round-3", "cluster-1x4-multicast-a"),
+         ("round-3", "group-table-smem-patch"), ("round-3", "stages-5")]
+
+
+def contest_base(round_folder: str) -> str:
+    from judge.patching import apply_patch
+
+    source = (ROOT / "kernels" / FP8 / "submission.py").read_text()
+    for winner in CONTEST_WINNERS[:int(round_folder.split("-")[1]) - 1]:
+        source = apply_patch(source, (ROOT / "proposals" / FP8 / winner / "patch.diff").read_text(), "submission.py")
+    return source
+
+
+@pytest.mark.parametrize("folder,proposal", LATER, ids=[p for _f, p in LATER])
+def test_later_fp8_contest_proposals_pass_every_check(folder, proposal, tmp_path, monkeypatch):
+    """Round 2's 1x2 multicast kernel failed operand-layouts when it asserted 1-CTA clusters; every proposal of
+    rounds 2 and 3, on its round's base, passes the checks now (round 3's cluster kernels won and placed second)."""
+    from judge.patching import apply_patch
+
+    diff = (ROOT / "proposals" / FP8 / folder / proposal / "patch.diff").read_text()
+    source = apply_patch(contest_base(folder), diff, "submission.py")
+    results = run_checks(copy_with(tmp_path, FP8, source), ARCH[FP8], monkeypatch)
+    assert {check: status for check, (status, _text) in results.items()} == {
+        check: "passed" for check in BASE_DESCRIPTIONS[FP8]}
