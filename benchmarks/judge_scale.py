@@ -1,0 +1,116 @@
+"""Candidates per minute of a whole `judge run` round: on one GPU, on every GPU of this host (`--gpus`), and
+through a Ray cluster (`--ray ADDRESS`), with each mode's verdicts compared to the one-GPU run's.
+
+    PYTHONPATH=$PWD python benchmarks/judge_scale.py [--candidates 8] [--modes one,gpus,ray] [--ray-address ADDR]
+
+The round: GPU MODE-style vecadd (tests/fixtures/gpumode/vecadd) whose base spins DELAY cycles after its add;
+the candidates spin 0 (faster), DELAY (unchanged) or 2 x DELAY (slower) cycles, in turn. Every stage and every
+defence of a real round runs (confined runners, correctness on every test, timing against the base).
+Needs CUDA GPUs, and Ray for the gpus and ray modes. Not a test: it prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import platform
+import re
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from judge.ledger import Ledger  # noqa: E402
+from judge.records import Proposal  # noqa: E402
+from judge.rounds import Settings, run_round  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures" / "gpumode"
+DELAYED = FIXTURES / "vecadd" / "variants" / "delayed.py"
+DELAY = 20000  # cycles: about 10 us at 2 GHz, a fifth to a half of the kernel's time
+
+
+def kernel(cycles: int) -> str:
+    return re.sub(r"^DELAY_CYCLES = .*$", f"DELAY_CYCLES = {cycles}", DELAYED.read_text(), flags=re.M)
+
+
+def patch(base: str, new: str) -> str:
+    return "".join(difflib.unified_diff(base.splitlines(True), new.splitlines(True), "a/submission.py", "b/submission.py"))
+
+
+def candidates(count: int) -> list[tuple[str, int]]:
+    """(proposal id, cycles): faster, unchanged and slower in turn; an unchanged one differs by a comment."""
+    kinds = [("faster", 0), ("same", DELAY), ("slower", 2 * DELAY)]
+    return [(f"{kinds[i % 3][0]}-{i}", kinds[i % 3][1]) for i in range(count)]
+
+
+def one_round(mode: str, count: int, ray_address: str | None, gpus: list[int] | None) -> dict:
+    """A fresh ledger and target copy, `count` proposals, one `run_round`; wall seconds and verdicts."""
+    work = Path(tempfile.mkdtemp(prefix=f"judge-scale-{mode}-"))
+    kernels = work / "kernels"
+    shutil.copytree(FIXTURES, kernels)
+    base = kernel(DELAY)
+    (kernels / "vecadd" / "submission.py").write_text(base)
+    ledger = Ledger(work / "ledger.db")
+    for pid, cycles in candidates(count):
+        source = kernel(cycles) + (f"# candidate {pid}\n" if cycles == DELAY else "")
+        ledger.submit(Proposal(id=pid, title=pid, author="scale", round=1, target="vecadd", pitch="scale test",
+                               patch=patch(base, source)), "scale")
+    settings = Settings(kernels_dir=kernels, work_dir=work / "work", cache_dir=work / "cache",
+                        ray_address=ray_address, gpus=gpus)
+    start = time.monotonic()
+    [summary] = run_round(ledger, 1, settings=settings)
+    wall = time.monotonic() - start
+    verdicts = {v.proposal_id: v.outcome for v in summary.verdicts}
+    return {"mode": mode, "gpus": len(gpus) if gpus else (None if ray_address else 1), "wall_s": round(wall, 1),
+            "per_minute": round(60 * count / wall, 2), "verdicts": verdicts, "time": summary.time}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--candidates", type=int, default=8)
+    parser.add_argument("--modes", default="one,gpus", help="comma-separated: one, gpus, ray")
+    parser.add_argument("--gpus", default="all", help="for the gpus mode: all or 0,1,...")
+    parser.add_argument("--ray-address", default=None, help="for the ray mode: a running cluster's address")
+    parser.add_argument("--json", type=Path, help="write every number here too")
+    args = parser.parse_args()
+    import torch
+
+    count = torch.cuda.device_count()
+    gpus = list(range(count)) if args.gpus == "all" else [int(g) for g in args.gpus.split(",")]
+    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {count} x "
+          f"{torch.cuda.get_device_name(0)}, {args.candidates} vecadd candidates x 4 benchmarks", flush=True)
+    rows = []
+    for mode in args.modes.split(","):
+        if mode == "one":
+            rows.append(one_round(mode, args.candidates, None, None))
+        elif mode == "gpus":
+            rows.append(one_round(mode, args.candidates, None, gpus))
+        elif mode == "ray":
+            rows.append(one_round(mode, args.candidates, args.ray_address or "auto", None))
+        else:
+            raise SystemExit(f"unknown mode {mode!r}")
+        if mode != "one":
+            import ray
+
+            ray.shutdown()
+        print(json.dumps(rows[-1]), flush=True)
+    reference = rows[0]["verdicts"]
+    print("\n| mode | GPUs | wall s | candidates per minute | vs first row | same verdicts as the first row |")
+    print("|---|---:|---:|---:|---:|---|")
+    for r in rows:
+        same = "yes" if r["verdicts"] == reference else "no: " + ", ".join(
+            f"{k} {reference.get(k)}->{v}" for k, v in r["verdicts"].items() if reference.get(k) != v)
+        print(f"| {r['mode']} | {r['gpus'] or 'cluster'} | {r['wall_s']} | {r['per_minute']} | "
+              f"{r['per_minute'] / rows[0]['per_minute']:.2f}x | {same} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
