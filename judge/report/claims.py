@@ -1,5 +1,6 @@
 """Claims against measurements in the scorecard: each measured proposal's claimed range against its geomean,
-and, where the contestant claimed ranges per benchmark, each of those against that benchmark's speedup."""
+and, where the contestant claimed ranges per benchmark, each of those against that benchmark's speedup; and each
+shark's calls (fund or not, made before the measurement) against what was measured."""
 
 from __future__ import annotations
 
@@ -52,7 +53,42 @@ def claims_view(ledger: Ledger, target: str, history: list[tuple[dict, dict[int,
         rows = measured[author]
         counts = {k: sum(1 for r in rows if r["landed"] == k) for k in ("inside", "above", "below")}
         tables.append({"author": author, "measured": len(rows), **counts, "rows": rows})
-    return {"authors": tables, "unmeasured_authors": sorted(authors - set(measured))}
+    return {"authors": tables, "unmeasured_authors": sorted(authors - set(measured)),
+            "sharks": _sharks(ledger, target, history)}
+
+
+def _call(fund: Optional[bool], outcome: str) -> str:
+    """A fund call is right when a funded proposal stood faster or an unfunded one did not."""
+    if fund is None:
+        return "no call"
+    return "right" if fund == (outcome == "faster") else "wrong"
+
+
+def _sharks(ledger: Ledger, target: str, history: list[tuple[dict, dict[int, dict]]]) -> list[dict]:
+    """Per shark, over the rounds so far: each latest vote on a measured revision, its fund call and the outcome."""
+    rows: dict[str, list[dict]] = {}
+    for round_row, latest in history:
+        revisions = {r["id"]: r for r in ledger.revisions_of_round(target, round_row["round"])}
+        for vote in ledger.votes(round=round_row["round"]):
+            e = latest.get(vote["revision_id"])
+            if vote["revision_id"] not in revisions or e is None or ev.standing(e) not in ev.MEASURED \
+                    or e["geomean_speedup"] is None:
+                continue
+            fund = None if vote["fund"] is None else bool(vote["fund"])
+            rows.setdefault(vote["shark_name"], []).append({
+                "round": round_row["round"], "proposal_id": vote["proposal_id"],
+                "revision": revisions[vote["revision_id"]]["revision"], "fund": fund, "outcome": ev.standing(e),
+                "geomean": e["geomean_speedup"], "evaluation_id": e["id"], "call": _call(fund, ev.standing(e))})
+    out = []
+    for shark in sorted(rows):
+        calls = rows[shark]
+        funded = [r for r in calls if r["fund"] is True]
+        passed = [r for r in calls if r["fund"] is False]
+        out.append({"shark": shark, "measured": len(calls), "right": sum(r["call"] == "right" for r in calls),
+                    "funded": len(funded), "funded_faster": sum(r["outcome"] == "faster" for r in funded),
+                    "passed": len(passed), "passed_not_faster": sum(r["outcome"] != "faster" for r in passed),
+                    "rows": calls})
+    return out
 
 
 def _per_benchmark(ledger: Ledger, revision: dict, evaluation: dict) -> list[dict]:
