@@ -276,6 +276,8 @@ class _RunProgress:
                                  console=err, transient=True)
         self.started = False
         self.task = None
+        self.gpu_task = None  # the round's GPU stages: one step per candidate
+        self.worker_tasks: dict[str, int] = {}  # per Ray worker (its place as the verdicts name it): candidates done
 
     def __enter__(self):
         return self
@@ -296,16 +298,28 @@ class _RunProgress:
             self.progress.update(self.task, completed=info["done"])
         elif kind == "stage":
             self.progress.console.print(f"  {info['proposal']}: {info['stage']} ...", markup=False)
+        elif kind == "gpu-start":
+            self.gpu_task = self.progress.add_task("correctness and timing", total=info["total"])
         elif kind == "verdict":
             where = f" [{info['where']}]" if info.get("where") else ""
             self.progress.console.print(f"  {info['proposal']}: {info['outcome']} ({info['reason']}){where}", markup=False)
+            self._advance(info.get("where"))
         elif kind == "workers":
             for n, place in enumerate(info["places"], start=1):
                 self.progress.console.print(f"worker {n}: {describe_place(place)}", markup=False)
+                self.worker_tasks[describe_place(place)] = self.progress.add_task(f"  worker {n}", total=None)
         elif kind == "skip":
             self.progress.console.print(f"  {info['proposal']}: {info['outcome']} in an earlier run, kept", markup=False)
         elif kind == "probe":
             self.progress.console.print(f"{info['target']}: looking for a GPU ...", markup=False)
+
+
+    def _advance(self, where: str | None) -> None:
+        """A verdict ends one candidate's GPU stages: a step of the round's bar and of its worker's count."""
+        if self.gpu_task is not None:
+            self.progress.advance(self.gpu_task)
+        if where in self.worker_tasks:
+            self.progress.advance(self.worker_tasks[where])
 
 
 @command(main, "report")

@@ -331,6 +331,8 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
             jobs.append(Job((revision, stages, started), revision["proposal_id"], source, workspace))
         else:
             summary.verdicts.append(run.record(revision, sha256(source), stages, started))
+    if jobs:
+        run.on_event("gpu-start", total=len(jobs))
     for job, kernel_stages, place in run.dispatch.evaluate(jobs):
         revision, stages, started = job.key
         summary.verdicts.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))

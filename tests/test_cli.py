@@ -305,3 +305,29 @@ def test_run_ends_with_where_the_time_went(env, fake_stages):
         == "time: 93.1 s wall; compile 12.0 s, timing 50.2 s, measuring 40.0 s"
     human = judge("run", "--round", "1", "--again").stdout.splitlines()
     assert human[-2].startswith("time: ") and " s wall; " in human[-2]
+
+
+def test_run_progress_counts_each_workers_candidates(monkeypatch):
+    """`judge run --gpus/--ray`: a line per worker, then a bar of the round's GPU stages and a count per worker,
+    advanced by each verdict on the worker that ran it."""
+    import io
+
+    from rich.console import Console
+
+    from judge import cli
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(cli, "err", Console(file=buffer, width=120, force_terminal=False))
+    places = [{"host": "node-a", "gpus": "0", "device": {"name": "NVIDIA H200"}, "gate": None},
+              {"host": "node-a", "gpus": "1", "device": {"name": "NVIDIA H200"}, "gate": None}]
+    with cli._RunProgress(enabled=True) as progress:
+        progress.event("workers", places=places)
+        progress.event("gpu-start", total=3)
+        for proposal, gpu in (("a", 0), ("b", 1), ("c", 1)):
+            progress.event("verdict", proposal=proposal, outcome="faster", reason="geomean 1.1x",
+                           where=cli.describe_place(places[gpu]))
+        tasks = {t.description: t.completed for t in progress.progress.tasks}
+    assert tasks == {"correctness and timing": 3, "  worker 1": 1, "  worker 2": 2}
+    lines = buffer.getvalue().splitlines()
+    assert lines[0] == f"worker 1: {cli.describe_place(places[0])}"
+    assert lines[3] == f"  b: faster (geomean 1.1x) [{cli.describe_place(places[1])}]"
