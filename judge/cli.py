@@ -12,14 +12,13 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import actions, inputs
 from .errors import JudgeError
 from .ledger import Ledger
 from .migrations import applied
-from .dispatch import describe_place
+from .run_progress import RunProgress
 from .targets import find_target
 
 out = Console(highlight=False, soft_wrap=True)
@@ -223,7 +222,7 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
     settings = Settings(kernels_dir=ctx.kernels, work_dir=work_dir, cache_dir=cache_dir, workers=workers,
                         timing_budget_s=timing_budget, again=again, ray=ray_address is not None,
                         ray_address=ray_address or None, gpus=parse_gpus(gpus) if gpus else None)
-    with _RunProgress(enabled=not as_json) as progress:
+    with RunProgress(err, enabled=not as_json) as progress:
         summaries = actions.run(ledger, round_, explicit, settings, progress.event, out_dir)
     if as_json:
         emit_json(summaries)
@@ -264,62 +263,6 @@ def _latest_or_first(ledger: Ledger) -> int:
         return actions.latest_round(ledger)
     except JudgeError:
         return 1
-
-
-class _RunProgress:
-    """Rich progress for `judge run`: a bar while compiling, a line per stage and verdict. It starts at the first
-    event, so that an error before the run starts (e.g. the round is being run already) is its one line alone."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 console=err, transient=True)
-        self.started = False
-        self.task = None
-        self.gpu_task = None  # the round's GPU stages: one step per candidate
-        self.worker_tasks: dict[str, int] = {}  # per Ray worker (its place as the verdicts name it): candidates done
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.started:
-            self.progress.__exit__(*exc)
-
-    def event(self, kind: str, **info) -> None:
-        if not self.enabled:
-            return
-        if not self.started:
-            self.progress.__enter__()
-            self.started = True
-        if kind == "compile-start":
-            self.task = self.progress.add_task("compiling", total=info["total"])
-        elif kind == "compile-progress" and self.task is not None:
-            self.progress.update(self.task, completed=info["done"])
-        elif kind == "stage":
-            self.progress.console.print(f"  {info['proposal']}: {info['stage']} ...", markup=False)
-        elif kind == "gpu-start":
-            self.gpu_task = self.progress.add_task("correctness and timing", total=info["total"])
-        elif kind == "verdict":
-            where = f" [{info['where']}]" if info.get("where") else ""
-            self.progress.console.print(f"  {info['proposal']}: {info['outcome']} ({info['reason']}){where}", markup=False)
-            self._advance(info.get("where"))
-        elif kind == "workers":
-            for n, place in enumerate(info["places"], start=1):
-                self.progress.console.print(f"worker {n}: {describe_place(place)}", markup=False)
-                self.worker_tasks[describe_place(place)] = self.progress.add_task(f"  worker {n}", total=None)
-        elif kind == "skip":
-            self.progress.console.print(f"  {info['proposal']}: {info['outcome']} in an earlier run, kept", markup=False)
-        elif kind == "probe":
-            self.progress.console.print(f"{info['target']}: looking for a GPU ...", markup=False)
-
-
-    def _advance(self, where: str | None) -> None:
-        """A verdict ends one candidate's GPU stages: a step of the round's bar and of its worker's count."""
-        if self.gpu_task is not None:
-            self.progress.advance(self.gpu_task)
-        if where in self.worker_tasks:
-            self.progress.advance(self.worker_tasks[where])
 
 
 @command(main, "report")

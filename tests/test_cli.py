@@ -314,20 +314,20 @@ def test_run_progress_counts_each_workers_candidates(monkeypatch):
 
     from rich.console import Console
 
-    from judge import cli
+    from judge.dispatch import describe_place
+    from judge.run_progress import RunProgress
 
     buffer = io.StringIO()
-    monkeypatch.setattr(cli, "err", Console(file=buffer, width=120, force_terminal=False))
     places = [{"host": "node-a", "gpus": "0", "device": {"name": "NVIDIA H200"}, "gate": None},
               {"host": "node-a", "gpus": "1", "device": {"name": "NVIDIA H200"}, "gate": None}]
-    with cli._RunProgress(enabled=True) as progress:
+    with RunProgress(Console(file=buffer, width=120, force_terminal=False), enabled=True) as progress:
         progress.event("workers", places=places)
         progress.event("gpu-start", total=3)
         for proposal, gpu in (("a", 0), ("b", 1), ("c", 1)):
             progress.event("verdict", proposal=proposal, outcome="faster", reason="geomean 1.1x",
-                           where=cli.describe_place(places[gpu]))
+                           where=describe_place(places[gpu]))
         tasks = {t.description: t.completed for t in progress.progress.tasks}
     assert tasks == {"correctness and timing": 3, "  worker 1": 1, "  worker 2": 2}
     lines = buffer.getvalue().splitlines()
-    assert lines[0] == f"worker 1: {cli.describe_place(places[0])}"
-    assert lines[3] == f"  b: faster (geomean 1.1x) [{cli.describe_place(places[1])}]"
+    assert lines[0] == f"worker 1: {describe_place(places[0])}"
+    assert lines[3] == f"  b: faster (geomean 1.1x) [{describe_place(places[1])}]"
