@@ -118,7 +118,7 @@ def _compile_in_child(target: Target, workspace: Path, specs: list[dict], key_pa
         scratch = Path(tmp)
         progress_path = scratch / "progress.jsonl"
         outcome = run_isolated(
-            "judge.compile:_child_compile",
+            _child_compile,
             {
                 "workspace": str(workspace),
                 "kernel_module": _module_name(target.kernel_file),
@@ -286,7 +286,7 @@ def _import_only(target: Target, workspace: Path, limit: float) -> StageResult:
     """A target without a compile hook: importing the kernel file is all that can be checked ahead of time."""
     env = {"CUTE_DSL_ARCH": target.arch} if target.arch in resources.ARCHS else None
     outcome = run_isolated(
-        "judge.compile:_child_import",
+        _child_import,
         {"workspace": str(workspace), "kernel_module": _module_name(target.kernel_file), "kernel_file": target.kernel_file},
         timeout_s=limit, cwd=workspace, env=env, log_path=workspace / "compile.log",
         policy=Policy(writable=[workspace], readable=[]),

@@ -55,7 +55,7 @@ def probe(timeout_s: float = 120) -> DeviceFacts | None:
     from .isolation import run_isolated
 
     with tempfile.TemporaryDirectory(prefix="judge-probe-") as tmp:
-        outcome = run_isolated("judge.devices:_child_probe", {}, timeout_s=timeout_s, cwd=Path(tmp))
+        outcome = run_isolated(_child_probe, {}, timeout_s=timeout_s, cwd=Path(tmp))
     if outcome.status != "ok" or outcome.value is None:
         return None
     return DeviceFacts(**outcome.value)
