@@ -42,6 +42,14 @@ class StageResult:
                 "detail": self.detail.to_json(), "log_tail": self.log_tail}
 
 
+NOT_RUN = "not run: "  # a not-run stage's summary is this and its reason: written by not_run, read by not_run_reason
+
+
 def not_run(stage: str, reason: str) -> StageResult:
     """A stage that this machine cannot run, with the reason stated for the report."""
-    return StageResult(stage=stage, status="not-run", summary=f"not run: {reason}")
+    return StageResult(stage=stage, status="not-run", summary=f"{NOT_RUN}{reason}")
+
+
+def not_run_reason(summary: str) -> str:
+    """The reason of a not-run stage's summary (as not_run wrote it, in this run or in a ledger's row)."""
+    return summary.removeprefix(NOT_RUN)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .records import Outcome
 from .stage_details import TimingDetail
-from .stages import StageResult
+from .stages import StageResult, not_run_reason
 
 
 MIN_EFFECT = 0.01
@@ -20,7 +20,7 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
         if stage.status == "passed":
             continue
         if stage.status == "not-run":
-            return Outcome.NOT_RUN, stage.summary.removeprefix("not run: ")
+            return Outcome.NOT_RUN, not_run_reason(stage.summary)
         if stage.status == "timed-out":
             return Outcome.TIMED_OUT, f"{stage.stage}: {stage.summary}"
         if stage.status == "crashed":

@@ -226,7 +226,7 @@ def test_ranking_ranks_the_measured_and_leaves_the_eliminated_to_the_graveyard(l
     start = text.index("| rank | proposal | author | outcome | geomean [95% CI] | mean shark total | votes | evaluation |")
     assert text[start + 2:start + 5] == [
         "| 1 | tma-store-epilogue r1 (winner) | team-epilogue | faster | 1.060x [1.040, 1.080] | 6.875 | 1 computed | #4 |",
-        "| - | warp-specialization r1 | team-warps | pitch only | - | 5.25 | 1 computed | - |",
+        "| - | warp-specialization r1 | team-warps | pitch | - | 5.25 | 1 computed | - |",
         "",
     ]
     assert text[start + 5] == (
@@ -235,7 +235,7 @@ def test_ranking_ranks_the_measured_and_leaves_the_eliminated_to_the_graveyard(l
         "the totals judge computed; a pending vote waits on a measurement.")
     assert ("**Winner: tma-store-epilogue revision 1** by team-epilogue, geomean 1.060x [1.040, 1.080] (evaluation #4). "
             "Its patch applied to this round's base becomes the base of round 2.") in text
-    assert "- Status: pitch only: not evaluated until a revision brings a patch" in text
+    assert "- Status: pitch: no patch, nothing to evaluate until a revision brings one" in text
     text2 = lines(render_round(ledger, 2, tmp_path))
     start = text2.index("| rank | proposal | author | outcome | geomean [95% CI] | mean shark total | votes | evaluation |")
     assert text2[start + 2:start + 4] == ["| - | tile-64-rows r2 | team-tiles | not-run | - | - | none | #6 |", ""]

@@ -73,7 +73,7 @@ def test_the_ranking_ranks_nothing_unmeasured_and_counts_pending_votes(untimed, 
         "| rank | proposal | author | outcome | geomean [95% CI] | mean shark total | votes | evaluation |",
         "|---:|---|---|---|---|---:|---|---|",
         "| - | stages-3 r1 | team-pipeline | not-run | - | 8.575 | 1 computed, 1 pending | #2 |",
-        "| - | warp r1 | team-warps | pitch only | - | 5.25 | 1 computed | - |",
+        "| - | warp r1 | team-warps | pitch | - | 5.25 | 1 computed | - |",
         "",
     ]
     assert "- Total computed by judge: pending: measured_speedup, correctness wait on a measurement" in text
@@ -145,7 +145,7 @@ def test_a_timed_round_without_a_faster_proposal_says_so(untimed, tmp_path):
     untimed.finish_run(run, "finished")
     text = lines(render_round(untimed, 1, tmp_path))
     assert "**No winner**: no proposal was significantly faster than the base. Round 2 starts from this round's base unchanged." in text
-    assert "| - | warp r1 | team-warps | pitch only | - | 5.25 | 1 computed | - |" in text
+    assert "| - | warp r1 | team-warps | pitch | - | 5.25 | 1 computed | - |" in text
     assert "- Device: none recorded (evaluations #1, #2, #3, #4)" in text  # a stage ran; no row holds a device
     assert "- % of SoL = speed of light / after, 1 decimal (100% is the hardware bound)." in text
     assert "| 1 | stages-3 r1 | 1.5-1.8x | 0.735x [0.720, 0.750] | below | slower | #4 |" in text
@@ -163,7 +163,7 @@ def test_a_cleared_implausible_result_ranks_at_the_outcome_it_stands_at(untimed,
     untimed.set_winner(r1["id"], stages3)
     view = round_view(untimed, 1)["targets"][0]
     assert [(r["rank"], r["proposal_id"], r["outcome"]) for r in view["ranking"]] == [
-        (1, "stages-3", "faster (cleared implausible)"), (None, "warp", "pitch only")]
+        (1, "stages-3", "faster (cleared implausible)"), (None, "warp", "pitch")]
     assert [g["proposal_id"] for g in view["graveyard"]] == ["tile-64"]
     text = lines(render_round(untimed, 1, tmp_path))
     assert ("| 1 | stages-3 r1 (winner) | team-pipeline | faster (cleared implausible) | 1.060x [1.040, 1.080] | 7.693 "

@@ -12,6 +12,7 @@ from typing import Optional
 from ..errors import JudgeError
 from ..ledger import Ledger
 from ..records import Outcome
+from ..stages import not_run_reason
 from ..stats import median
 from . import evaluations as ev
 from .conventions import conventions
@@ -20,8 +21,10 @@ from .peer import after_winner, peer_view
 from .formatting import fmt_claim, fmt_patch
 
 GPU_STAGES = ("correctness", "timing")
-PITCH_ONLY = "pitch only: not evaluated until a revision brings a patch"
-NOT_EVALUATED = "not evaluated yet: no run of this round has reached this revision"
+# One name per state, in the ledger's views, the CLI and the reports alike: "pitch" (no patch) and "pending"
+# (a patch no run has timed yet); the notes say what each means.
+PITCH_ONLY = "pitch: no patch, nothing to evaluate until a revision brings one"
+NOT_EVALUATED = "pending: no run of this round has reached this revision yet"
 
 
 def _rounds_listing(rounds: list[dict]) -> str:
@@ -93,7 +96,7 @@ def _proposal(ledger: Ledger, revision: dict, round_row: dict, context: dict) ->
 def _outcome_shown(p: dict) -> str:
     e = p["evaluation"]
     if e is None:
-        return "pitch only" if p["state"] == "pitch" else "not evaluated"
+        return p["state"]  # pitch or pending
     return f"{e['clearance']['outcome']} (cleared {e['outcome']})" if e["clearance"] else e["outcome"]
 
 
@@ -185,7 +188,7 @@ def _device_groups(ledger: Ledger, round_id: int) -> dict:
             if s.stage not in GPU_STAGES:
                 continue
             if s.status == "not-run":
-                reason = reason or s.summary.removeprefix("not run: ")
+                reason = reason or not_run_reason(s.summary)
             else:
                 gpu_ran = True
                 if group is not None:
