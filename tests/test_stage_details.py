@@ -27,7 +27,7 @@ def _stored(detail) -> str:
     return json.dumps(detail.to_json(), sort_keys=True, default=str)  # as judge.ledger writes detail_json
 
 
-@pytest.mark.parametrize("db", sorted((ROOT / "docs" / "examples").glob("*.db")), ids=lambda p: p.name)
+@pytest.mark.parametrize("db", sorted((ROOT / "docs" / "examples").rglob("*.db")), ids=lambda p: p.name)
 def test_every_stored_detail_of_an_example_ledger_round_trips_byte_for_byte(db):
     with sqlite3.connect(db) as con:
         rows = con.execute("select stage, detail_json from stage_results").fetchall()
