@@ -8,10 +8,9 @@ from typing import Optional
 from .dispatch import Job
 from .evaluation import fresh
 from .ledger import now, sha256
+from .ledger.evaluations import PEER
+from .records import Outcome
 from .verdicts import decide
-
-SUBJECT = "peer"  # evaluations.subject of the peer's rows; candidates' and the base's queries never see them
-
 
 def evaluate_peer(run) -> Optional[object]:
     """Correctness and timing of the peer against this round's base; nothing where the target names no peer,
@@ -20,9 +19,9 @@ def evaluate_peer(run) -> Optional[object]:
     if target.peer is None:
         return None
     base = run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")
-    if base is None or base["outcome"] != "unchanged":
+    if base is None or base["outcome"] != Outcome.UNCHANGED.value:  # the base passed every stage it ran
         return None
-    if not run.stale(run.ledger.latest_evaluation(run.round_row["id"], None, subject=SUBJECT)):
+    if not run.stale(run.ledger.peer_evaluation(run.round_row["id"])):
         return None
     source = (target.path / target.peer.file).read_text()
     workspace = run.root / "peer"
@@ -34,5 +33,5 @@ def evaluate_peer(run) -> Optional[object]:
         outcome, reason = decide(stages, run.settings.min_effect)
         # The reports read the peer's name from its reason: the ledger has no other column for it.
         return run.record(None, sha256(source), stages, started, (outcome, f"{target.peer.name}: {reason}"),
-                          place=place, subject=SUBJECT)
+                          place=place, subject=PEER)
     return None

@@ -10,6 +10,8 @@ from ..stage_details import CheckDetail, CompileDetail, CompileError, TimedBench
 from ..stages import StageResult
 from .common import _json, now
 
+PEER = "peer"  # evaluations.subject of a target's peer: timed like a candidate, never ranked
+
 
 class EvaluationRecords:
     """Ledger methods about evaluations; they use the Ledger's db, transaction() and query()."""
@@ -83,6 +85,10 @@ class EvaluationRecords:
             (round_id, subject, revision_id, revision_id),
         )
         return rows[0] if rows else None
+
+    def peer_evaluation(self, round_id: int) -> dict | None:
+        """The round's latest evaluation of the target's peer (judge/peer.py), or None."""
+        return self.latest_evaluation(round_id, None, subject=PEER)
 
     def stage_results(self, evaluation_id: int) -> list[StageResult]:
         rows = self.query("select * from stage_results where evaluation_id = ? order by id", (evaluation_id,))

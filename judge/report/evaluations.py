@@ -44,6 +44,32 @@ def interval(row: dict) -> Optional[list]:
     return [row["geomean_ci_low"], row["geomean_ci_high"]] if row["geomean_ci_low"] is not None else None
 
 
+def revision_head(revision: dict) -> dict:
+    """What every view of a revision starts with: which proposal and revision it is, its title and author."""
+    return {
+        "proposal_id": revision["proposal_id"],
+        "revision": revision["revision"],
+        "revision_id": revision["id"],
+        "title": revision["title"],
+        "author": revision["author"],
+    }
+
+
+def winner(ledger: Ledger, round_row: dict) -> Optional[dict]:
+    """A round's winning revision and its measured geomean, from the ledger rows that name it; None without one."""
+    if round_row["winner_revision_id"] is None:
+        return None
+    revision = ledger.revision(round_row["winner_revision_id"])
+    evaluation = ledger.latest_evaluation(round_row["id"], revision["id"])
+    return {
+        **revision_head(revision),
+        "patch_stats": stats_of(revision["patch"]),
+        "geomean": evaluation["geomean_speedup"] if evaluation else None,
+        "geomean_ci": interval(evaluation) if evaluation else None,
+        "evaluation_id": evaluation["id"] if evaluation else None,
+    }
+
+
 def stats_of(patch: Optional[str]) -> Optional[dict]:
     if not patch:
         return None

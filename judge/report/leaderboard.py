@@ -8,22 +8,7 @@ from ..ledger import Ledger
 from ..records import Outcome
 from ..stats import median
 from . import evaluations as ev
-from .peer import after_winner, peer_view
-
-
-def _winner(ledger: Ledger, round_row: dict) -> Optional[dict]:
-    if round_row["winner_revision_id"] is None:
-        return None
-    revision = ledger.revision(round_row["winner_revision_id"])
-    evaluation = ledger.latest_evaluation(round_row["id"], revision["id"])
-    return {
-        "proposal_id": revision["proposal_id"],
-        "revision": revision["revision"],
-        "author": revision["author"],
-        "geomean": evaluation["geomean_speedup"] if evaluation else None,
-        "geomean_ci": ev.interval(evaluation) if evaluation else None,
-        "evaluation_id": evaluation["id"] if evaluation else None,
-    }
+from .peer import peer_view
 
 
 def _no_winner(latest: list[dict]) -> dict:
@@ -80,7 +65,7 @@ def _target(ledger: Ledger, target: str) -> dict:
     records: dict[str, dict] = {}
     for round_row in ledger.rounds(target):
         latest = ledger.latest_candidate_evaluations(round_row["id"])
-        winner = _winner(ledger, round_row)
+        winner = ev.winner(ledger, round_row)
         base_speedup = cumulative or 1.0  # this round's base over round 1's: the earlier winners compounded
         if winner and winner["geomean"]:
             cumulative = (cumulative or 1.0) * winner["geomean"]
@@ -95,23 +80,13 @@ def _target(ledger: Ledger, target: str) -> dict:
                 "cumulative": cumulative,
                 "base_speedup": base_speedup,
                 "base_times": _base_times(ledger, latest),
-                "peer": _peer(ledger, round_row, winner),
+                "peer": peer_view(ledger, round_row, winner["geomean"] if winner else None),
             }
         )
         for e in latest:
             _record(records, e, round_row["round"])
     peer = next((r["peer"]["name"] for r in rounds if r["peer"]), None)
     return {"target": target, "rounds": rounds, "authors": _authors(ledger, target, records), "peer": peer}
-
-
-def _peer(ledger: Ledger, round_row: dict, winner: Optional[dict]) -> Optional[dict]:
-    """The base against the target's peer, measured this round, and the next base's estimate after the winner."""
-    view = peer_view(ledger, round_row)
-    if view is None:
-        return None
-    return {"name": view["name"], "base_over_peer": view["base_over_peer"], "ci": view["ci"],
-            "evaluation_id": view["evaluation_id"],
-            "after_winner": after_winner(view, winner["geomean"] if winner else None)}
 
 
 def leaderboard_view(ledger: Ledger) -> dict:

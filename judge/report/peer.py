@@ -9,16 +9,15 @@ from typing import Optional
 
 from ..ledger import Ledger
 
-SUBJECT = "peer"
-
 
 def _inverse(value: Optional[float]) -> Optional[float]:
     return 1.0 / value if value else None
 
 
-def peer_view(ledger: Ledger, round_row: dict) -> Optional[dict]:
-    """The round's latest peer evaluation: base/peer overall and per benchmark; None where none was recorded."""
-    row = ledger.latest_evaluation(round_row["id"], None, subject=SUBJECT)
+def peer_view(ledger: Ledger, round_row: dict, winner_geomean: Optional[float]) -> Optional[dict]:
+    """The round's latest peer evaluation: base/peer overall and per benchmark, and the next base's estimate
+    after the winner (`winner_geomean` over this base); None where no peer evaluation was recorded."""
+    row = ledger.peer_evaluation(round_row["id"])
     if row is None:
         return None
     name, _, reason = (row["reason"] or "").partition(": ")
@@ -33,19 +32,15 @@ def peer_view(ledger: Ledger, round_row: dict) -> Optional[dict]:
         }
         for b in ledger.benchmark_results(row["id"])
     ]
+    base_over_peer = _inverse(row["geomean_speedup"])
     return {
         "name": name,
         "evaluation_id": row["id"],
         "outcome": row["outcome"],
         "reason": reason,
-        "base_over_peer": _inverse(row["geomean_speedup"]),
+        "base_over_peer": base_over_peer,
         "ci": [_inverse(high), _inverse(low)] if low is not None and high is not None else None,
         "benchmarks": benchmarks,
+        # an estimate, not a measurement: base/peer times the winner's geomean over the base
+        "after_winner": base_over_peer * winner_geomean if base_over_peer and winner_geomean else None,
     }
-
-
-def after_winner(peer: Optional[dict], winner_geomean: Optional[float]) -> Optional[float]:
-    """The next base against the peer, estimated: base/peer times the winner's geomean over the base."""
-    if not peer or peer["base_over_peer"] is None or winner_geomean is None:
-        return None
-    return peer["base_over_peer"] * winner_geomean

@@ -17,7 +17,7 @@ from ..stats import median
 from . import evaluations as ev
 from .conventions import conventions
 from .claims import claims_view
-from .peer import after_winner, peer_view
+from .peer import peer_view
 from .formatting import fmt_claim, fmt_patch
 
 GPU_STAGES = ("correctness", "timing")
@@ -71,11 +71,7 @@ def _proposal(ledger: Ledger, revision: dict, round_row: dict, context: dict) ->
     votes = ev.votes(ledger, round_row["round"], revision["proposal_id"], context["latest"])
     state = _state(revision, evaluation)
     return {
-        "proposal_id": revision["proposal_id"],
-        "revision": revision["revision"],
-        "revision_id": revision["id"],
-        "title": revision["title"],
-        "author": revision["author"],
+        **ev.revision_head(revision),
         "category": revision["category"],
         "confidence": revision["confidence"],
         "parent": revision["parent"],
@@ -197,23 +193,6 @@ def _device_groups(ledger: Ledger, round_id: int) -> dict:
     return {"devices": devices, "unrecorded_ids": unrecorded, "gpu_ran": gpu_ran, "gpu_reason": reason}
 
 
-def _winner(ledger: Ledger, round_row: dict) -> dict:
-    """A round's winning revision and its measured geomean, from the ledger rows that name it."""
-    revision = ledger.revision(round_row["winner_revision_id"])
-    evaluation = ledger.latest_evaluation(round_row["id"], revision["id"])
-    return {
-        "proposal_id": revision["proposal_id"],
-        "revision": revision["revision"],
-        "revision_id": revision["id"],
-        "title": revision["title"],
-        "author": revision["author"],
-        "patch_stats": ev.stats_of(revision["patch"]),
-        "geomean": evaluation["geomean_speedup"] if evaluation else None,
-        "geomean_ci": ev.interval(evaluation) if evaluation else None,
-        "evaluation_id": evaluation["id"] if evaluation else None,
-    }
-
-
 def _changed(ledger: Ledger, target: str, round: int) -> dict:
     """What the previous round contributed to this round's base: its winner, or nothing."""
     if round == 1:
@@ -221,7 +200,7 @@ def _changed(ledger: Ledger, target: str, round: int) -> dict:
     previous = ledger.round_row(target, round - 1)
     if previous is None:
         return {"previous_round": round - 1, "ran": False, "winner": None}
-    winner = _winner(ledger, previous) if previous["winner_revision_id"] is not None else None
+    winner = ev.winner(ledger, previous)
     return {"previous_round": round - 1, "ran": True, "winner": winner}
 
 
@@ -349,7 +328,7 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
     winner = next((r for r in ranking if r["winner"]), None)
     if winner is None and round_row["winner_revision_id"] is not None:
         # The winner is a revision this report does not list (a later revision replaced it): name it anyway.
-        winner = _winner(ledger, round_row)
+        winner = ev.winner(ledger, round_row)
     devices = _device_groups(ledger, round_row["id"])
     evaluations = ledger.evaluations(round_row["id"])
     candidates = [p["evaluation"] for p in proposals if p["evaluation"]]
@@ -370,18 +349,11 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
         "times": _times(proposals),
         "winner": winner,
         "verdict": _verdict(candidates, ranking, devices["gpu_reason"], ledger.round_row(target, round + 1)),
-        "peer": _peer(ledger, round_row, winner),
+        "peer": peer_view(ledger, round_row, winner["geomean"] if winner else None),
         "graveyard": _graveyard(history),
         "claims": claims_view(ledger, target, history),
         "lineage": _lineage(ledger, target, round),
     }
-
-
-def _peer(ledger: Ledger, round_row: dict, winner: Optional[dict]) -> Optional[dict]:
-    view = peer_view(ledger, round_row)
-    if view is not None:
-        view["after_winner"] = after_winner(view, winner["geomean"] if winner else None)
-    return view
 
 
 def _shown(targets: list[dict]) -> dict:
