@@ -9,7 +9,7 @@ geomean peer/ours over the four contest cases and the large case is printed.
 
     python benchmarks/fp8_variant_sweep.py variants.json [reps]
 Needs a GPU and CuTe DSL. Not a test."""
-import importlib.util, json, math, statistics, subprocess, sys, time
+import json, math, statistics, subprocess, sys, time
 from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "kernels" / "fp8_group_gemm_sm90"
@@ -17,8 +17,9 @@ sys.path.insert(0, str(TARGET))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 def load(name, path, knobs):
-    spec = importlib.util.spec_from_file_location(name, path)
-    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    from peer_fp8_group_gemm import load_module
+
+    m = load_module(name, path)
     for k, v in knobs.items(): setattr(m, k, v)
     return m
 
@@ -72,7 +73,7 @@ def main():
         fns = [lambda: peer(data)] + [(lambda m=m: m.custom_kernel(data)) for m in mods]
         hosts = [host_us_per_call(fn) for fn in fns]
         print(f"[{bi}] host us/call: " + ", ".join(f"{n} {h:.0f}" for n, h in zip(["peer"] + [v["name"] for v in passing], hosts)), flush=True)
-        times = time_calls(fns, reps, flush)
+        times = time_calls(fns, reps, flush, host_us=hosts)
         mp = statistics.median(times[0]); peer_t.append(mp)
         line = [f"[{bi}] peer {mp:.1f}"]
         for v, t in zip(passing, times[1:]):
