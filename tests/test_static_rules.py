@@ -235,6 +235,13 @@ def test_a_ptxas_this_machine_cannot_use_is_no_finding(tmp_path, monkeypatch):
     assert (result.passed, result.ran) == (True, False)
     assert result.message.startswith("ptxas failed on kernel.ptx: ptxas ")
     assert result.message.endswith("fatal   : Unsupported .version 9.4; current version is '9.0'")
+    broken = tmp_path / "ptxas-syntax"
+    broken.write_text("#!/bin/sh\necho \"ptxas $3, line 14; error   : Unknown symbol '%r9999'\" >&2\nexit 255\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(resources, "find_tool", lambda name: str(broken) if name == "ptxas" else None)
+    failed = RULES["ptxas-clean"](code("", tmp_path, "sm_90a"), {}, {})
+    assert (failed.passed, failed.ran) == (False, None)  # any other assembler failure is the candidate's
+    assert failed.message.endswith("error   : Unknown symbol '%r9999'")
     monkeypatch.setattr(resources, "find_tool", lambda name: None)
     missing = RULES["ptxas-clean"](code("", tmp_path, "sm_90a"), {}, {})
     assert (missing.passed, missing.ran, missing.message) == (True, False, "ptxas not found (pip install nvidia-cuda-nvcc)")
