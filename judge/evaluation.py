@@ -24,6 +24,9 @@ from .worker import CommandFailed, Worker, WorkerError
 # Timing input sets per benchmark: as many as fit in this many bytes per process, within these bounds.
 SET_MEMORY_BYTES = 4 << 30
 MIN_SETS, MAX_SETS = 2, 8
+# Warm spare runners loading side by side on a GPU host, at most: each holds about a gigabyte of host memory and
+# half a gigabyte of GPU memory for a CUDA context until it is used or closed.
+MAX_SPARES = 8
 ORACLE_LIMIT_S = 600.0
 
 
@@ -62,15 +65,17 @@ class Evaluator:
     base_dir: Path | None = None
     secret: int = field(default_factory=lambda: secrets.randbits(62))
     confine: bool = True
-    warm: bool = True  # keep a spare runner that has loaded torch (and CUDA) before its kernel is known
+    # Warm spare runners kept loading: processes that import torch (and create their CUDA context) before any
+    # kernel is known, each used for one kernel only. More than one lets their start-up run in parallel.
+    spares: int = 1
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
         _not_dumpable()
         self._oracle: Worker | None = None
         self._base: Worker | None = None
-        self._spare: Worker | None = None
-        self._spares = 0
+        self._pool: list[Worker] = []  # oldest first
+        self._started = 0
         self._plans: dict[tuple, dict] = {}
         self._expect: dict[int, list] = {}
 
@@ -161,8 +166,8 @@ class Evaluator:
         return env
 
     def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
-        """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported: the
-        warm spare when there is one (and a new spare starts loading behind it), else a cold start."""
+        """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported: the oldest
+        warm spare when there is one (and new spares start loading behind it), else a cold start."""
         from .isolation import policy_to_json
 
         workspace = Path(workspace).resolve()
@@ -170,28 +175,41 @@ class Evaluator:
         rules, env = self._rules(workspace)
         policy = policy_to_json(rules) if rules else None
         init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file, "generators": self.generators}
-        spare, self._spare = self._spare, None
         worker = None
-        if spare is not None:
+        while worker is None and self._pool:
+            spare = self._pool.pop(0)
             try:
                 worker = spare.bind(init, workspace=workspace, log_path=workspace / log_name, policy=policy, env=env)
             except (WorkerError, CommandFailed):
-                spare.close()  # a spare that broke is judge's loss, never the kernel's: start it cold
+                spare.close()  # a spare that broke is judge's loss, never the kernel's: the next, or a cold start
         if worker is None:
             worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env)
-        if self.warm:
-            self._spare = self._new_spare()
+        while len(self._pool) < self.spares:
+            self._pool.append(self._new_spare())
         return worker
 
+    def keep_spares(self, kernels_to_come: int) -> None:
+        """How many kernels will need a runner here after the next one (the base's timing runner counts until it
+        has one): keep that many spares loading, up to MAX_SPARES on a GPU target and one on a CPU target, where
+        more would take the cores the kernels run on."""
+        if self.base_dir is not None and self._base is None:
+            kernels_to_come += 1
+        self.spares = max(0, min(kernels_to_come, 1 if self.target.on_cpu else MAX_SPARES))
+        while len(self._pool) > self.spares:
+            self._pool.pop().close()
+        while len(self._pool) < self.spares:
+            self._pool.append(self._new_spare())
+
     def settle(self) -> None:
-        """Before timing: let the spare finish loading, then stop it, so it takes no CPU from a measurement."""
-        if self._spare is not None:
-            try:
-                self._spare.ready()
-                self._spare.freeze()
-            except (WorkerError, CommandFailed):
-                self._spare.close()
-                self._spare = None
+        """Before timing: stop every spare, loaded or still loading, so that none takes CPU or GPU from a
+        measurement; `resume` lets them go on loading between measurements."""
+        for spare in self._pool:
+            spare.freeze()
+
+    def resume(self) -> None:
+        for spare in self._pool:
+            if spare.process.poll() is None:
+                spare.thaw()
 
     def _rules(self, workspace: Path):
         """The confinement of a runner in `workspace` (None when unconfined) and its environment."""
@@ -205,8 +223,8 @@ class Evaluator:
         return rules, child_env(rules, env)
 
     def _new_spare(self) -> Worker:
-        self._spares += 1
-        home = fresh(self.root / "spares" / str(self._spares))
+        self._started += 1
+        home = fresh(self.root / "spares" / str(self._started))
         _, env = self._rules(home)
         return Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env)
 
@@ -227,10 +245,11 @@ class Evaluator:
             self._base = None
 
     def close(self) -> None:
-        for worker in (self._oracle, self._base, self._spare):
+        for worker in [self._oracle, self._base, *self._pool]:
             if worker is not None:
                 worker.close()
-        self._oracle = self._base = self._spare = None
+        self._oracle = self._base = None
+        self._pool = []
 
     def __enter__(self) -> "Evaluator":
         return self

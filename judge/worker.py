@@ -100,6 +100,8 @@ class Worker:
     def ready(self) -> None:
         """Wait until a spare has loaded what it loads before its workspace is known (then it only waits)."""
         if self.hello is None:
+            if self.frozen:  # stopped while something was timed
+                self.thaw()
             self.hello = self._read(0, self._start_timeout_s).value
 
     def bind(self, init: dict, *, workspace: Path, log_path: Path, policy: dict | None, env: dict[str, str]) -> "Worker":

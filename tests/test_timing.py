@@ -67,7 +67,7 @@ def test_records_on_cpu(tmp_path, small_target):
         assert bench.significant == (bench.ci_low > 1 or bench.ci_high < 1)
         assert bench.stopped in ("precise", "budget", "max-reps")
         assert set(bench.clocks) == {"host"}
-        assert set(bench.audit["wall_excess_us"]) == {"host call", "host report"}
+        assert set(bench.audit["wall_excess_us"]) == {"per call"}
         assert bench.sets == 8  # small inputs: the most input sets a benchmark rotates through
     assert detail.geomean_ci[0] <= detail.geomean <= detail.geomean_ci[1]
     assert detail.measuring_s <= 2 + 1.5
@@ -135,32 +135,60 @@ def test_side_stream_detection():
     assert timing._times(series, "gpu") == ([40.0, 41.0], [15.0, 15.0], "stream")
 
 
-def _rep(us, wall, cold=False, report=100.0):
-    return {"us": us, "tail_us": 0.0, "spin_us": 0.0, "null_tail_us": 0.0, "wall_us": wall, "cold": cold,
-            "report_wall_us": report}
+def _rep(us, cold=False):
+    return {"us": us, "tail_us": 0.0, "spin_us": 0.0, "null_tail_us": 0.0, "cold": cold}
 
 
 def test_wall_clock_audit_catches_time_that_was_not_reported():
-    # Both runners spend 100 us around each call beyond the call itself.
-    honest = [_rep(20.0, 120.0 + (i % 3)) for i in range(60)]
-    forged = [_rep(10.0, 100.0 + 50.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 50 us
-    audit = timing._audits({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
-    assert audit["wall_excess_us"]["gpu call"] == 40.0
+    # Both runners spend 100 us per call beyond the call itself (arming, projecting, the commands).
+    series = {("base", "gpu"): [_rep(20.0)] * 60, ("cand", "gpu"): [_rep(10.0)] * 60}
+    honest = [100.0 + (i % 3) for i in range(60)]
+    forged = [140.0 + (i % 3) for i in range(60)]  # reports 10 us a call, took 50 us
+    audit = timing._audits(series, {"base": honest, "cand": forged}, "gpu")
+    assert audit["wall_excess_us"] == {"per call": 40.0}
+    assert audit["wall_overhead_us"] == {"per call": {"base": 101.0, "cand": 141.0}}
     assert audit["reasons"] == []  # 40 us is within the 50 us floor
-    forged = [_rep(10.0, 100.0 + 260.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 260 us
-    audit = timing._audits({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
+    forged = [350.0 + (i % 3) for i in range(60)]  # reports 10 us a call, took 260 us
+    audit = timing._audits(series, {"base": honest, "cand": forged}, "gpu")
     assert audit["reasons"] == [
-        "its call commands took 250.0 us longer on the parent's wall clock than the base's, beyond what the times "
-        "it reported account for (gpu clock; 50 us allowed): the times it reported are not the times its work took"]
+        "its turns took 250.0 us per timed call longer on the parent's wall clock than the base's, beyond what the "
+        "times it reported account for (50 us allowed): the times it reported are not the times its work took"]
+
+
+def test_the_wall_clock_slack_grows_with_the_base_s_own_overhead():
+    series = {("base", "host"): [_rep(400.0)] * 60, ("cand", "host"): [_rep(400.0)] * 60}
+    audit = timing._audits(series, {"base": [8000.0] * 60, "cand": [9900.0] * 60}, "host")
+    assert audit["reasons"] == []  # 1900 us is within a quarter of the base's 8000 us
+    audit = timing._audits(series, {"base": [8000.0] * 60, "cand": [10100.0] * 60}, "host")
+    assert audit["reasons"][0].startswith("its turns took 2100.0 us per timed call longer")
+    assert "(2000 us allowed)" in audit["reasons"][0]
 
 
 def test_replay_of_seen_inputs_is_caught():
-    base = [_rep(20.0, 120.0, cold=i < 8) for i in range(100)]
-    cand = [_rep(200.0 if i < 8 else 20.0, 300.0 if i < 8 else 120.0, cold=i < 8) for i in range(100)]
-    audit = timing._audits({("base", "call"): base, ("cand", "call"): cand}, "call")
+    base = [_rep(20.0, cold=i < 8) for i in range(100)]
+    cand = [_rep(200.0 if i < 8 else 20.0, cold=i < 8) for i in range(100)]
+    audit = timing._audits({("base", "call"): base, ("cand", "call"): cand}, {"base": [100.0] * 13, "cand": [100.0] * 13},
+                           "call")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 10.0}
-    assert audit["reasons"][-1] == ("calls on input sets it had seen before ran 10.00x faster than calls on new "
-                                    "ones (the base: 1.00x): it replays answers it kept")
+    assert audit["reasons"] == ["calls on input sets it had seen before ran 10.00x faster than calls on new "
+                                "ones (the base: 1.00x): it replays answers it kept"]
+
+
+def test_a_turn_takes_three_calls_in_four_on_the_deciding_clock():
+    """GPU targets: the clock that decides gets most calls; the other is sampled; CPU targets have one clock."""
+    import random
+
+    session = timing._Session.__new__(timing._Session)
+    session.target = load_target(FIXTURE)
+    session.clocks = ["gpu", "call"]
+    calls = session.block(0, random.Random(1), 4) + session.block(timing.BURST_CALLS, random.Random(1), 4)
+    deciding = session.target.deciding_clock
+    other = "call" if deciding == "gpu" else "gpu"
+    assert [c["clock"] for c in calls] == [other, deciding, deciding, deciding] * 4
+    assert all(0 <= c["set"] < 4 for c in calls)
+    session.clocks = ["host"]
+    session.target.arch = "cpu"
+    assert {c["clock"] for c in session.block(0, random.Random(1), 4)} == {"host"}
 
 
 # ---------------------------------------------------------------------------------------------------------

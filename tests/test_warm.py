@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -24,23 +25,31 @@ def state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def settled(pid: int) -> str:
+    """The state once a signal just sent has taken effect (a running process stops at its next tick)."""
+    deadline = time.monotonic() + 1.0
+    while state(pid) != "T" and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return state(pid)
+
+
 def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
     target = load_target(TARGET)
     source = target.kernel_source()
     first = target.assemble(tmp_path / "first", source)
     second = target.assemble(tmp_path / "second", source)
-    with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", warm=False) as cold:
+    with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", spares=0) as cold:
         runner = warm.runner(first)
-        spare = warm._spare
+        [spare] = warm._pool
         spare.ready()
         assert spare.hello == {"pid": spare.pid, "ready": True}
         runner.close()
         taken = warm.runner(second, "second.log")
-        assert taken is spare and warm._spare is not spare  # the spare became the runner; a new one loads
+        assert taken is spare and warm._pool[0] is not spare  # the spare became the runner; a new one loads
         assert taken.call("load", 60).value is not None
         assert (second / "second.log").exists()
         cold_runner = cold.runner(target.assemble(tmp_path / "third", source))
-        assert cold._spare is None
+        assert cold._pool == []
         assert taken.hello["confinement"] == cold_runner.hello["confinement"]
         cold_runner.close()
         taken.close()
@@ -54,12 +63,21 @@ def test_the_spare_is_stopped_while_a_candidate_is_timed(tmp_path):
     with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
         result, worker = check(evaluator, candidate)
         assert result.passed, result.summary
-        before = evaluator._spare
+        [before] = evaluator._pool
+        stopped = []
+        real_settle = evaluator.settle
+
+        def settle():  # what the spare started behind the base was doing while the candidate was timed
+            real_settle()
+            stopped.extend(settled(spare.pid) for spare in evaluator._pool)
+
+        evaluator.settle = settle
         timing = measure(evaluator, worker, budget_s=0.5)
         worker.close()
         assert timing.passed, timing.summary
         assert evaluator.base is before  # the base's runner, started at the first timing, was the spare
-        assert state(evaluator._spare.pid) == "T"  # and the spare started behind it was stopped to time
+        assert stopped == ["T"]  # and the spare started behind it was stopped to time
+        assert state(evaluator._pool[0].pid) != "T"  # and let go on loading afterwards
 
 
 def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
@@ -67,13 +85,33 @@ def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
     source = target.kernel_source()
     with Evaluator(target, tmp_path / "round") as evaluator:
         evaluator.runner(target.assemble(tmp_path / "first", source)).close()
-        dead = evaluator._spare
+        [dead] = evaluator._pool
         dead.ready()
         os.kill(dead.pid, signal.SIGKILL)
         runner = evaluator.runner(target.assemble(tmp_path / "second", source))
         assert runner is not dead and runner.process.poll() is None
         assert runner.call("load", 60).value is not None
         runner.close()
+
+
+def test_several_spares_load_side_by_side_and_are_taken_oldest_first(tmp_path):
+    target = load_target(TARGET)
+    source = target.kernel_source()
+    with Evaluator(target, tmp_path / "round", spares=3) as evaluator:
+        evaluator.runner(target.assemble(tmp_path / "first", source)).close()
+        pool = list(evaluator._pool)
+        assert len(pool) == 3 and all(spare.process.poll() is None for spare in pool)
+        evaluator.settle()  # stopped while still loading: a stopped spare is waited for only when it is needed
+        assert [settled(spare.pid) for spare in pool] == ["T", "T", "T"]
+        evaluator.resume()
+        taken = evaluator.runner(target.assemble(tmp_path / "second", source))
+        assert taken is pool[0] and evaluator._pool[:2] == pool[1:] and len(evaluator._pool) == 3
+        assert taken.call("load", 60).value is not None
+        evaluator.settle()
+        taken.close()
+        third = evaluator.runner(target.assemble(tmp_path / "third", source))  # a stopped spare is let go first
+        assert third is pool[1] and third.call("load", 60).value is not None
+        third.close()
 
 
 @pytest.mark.gpu
