@@ -65,7 +65,7 @@ def kernel_stages(session, workspace: Path, budget_s: Optional[float], to_come: 
     from .check import check
     from .timing import measure
 
-    session.keep_spares(to_come)
+    session.keep_spares(1 + to_come)
     result, worker = check(session, workspace)
     if worker is None:
         return [result]

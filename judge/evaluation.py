@@ -65,9 +65,10 @@ class Evaluator:
     base_dir: Path | None = None
     secret: int = field(default_factory=lambda: secrets.randbits(62))
     confine: bool = True
-    # Warm spare runners kept loading: processes that import torch (and create their CUDA context) before any
-    # kernel is known, each used for one kernel only. More than one lets their start-up run in parallel.
-    spares: int = 1
+    # Warm spare runners kept loading, at most: processes that import torch (and create their CUDA context)
+    # before any kernel is known, each used for one kernel only; several load side by side. None: MAX_SPARES on
+    # a GPU target, one on a CPU target (more would take the cores its kernels run on); 0: every runner cold.
+    max_spares: int | None = None
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -75,6 +76,7 @@ class Evaluator:
         self._oracle: Worker | None = None
         self._base: Worker | None = None
         self._pool: list[Worker] = []  # oldest first
+        self._needed: int | None = None  # runners still to be asked for (keep_spares); None: unknown, keep one
         self._started = 0
         self._plans: dict[tuple, dict] = {}
         self._expect: dict[int, list] = {}
@@ -184,20 +186,34 @@ class Evaluator:
                 spare.close()  # a spare that broke is judge's loss, never the kernel's: the next, or a cold start
         if worker is None:
             worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env)
-        while len(self._pool) < self.spares:
-            self._pool.append(self._new_spare())
+        if self._needed is not None:
+            self._needed = max(0, self._needed - 1)
+        self._fill()
         return worker
 
-    def keep_spares(self, kernels_to_come: int) -> None:
-        """How many kernels will need a runner here after the next one (the base's timing runner counts until it
-        has one): keep that many spares loading, up to MAX_SPARES on a GPU target and one on a CPU target, where
-        more would take the cores the kernels run on."""
-        if self.base_dir is not None and self._base is None:
-            kernels_to_come += 1
-        self.spares = max(0, min(kernels_to_come, 1 if self.target.on_cpu else MAX_SPARES))
-        while len(self._pool) > self.spares:
-            self._pool.pop().close()
-        while len(self._pool) < self.spares:
+    @property
+    def timing_core(self) -> set[int]:
+        """The CPU core this round's runners are timed on: one of the last of this process's cores, a different
+        one per GPU of the host (Ray gives each GPU's actor its own CUDA_VISIBLE_DEVICES)."""
+        import os
+
+        cores = sorted(os.sched_getaffinity(0))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        index = int(visible) if visible.isdigit() else 0
+        return {cores[-1 - index % len(cores)]}
+
+    def keep_spares(self, kernels: int) -> None:
+        """How many kernels will need a runner here from now on, the next one included (the base's timing runner
+        is added until it has one): keep that many spares loading, up to `max_spares`."""
+        self._needed = kernels + (1 if self.base_dir is not None and self._base is None else 0)
+        self._fill()
+
+    def _fill(self) -> None:
+        cap = self.max_spares if self.max_spares is not None else 1 if self.target.on_cpu else MAX_SPARES
+        wanted = max(0, min(1 if self._needed is None else self._needed, cap))
+        while len(self._pool) > wanted:
+            self._pool.pop().close()  # the youngest: the least loaded
+        while len(self._pool) < wanted:
             self._pool.append(self._new_spare())
 
     def settle(self) -> None:

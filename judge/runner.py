@@ -140,15 +140,17 @@ class Runner:
         """The timed calls of one turn, one after another: each armed, fired and projected. The parent's clock
         around the whole turn must account for the times reported for every call in it."""
         reps = []
+        # The null tail, once per turn: a GPU round trip of judge's own before the first call (the first CUDA
+        # calls after a stop are slow), and the device-wide sync's cost that a kernel's tail is compared with.
+        null = round(self.null_tail(), 3) if self.cuda else 0.0
         for call in calls:
             armed = self.arm(call["set"], call["clock"])
             fired = self.fire(call["clock"], spin_us)
-            reps.append({**armed, **fired, **self.report()})
+            reps.append({**armed, **fired, **self.report(), "null_tail_us": null if call["clock"] == "gpu" else 0.0})
         return {"reps": reps}
 
     def arm(self, set_index: int, clock: str) -> dict:
-        """Ready one timed call: the set's content into a physical copy, outputs poisoned (and, for the GPU
-        clock, the null tail measured)."""
+        """Ready one timed call: the set's content into a physical copy, outputs poisoned."""
         content, cold = self._content(set_index)
         calls = self.bench["calls"]
         self.bench["calls"] = calls + 1
@@ -156,8 +158,7 @@ class Runner:
         tensors.copy_into(data, content)
         tensors.poison(data, self.bench["slots"])
         self.bench["armed"] = data
-        null = self.null_tail() if clock == "gpu" else 0.0
-        return {"cold": cold, "null_tail_us": round(null, 3)}
+        return {"cold": cold}
 
     def fire(self, clock: str, spin_us: float) -> dict:
         """The timed call itself, on the armed inputs."""

@@ -211,22 +211,20 @@ class Projector:
     def project(self, output) -> list[dict]:
         """Per output leaf: the projections (in float64: float32's rounding over a million elements is already
         larger than a tight tolerance allows) and the count of non-finite elements, which fail on their own.
-        One transfer to the host for all of them."""
+        Weights are +-1, so any NaN or Inf makes a projection non-finite: the elements are counted only then.
+        One transfer to the host for every leaf."""
         import torch
 
-        parts, shapes = [], []
-        for index, (path, tensor) in enumerate(leaves(output)):
-            flat = tensor.detach().reshape(-1)
-            if flat.is_floating_point():
-                nonfinite = flat.numel() - torch.isfinite(flat).sum(dtype=torch.float64).reshape(1)
-            else:
-                nonfinite = torch.zeros(1, dtype=torch.float64, device=flat.device)
-            parts.append(torch.cat([nonfinite, self._dot_tensor(self.weights(index, tensor), flat)]).cpu())
-            shapes.append(path)
+        found = [(path, tensor.detach().reshape(-1)) for path, tensor in leaves(output)]
+        dots = [self._dot_tensor(self.weights(index, flat), flat) for index, (_, flat) in enumerate(found)]
+        values = torch.cat([d.cpu() for d in dots]).reshape(len(dots), -1).tolist() if dots else []
         out = []
-        for path, values in zip(shapes, torch.cat(parts).reshape(len(parts), -1).tolist() if parts else []):
-            nonfinite = int(values[0])
-            out.append({"path": path, "nonfinite": nonfinite, "values": values[1:] if not nonfinite else [0.0] * PROJECTIONS})
+        for (path, flat), projections in zip(found, values):
+            nonfinite = 0
+            if not all(math.isfinite(v) for v in projections) and flat.is_floating_point():
+                nonfinite = flat.numel() - int(torch.isfinite(flat).sum())
+            out.append({"path": path, "nonfinite": nonfinite,
+                        "values": projections if not nonfinite else [0.0] * PROJECTIONS})
         return out
 
     def bounds(self, expected, rtol: float, atol: float) -> list[dict]:

@@ -174,6 +174,24 @@ def test_replay_of_seen_inputs_is_caught():
                                 "ones (the base: 1.00x): it replays answers it kept"]
 
 
+def test_the_first_call_of_a_turn_is_left_out_of_the_replay_check():
+    """It follows the runner's stop and start and is slower for that alone: a candidate whose first calls of a
+    turn happen to be its first calls on their sets is not a replayer."""
+    def reps(slow_first: bool):
+        return [dict(_rep(60.0 if slow_first and i % 8 == 0 else 20.0, cold=i % 8 == 0 and i < 64), slot=i % 8)
+                for i in range(160)]
+
+    resid = {"base": [100.0] * 20, "cand": [100.0] * 20}
+    audit = timing._audits({("base", "call"): reps(False), ("cand", "call"): reps(True)}, resid, "call")
+    assert audit["reasons"] == [] and audit["replay_ratio"] == {"base": None, "cand": None}
+    def shifted(slow):  # the same calls, none of them first in its turn
+        return [dict(r, slot=(r["slot"] + 1) % 8) for r in reps(slow)]
+
+    audit = timing._audits({("base", "call"): shifted(False), ("cand", "call"): shifted(True)}, resid, "call")
+    assert audit["replay_ratio"]["cand"] == 3.0
+    assert audit["reasons"][0].startswith("calls on input sets it had seen before ran 3.00x faster")
+
+
 def test_a_turn_takes_three_calls_in_four_on_the_deciding_clock():
     """GPU targets: the clock that decides gets most calls; the other is sampled; CPU targets have one clock."""
     import random
@@ -278,8 +296,9 @@ def test_real_gpumode_vectoradd_timing(tmp_path):
 
 @pytest.mark.gpu
 def test_host_work_is_slower_under_the_call_clock(tmp_path):
-    """A patch that only adds host work (a small tensor built from a Python list, a blocking copy) is hidden
-    by the GPU clock's spin and must show up under the call clock, which the contest ranks by."""
+    """A patch that only adds host work (a small tensor built from a Python list, a blocking copy) must show up
+    under the call clock, which the contest ranks by. (Under the GPU clock it shows too: its blocking copy waits
+    for the spin, so the work runs after `start`.)"""
     target = load_target(FIXTURE)
     target.benchmarks = target.benchmarks[:2]
     base = assemble(target, tmp_path, "base", target.kernel_source())
@@ -294,4 +313,4 @@ def test_host_work_is_slower_under_the_call_clock(tmp_path):
     assert result.status == "passed", result.summary
     assert all(b.clock == "call" for b in result.detail.benchmarks)
     assert result.detail.geomean_ci[1] < 1.0
-    assert all(b.clocks["call"]["speedup"] < b.clocks["gpu"]["speedup"] for b in result.detail.benchmarks)
+    assert all(b.ci_high < 1.0 for b in result.detail.benchmarks)

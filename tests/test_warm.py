@@ -38,7 +38,7 @@ def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
     source = target.kernel_source()
     first = target.assemble(tmp_path / "first", source)
     second = target.assemble(tmp_path / "second", source)
-    with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", spares=0) as cold:
+    with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", max_spares=0) as cold:
         runner = warm.runner(first)
         [spare] = warm._pool
         spare.ready()
@@ -97,7 +97,8 @@ def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
 def test_several_spares_load_side_by_side_and_are_taken_oldest_first(tmp_path):
     target = load_target(TARGET)
     source = target.kernel_source()
-    with Evaluator(target, tmp_path / "round", spares=3) as evaluator:
+    with Evaluator(target, tmp_path / "round", max_spares=3) as evaluator:
+        evaluator.keep_spares(5)
         evaluator.runner(target.assemble(tmp_path / "first", source)).close()
         pool = list(evaluator._pool)
         assert len(pool) == 3 and all(spare.process.poll() is None for spare in pool)
@@ -121,7 +122,8 @@ def test_on_a_gpu_the_spare_has_cuda_before_its_kernel_and_times_like_a_cold_run
     source = target.kernel_source()
     base = target.assemble(tmp_path / "base", source)
     with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
-        for name in ("first", "second"):  # the second candidate's runner is the spare
+        evaluator.keep_spares(2)  # two candidates and the base's timing runner: three spares load at once
+        for name in ("first", "second"):  # the second candidate's runner is a spare loaded long before
             result, worker = check(evaluator, target.assemble(tmp_path / name, source))
             assert result.passed, result.summary + result.log_tail
             timing = measure(evaluator, worker, budget_s=2)
@@ -129,3 +131,20 @@ def test_on_a_gpu_the_spare_has_cuda_before_its_kernel_and_times_like_a_cold_run
             assert timing.passed, timing.summary + timing.log_tail
             assert 0.98 < timing.detail.geomean < 1.02, timing.summary
         assert result.detail.runner_start_s < 1.0  # bound, not started
+
+
+def test_both_runners_are_timed_on_the_evaluators_core(tmp_path):
+    """Base and candidate take turns on one CPU core, so that host code is timed on the same core's caches
+    and clock in both."""
+    target = load_target(TARGET)
+    source = target.kernel_source()
+    base = target.assemble(tmp_path / "base", source)
+    with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
+        result, worker = check(evaluator, target.assemble(tmp_path / "candidate", source))
+        timing = measure(evaluator, worker, budget_s=0.5)
+        assert timing.passed, timing.summary
+        core = evaluator.timing_core
+        assert core <= os.sched_getaffinity(0) and len(core) == 1
+        for pid in (worker.pid, evaluator.base.pid):
+            assert {os.sched_getaffinity(int(t)) == core for t in os.listdir(f"/proc/{pid}/task")} == {True}
+        worker.close()
