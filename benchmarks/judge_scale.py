@@ -12,11 +12,13 @@ Needs CUDA GPUs, and Ray for the gpus and ray modes. Not a test: it prints a tab
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import platform
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,12 +73,26 @@ def one_round(mode: str, count: int, ray_address: str | None, gpus: list[int] | 
             "per_minute": round(60 * count / wall, 2), "verdicts": verdicts, "time": summary.time}
 
 
+@contextlib.contextmanager
+def ray_head(gpus: int):
+    """`ray start --head` on this host, as a user would start a one-node cluster; `ray stop` afterwards."""
+    cli = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
+    subprocess.run(cli + ["start", "--head", "--disable-usage-stats", "--num-gpus", str(gpus)], check=True,
+                   capture_output=True, text=True)
+    try:
+        yield
+    finally:
+        subprocess.run(cli + ["stop"], capture_output=True, text=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--candidates", type=int, default=8)
     parser.add_argument("--modes", default="one,gpus", help="comma-separated: one, gpus, ray")
     parser.add_argument("--gpus", default="all", help="for the gpus mode: all or 0,1,...")
-    parser.add_argument("--ray-address", default=None, help="for the ray mode: a running cluster's address")
+    parser.add_argument("--ray-address", default=None,
+                        help="for the ray mode: a running cluster's address, or 'start' to start a head on this host "
+                             "(all its GPUs) for the ray round and stop it after")
     parser.add_argument("--json", type=Path, help="write every number here too")
     args = parser.parse_args()
     import torch
@@ -91,6 +107,12 @@ def main() -> None:
             rows.append(one_round(mode, args.candidates, None, None))
         elif mode == "gpus":
             rows.append(one_round(mode, args.candidates, None, gpus))
+        elif mode == "ray" and args.ray_address == "start":
+            with ray_head(count):
+                rows.append(one_round(mode, args.candidates, "auto", None))
+                import ray
+
+                ray.shutdown()
         elif mode == "ray":
             rows.append(one_round(mode, args.candidates, args.ray_address or "auto", None))
         else:

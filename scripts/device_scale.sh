@@ -2,7 +2,7 @@
 # judge's own cost and precision on a GPU machine: the self-check (a kernel against itself and against
 # calibrated slowdowns, docs/judge_performance.md) and whole `judge run` rounds of vecadd candidates on one GPU,
 # on every GPU of the host and through Ray (benchmarks/judge_scale.py). Output in $OUT (default ./device-out).
-#   MODES=one,gpus,ray  which rounds benchmarks/judge_scale.py runs (ray: a head is started on this host)
+#   MODES=one,gpus,ray  which rounds benchmarks/judge_scale.py runs (ray: it starts a head on this host)
 #   SELFCHECK=0         skip the self-check
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,14 +14,6 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 if [ "${SELFCHECK:-1}" = 1 ]; then
   timeout 300 python3 benchmarks/judge_selfcheck.py --json "$OUT/selfcheck.json" 2>&1 | tee "$OUT/selfcheck.md"
 fi
-ray_args=()
-if [[ ",$MODES," == *",ray,"* ]]; then
-  python3 -c 'from ray.scripts.scripts import main; main()' start --head --disable-usage-stats \
-    --num-gpus "$(nvidia-smi -L | grep -c '^GPU ')" > "$OUT/ray-start.log" 2>&1
-  ray_args=(--ray-address auto)
-fi
-timeout 420 python3 benchmarks/judge_scale.py --candidates "${CANDIDATES:-8}" --modes "$MODES" "${ray_args[@]}" \
+# ray: judge_scale starts a head on this host (`ray start --head`) for that round and stops it after
+timeout 420 python3 benchmarks/judge_scale.py --candidates "${CANDIDATES:-8}" --modes "$MODES" --ray-address start \
   --json "$OUT/scale.json" 2>&1 | tee "$OUT/scale.md"
-if [ ${#ray_args[@]} -gt 0 ]; then
-  python3 -c 'from ray.scripts.scripts import main; main()' stop > /dev/null 2>&1
-fi
