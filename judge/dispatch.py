@@ -126,8 +126,7 @@ class RayDispatch:
             raise JudgeError(f"the Ray cluster{' at ' + address if address else ''} has no GPU: nothing to run the "
                              "kernels on (start its workers with GPUs, or run without --ray)")
         target = run.target
-        files = {p.relative_to(target.path).as_posix(): p.read_bytes() for p in sorted(target.path.rglob("*"))
-                 if p.is_file() and "__pycache__" not in p.parts}
+        files = target_files(target)
         actor = ray.remote(num_gpus=1, num_cpus=1)(EvaluationActor)
         base_source = (run.base_dir / target.kernel_file).read_text()
         self.actors = [actor.remote(files, target.name, base_source, run.settings.timing_budget_s)
@@ -167,6 +166,31 @@ class RayDispatch:
             self.ray.kill(actor)
 
 
+def target_files(target) -> dict[str, bytes]:
+    """A target as data for another machine: every file of its directory, and the files its task.yml takes from
+    beside it (GPU MODE's `../utils.py`), by their paths relative to the directory."""
+    from .targets import SUBMISSION
+
+    files = {p.relative_to(target.path).as_posix(): p.read_bytes() for p in sorted(target.path.rglob("*"))
+             if p.is_file() and "__pycache__" not in p.parts}
+    for _, source in target.files:
+        if source != SUBMISSION and source not in files:
+            files[source] = (target.path / source).read_bytes()
+    return files
+
+
+def write_target(files: dict[str, bytes], parent: Path, name: str) -> Path:
+    """Lay out `target_files` under parent/name (files from beside it land beside it); its directory."""
+    directory = parent / name
+    for relative, data in files.items():
+        path = Path(os.path.normpath(directory / relative))
+        if parent.resolve() not in path.resolve().parents:
+            raise JudgeError(f"target file {relative!r} would land outside {parent}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return directory
+
+
 class EvaluationActor:
     """One GPU's share of a round on a Ray worker: its own copy of the target, base and round state."""
 
@@ -176,11 +200,7 @@ class EvaluationActor:
         from .targets import load_target
 
         self.root = Path(tempfile.mkdtemp(prefix="judge-ray-"))
-        target_dir = self.root / "target" / name
-        for relative, data in files.items():
-            (target_dir / relative).parent.mkdir(parents=True, exist_ok=True)
-            (target_dir / relative).write_bytes(data)
-        self.target = load_target(target_dir)
+        self.target = load_target(write_target(files, self.root / "target", name))
         self.base_dir = self.target.assemble(self.root / "base", base_source)
         self.budget_s = budget_s
         facts = probed()

@@ -113,3 +113,19 @@ def test_gpus_lists_and_all(monkeypatch):
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", ""))
     with pytest.raises(JudgeError, match=r"^--gpus all: this machine has no NVIDIA GPU \(nvidia-smi lists none\)$"):
         dispatch.parse_gpus("all")
+
+
+def test_a_target_travels_with_the_files_its_task_takes_from_beside_it(tmp_path):
+    """GPU MODE's task.yml names `../utils.py`: an actor on another machine must get it too (on the two-H200
+    machine the first Ray round failed in every actor with "source '../utils.py' of 'utils.py' not found")."""
+    from judge.dispatch import target_files, write_target
+    from judge.targets import load_target
+
+    target = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "vecadd")
+    files = target_files(target)
+    assert files["../utils.py"] == (ROOT / "tests" / "fixtures" / "gpumode" / "utils.py").read_bytes()
+    assert {"task.yml", "reference.py", "submission.py"} <= set(files)
+    copy = load_target(write_target(files, tmp_path / "target", "vecadd"))
+    assert copy.kernel_source() == target.kernel_source() and (tmp_path / "target" / "utils.py").is_file()
+    with pytest.raises(JudgeError, match="would land outside"):
+        write_target({"../../escape.py": b""}, tmp_path / "other", "vecadd")
