@@ -30,7 +30,7 @@ def one_round(target, work: Path, candidates: int, warm: bool, budget_s: float |
     source = target.kernel_source()
     base = target.assemble(work / "base", source)
     rows = []
-    with Evaluator(target, work / ".round", base_dir=base, max_spares=None if warm else 0) as evaluator:
+    with Evaluator(target, work / ".round", base_dir=base, warm=warm) as evaluator:
         evaluator.base  # the base's runner is per round: not a candidate's cost
         evaluator.settle()
         for n in range(candidates):

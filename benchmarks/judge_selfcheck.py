@@ -57,11 +57,10 @@ def cycles_per_us() -> float:
     return stats.median(rates)
 
 
-def evaluate(evaluator: Evaluator, work: Path, name: str, source: str, budget_s: float | None, to_come: int):
-    """One candidate as a round evaluates it: its own confined runner, the round's oracle and base runner, and
-    spare runners loading for the `to_come` candidates after it."""
+def evaluate(evaluator: Evaluator, work: Path, name: str, source: str, budget_s: float | None):
+    """One candidate as a round evaluates it: its own confined runner, the round's oracle and base runner."""
     workspace = evaluator.target.assemble(work / name, source)
-    stages = Stages().evaluate(evaluator, workspace, budget_s, to_come)
+    stages = Stages().evaluate(evaluator, workspace, budget_s)
     check, timing = stages[0], stages[-1]
     if not check.passed:
         raise SystemExit(f"{name}: correctness {check.status}: {check.summary}\n{check.log_tail}")
@@ -86,8 +85,7 @@ def main() -> None:
     evaluator = Evaluator(target, work / ".round", base_dir=base)
 
     # A first self-comparison, outside the round, gives the kernel's times for calibrating the delays.
-    to_come = SELF_RUNS + len(EXTRA_FRACTIONS) + len(LADDER_FRACTIONS)
-    _, calib = evaluate(evaluator, work, "calibration", delayed_source(0), args.budget_s, to_come)
+    _, calib = evaluate(evaluator, work, "calibration", delayed_source(0), args.budget_s)
     times = [b["base_median_us"] for b in calib.detail.to_json()["benchmarks"]]
     # A fixed spin of d us slows benchmark i by d / t_i; the geomean slows by about mean(d / t_i).
     inv = sum(1 / t for t in times) / len(times)
@@ -102,16 +100,14 @@ def main() -> None:
     round_start = time.monotonic()
     child_s = measuring_s = 0.0
     for name, fraction, source in candidates:
-        to_come -= 1
-        check, timing = evaluate(evaluator, work, name, source, args.budget_s, to_come)
+        check, timing = evaluate(evaluator, work, name, source, args.budget_s)
         child_s += check.seconds + timing.seconds
         measuring_s += timing.detail.to_json()["measuring_s"]
         rows.append((name, fraction, check, timing))
     round_wall = time.monotonic() - round_start
     for fraction in LADDER_FRACTIONS:
         name = f"slower-{fraction:.2%}"
-        to_come -= 1
-        check, timing = evaluate(evaluator, work, name, delayed_source(cycles_for(fraction)), args.budget_s, to_come)
+        check, timing = evaluate(evaluator, work, name, delayed_source(cycles_for(fraction)), args.budget_s)
         rows.append((name, fraction, check, timing))
     evaluator.close()
 
@@ -131,13 +127,13 @@ def main() -> None:
     print()
     print("## 2. Same kernel against itself, and 3. calibrated slowdowns")
     print("| candidate | intended | geomean | 95% interval | significant | reps per benchmark | stopped, method "
-          "| wall-clock excess us per call |")
+          "| wall-clock excess us (gpu clock) |")
     print("|---|---|---|---|---|---|---|---|")
     for name, fraction, _, timing in rows:
         d = timing.detail.to_json()
         low, high = d["geomean_ci"]
         reps = "/".join(str(b["reps"]) for b in d["benchmarks"])
-        excess = "/".join(f"{b['audit']['wall_excess_us'].get('per call', 0):.1f}" for b in d["benchmarks"])
+        excess = "/".join(f"{b['audit']['wall_excess_us'].get('gpu call', 0):.1f}" for b in d["benchmarks"])
         stopped = "/".join(f"{b['stopped']} {b['method']}" for b in d["benchmarks"])
         intended = "1.0000" if fraction == 0 else f"{1 / (1 + fraction):.4f}"
         print(f"| {name} | {intended} | {d['geomean']:.4f} | [{low:.4f}, {high:.4f}] | "

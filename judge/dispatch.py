@@ -59,13 +59,11 @@ class Job:
     workspace: Path  # where it is assembled on this machine
 
 
-def kernel_stages(session, workspace: Path, budget_s: Optional[float], to_come: int = 0) -> list[StageResult]:
-    """Correctness, then timing against the base, in one confined runner for the candidate; `to_come` kernels
-    will follow it on this session (their runners start loading now)."""
+def kernel_stages(session, workspace: Path, budget_s: Optional[float]) -> list[StageResult]:
+    """Correctness, then timing against the base, in one confined runner for the candidate."""
     from .check import check
     from .timing import measure
 
-    session.keep_spares(1 + to_come)
     result, worker = check(session, workspace)
     if worker is None:
         return [result]
@@ -91,13 +89,11 @@ class LocalDispatch:
     def evaluate(self, jobs: list[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
         run = self.run
         for job in jobs:
-            run.kernels_to_come = max(0, run.kernels_to_come - 1)
             if run.gate is not None:
                 yield job, [not_run("correctness", run.gate), not_run("timing", run.gate)], None
                 continue
             run.on_event("stage", proposal=job.name, stage="correctness and timing")
-            yield job, run.settings.stages.evaluate(run.open_session(), job.workspace, run.settings.timing_budget_s,
-                                                    to_come=run.kernels_to_come), None
+            yield job, run.settings.stages.evaluate(run.open_session(), job.workspace, run.settings.timing_budget_s), None
 
     def close(self) -> None:
         self.run.close()
@@ -147,13 +143,8 @@ class RayDispatch:
         by_key = {str(i): job for i, job in enumerate(jobs)}
         for job in jobs:
             self.run.on_event("stage", proposal=job.name, stage="correctness and timing (queued on Ray)")
-        actors, remaining = len(self.actors), max(self.run.kernels_to_come, len(jobs))
-        self.run.kernels_to_come = max(0, self.run.kernels_to_come - len(jobs))
-        # Each actor keeps spares for its share of the kernels not yet handed out (an estimate: Ray hands them out).
         results = self.pool.map_unordered(
-            lambda actor, item: actor.evaluate.remote(item[0], item[1].name, item[1].source,
-                                                      -(-(remaining - int(item[0]) - 1) // actors)),
-            list(by_key.items()))
+            lambda actor, item: actor.evaluate.remote(item[0], item[1].name, item[1].source), list(by_key.items()))
         for key, stages, place in results:
             yield by_key[key], stages, place
 
@@ -222,13 +213,13 @@ class EvaluationActor:
             worker.close()
         return result, self.where()
 
-    def evaluate(self, key: str, name: str, source: str, to_come: int = 0) -> tuple[str, list[StageResult], dict]:
+    def evaluate(self, key: str, name: str, source: str) -> tuple[str, list[StageResult], dict]:
         from .evaluation import fresh
 
         if self.gate_reason:
             return key, [not_run("correctness", self.gate_reason), not_run("timing", self.gate_reason)], self.where()
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
-        return key, kernel_stages(self.session, workspace, self.budget_s, to_come), self.where()
+        return key, kernel_stages(self.session, workspace, self.budget_s), self.where()
 
     def close(self) -> None:
         self.session.close()

@@ -24,9 +24,6 @@ from .worker import CommandFailed, Worker, WorkerError
 # Timing input sets per benchmark: as many as fit in this many bytes per process, within these bounds.
 SET_MEMORY_BYTES = 4 << 30
 MIN_SETS, MAX_SETS = 2, 8
-# Warm spare runners loading side by side on a GPU host, at most: each holds about a gigabyte of host memory and
-# half a gigabyte of GPU memory for a CUDA context until it is used or closed.
-MAX_SPARES = 8
 ORACLE_LIMIT_S = 600.0
 
 
@@ -65,19 +62,15 @@ class Evaluator:
     base_dir: Path | None = None
     secret: int = field(default_factory=lambda: secrets.randbits(62))
     confine: bool = True
-    # Warm spare runners kept loading, at most: processes that import torch (and create their CUDA context)
-    # before any kernel is known, each used for one kernel only; several load side by side. None: MAX_SPARES on
-    # a GPU target, one on a CPU target (more would take the cores its kernels run on); 0: every runner cold.
-    max_spares: int | None = None
+    warm: bool = True  # keep a spare runner that has loaded torch (and CUDA) before its kernel is known
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
         _not_dumpable()
         self._oracle: Worker | None = None
         self._base: Worker | None = None
-        self._pool: list[Worker] = []  # oldest first
-        self._needed: int | None = None  # runners still to be asked for (keep_spares); None: unknown, keep one
-        self._started = 0
+        self._spare: Worker | None = None
+        self._spares = 0
         self._plans: dict[tuple, dict] = {}
         self._expect: dict[int, list] = {}
 
@@ -168,8 +161,8 @@ class Evaluator:
         return env
 
     def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
-        """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported: the oldest
-        warm spare when there is one (and new spares start loading behind it), else a cold start."""
+        """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported: the
+        warm spare when there is one (and a new spare starts loading behind it), else a cold start."""
         from .isolation import policy_to_json
 
         workspace = Path(workspace).resolve()
@@ -177,55 +170,28 @@ class Evaluator:
         rules, env = self._rules(workspace)
         policy = policy_to_json(rules) if rules else None
         init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file, "generators": self.generators}
+        spare, self._spare = self._spare, None
         worker = None
-        while worker is None and self._pool:
-            spare = self._pool.pop(0)
+        if spare is not None:
             try:
                 worker = spare.bind(init, workspace=workspace, log_path=workspace / log_name, policy=policy, env=env)
             except (WorkerError, CommandFailed):
-                spare.close()  # a spare that broke is judge's loss, never the kernel's: the next, or a cold start
+                spare.close()  # a spare that broke is judge's loss, never the kernel's: start it cold
         if worker is None:
             worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env)
-        if self._needed is not None:
-            self._needed = max(0, self._needed - 1)
-        self._fill()
+        if self.warm:
+            self._spare = self._new_spare()
         return worker
 
-    @property
-    def timing_core(self) -> set[int]:
-        """The CPU core this round's runners are timed on: one of the last of this process's cores, a different
-        one per GPU of the host (Ray gives each GPU's actor its own CUDA_VISIBLE_DEVICES)."""
-        import os
-
-        cores = sorted(os.sched_getaffinity(0))
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        index = int(visible) if visible.isdigit() else 0
-        return {cores[-1 - index % len(cores)]}
-
-    def keep_spares(self, kernels: int) -> None:
-        """How many kernels will need a runner here from now on, the next one included (the base's timing runner
-        is added until it has one): keep that many spares loading, up to `max_spares`."""
-        self._needed = kernels + (1 if self.base_dir is not None and self._base is None else 0)
-        self._fill()
-
-    def _fill(self) -> None:
-        cap = self.max_spares if self.max_spares is not None else 1 if self.target.on_cpu else MAX_SPARES
-        wanted = max(0, min(1 if self._needed is None else self._needed, cap))
-        while len(self._pool) > wanted:
-            self._pool.pop().close()  # the youngest: the least loaded
-        while len(self._pool) < wanted:
-            self._pool.append(self._new_spare())
-
     def settle(self) -> None:
-        """Before timing: stop every spare, loaded or still loading, so that none takes CPU or GPU from a
-        measurement; `resume` lets them go on loading between measurements."""
-        for spare in self._pool:
-            spare.freeze()
-
-    def resume(self) -> None:
-        for spare in self._pool:
-            if spare.process.poll() is None:
-                spare.thaw()
+        """Before timing: let the spare finish loading, then stop it, so it takes no CPU from a measurement."""
+        if self._spare is not None:
+            try:
+                self._spare.ready()
+                self._spare.freeze()
+            except (WorkerError, CommandFailed):
+                self._spare.close()
+                self._spare = None
 
     def _rules(self, workspace: Path):
         """The confinement of a runner in `workspace` (None when unconfined) and its environment."""
@@ -239,8 +205,8 @@ class Evaluator:
         return rules, child_env(rules, env)
 
     def _new_spare(self) -> Worker:
-        self._started += 1
-        home = fresh(self.root / "spares" / str(self._started))
+        self._spares += 1
+        home = fresh(self.root / "spares" / str(self._spares))
         _, env = self._rules(home)
         return Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env)
 
@@ -261,11 +227,10 @@ class Evaluator:
             self._base = None
 
     def close(self) -> None:
-        for worker in [self._oracle, self._base, *self._pool]:
+        for worker in (self._oracle, self._base, self._spare):
             if worker is not None:
                 worker.close()
-        self._oracle = self._base = None
-        self._pool = []
+        self._oracle = self._base = self._spare = None
 
     def __enter__(self) -> "Evaluator":
         return self

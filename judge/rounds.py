@@ -89,12 +89,11 @@ class Stages:
             worker.close()
         return result
 
-    def evaluate(self, session, workspace: Path, budget_s: Optional[float], to_come: int = 0) -> list[StageResult]:
-        """Correctness, then timing against the base, in one confined runner for the candidate; `to_come`
-        candidates follow on the same session."""
+    def evaluate(self, session, workspace: Path, budget_s: Optional[float]) -> list[StageResult]:
+        """Correctness, then timing against the base, in one confined runner for the candidate."""
         from .dispatch import kernel_stages
 
-        return kernel_stages(session, workspace, budget_s, to_come)
+        return kernel_stages(session, workspace, budget_s)
 
 
 @dataclass
@@ -214,7 +213,6 @@ class RoundRun:
     session: object = None
     dispatch: object = None  # judge.dispatch: where correctness and timing run
     spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
-    kernels_to_come: int = 0  # kernels still to be checked and timed here: the sessions keep spares for them
 
     def stale(self, previous: Optional[dict]) -> bool:
         """Whether an earlier evaluation must be redone: asked to, or it was not run for a reason gone now."""
@@ -237,7 +235,6 @@ class RoundRun:
         """The trusted state of the kernel-running stages, opened at the first one that runs here."""
         if self.session is None:
             self.session = self.settings.stages.open_round(self.target, self.root, self.base_dir)
-            self.session.keep_spares(self.kernels_to_come)
         return self.session
 
     def close(self) -> None:
@@ -289,7 +286,6 @@ def _run_target_round(
     facts = settings.stages.probe()
     run = RoundRun(ledger, target, settings, on_event, round_row, run_id, root,
                    base_dir, settings.stages.arch_gate(target.arch, facts), facts_dict(facts))
-    run.kernels_to_come = 1 + sum(1 for r in revisions if r["patch"])  # the peer, the candidates (an upper bound)
     status = "interrupted"
     try:
         run.dispatch = _dispatch(run)
@@ -335,7 +331,6 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
             jobs.append(Job((revision, stages, started), revision["proposal_id"], source, workspace))
         else:
             summary.verdicts.append(run.record(revision, sha256(source), stages, started))
-    run.kernels_to_come = len(jobs)
     if jobs:
         run.on_event("gpu-start", total=len(jobs))
     for job, kernel_stages, place in run.dispatch.evaluate(jobs):

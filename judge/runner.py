@@ -65,7 +65,7 @@ class Runner:
     def own_functions(self) -> dict[str, tuple[Any, str]]:
         """Everything of judge's that measures, copies, poisons or hands over outputs in this process."""
         places = {f"Runner.{name}": (Runner, name) for name in (
-            "case", "burst", "arm", "fire", "report", "warm_up", "load", "audit", "setup_benchmark", "prepare_set",
+            "case", "arm", "fire", "report", "warm_up", "load", "audit", "setup_benchmark", "prepare_set",
             "null_tail", "_gpu_time", "_call_time", "_host_time", "_content", "_generate")}
         places.update({f"tensors.{name}": (tensors, name) for name in (
             "copy_into", "poison", "plain_tensors", "leaves", "sync", "clone_data")})
@@ -136,21 +136,10 @@ class Runner:
         host = [self._call_time(self.bench["physical"][i % 2])[1] for i in range(4)]
         return {"host_us": host, "calls": calls + 4}
 
-    def burst(self, calls: list[dict], spin_us: float) -> dict:
-        """The timed calls of one turn, one after another: each armed, fired and projected. The parent's clock
-        around the whole turn must account for the times reported for every call in it."""
-        reps = []
-        # The null tail, once per turn: a GPU round trip of judge's own before the first call (the first CUDA
-        # calls after a stop are slow), and the device-wide sync's cost that a kernel's tail is compared with.
-        null = round(self.null_tail(), 3) if self.cuda else 0.0
-        for call in calls:
-            armed = self.arm(call["set"], call["clock"])
-            fired = self.fire(call["clock"], spin_us)
-            reps.append({**armed, **fired, **self.report(), "null_tail_us": null if call["clock"] == "gpu" else 0.0})
-        return {"reps": reps}
-
     def arm(self, set_index: int, clock: str) -> dict:
-        """Ready one timed call: the set's content into a physical copy, outputs poisoned."""
+        """Ready one timed call: the set's content into a physical copy, outputs poisoned (and, for the GPU
+        clock, the null tail measured). Its own command, so the parent's clock around `fire` holds the call
+        and little else."""
         content, cold = self._content(set_index)
         calls = self.bench["calls"]
         self.bench["calls"] = calls + 1
@@ -158,7 +147,8 @@ class Runner:
         tensors.copy_into(data, content)
         tensors.poison(data, self.bench["slots"])
         self.bench["armed"] = data
-        return {"cold": cold}
+        null = self.null_tail() if clock == "gpu" else 0.0
+        return {"cold": cold, "null_tail_us": round(null, 3)}
 
     def fire(self, clock: str, spin_us: float) -> dict:
         """The timed call itself, on the armed inputs."""

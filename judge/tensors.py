@@ -174,9 +174,6 @@ class Projector:
     outputs of hundreds of millions of elements fit beside the kernel's own data."""
 
     CHUNK = 1 << 24
-    # Below this many bytes (float64, all projections) the weights are kept converted: the conversion of int8
-    # chunks, on every call, cost more than the product itself.
-    CONVERTED_BYTES = 1 << 30
 
     def __init__(self, seed: int):
         self.seed = seed
@@ -190,41 +187,29 @@ class Projector:
             gen = torch.Generator(device=tensor.device).manual_seed(self.seed + 7919 * index)
             bits = torch.randint(0, 2, (PROJECTIONS, tensor.numel()), generator=gen, device=tensor.device,
                                  dtype=torch.int8)
-            bits = bits.mul_(2).sub_(1)
-            if bits.numel() * 8 <= self.CONVERTED_BYTES:
-                bits = bits.double()
-            self._weights[key] = bits
+            self._weights[key] = bits.mul_(2).sub_(1)
         return self._weights[key]
 
     def _dot(self, weights, flat) -> list[float]:
-        return self._dot_tensor(weights, flat).tolist()
-
-    def _dot_tensor(self, weights, flat):
         import torch
 
         total = torch.zeros(PROJECTIONS, dtype=torch.float64, device=flat.device)
         for start in range(0, flat.numel(), self.CHUNK):
             part = flat[start:start + self.CHUNK].double()
             total += torch.mv(weights[:, start:start + self.CHUNK].double(), part)
-        return total
+        return total.tolist()
 
     def project(self, output) -> list[dict]:
         """Per output leaf: the projections (in float64: float32's rounding over a million elements is already
-        larger than a tight tolerance allows) and the count of non-finite elements, which fail on their own.
-        Weights are +-1, so any NaN or Inf makes a projection non-finite: the elements are counted only then.
-        One transfer to the host for every leaf."""
+        larger than a tight tolerance allows) and the count of non-finite elements, which fail on their own."""
         import torch
 
-        found = [(path, tensor.detach().reshape(-1)) for path, tensor in leaves(output)]
-        dots = [self._dot_tensor(self.weights(index, flat), flat) for index, (_, flat) in enumerate(found)]
-        values = torch.cat([d.cpu() for d in dots]).reshape(len(dots), -1).tolist() if dots else []
         out = []
-        for (path, flat), projections in zip(found, values):
-            nonfinite = 0
-            if not all(math.isfinite(v) for v in projections) and flat.is_floating_point():
-                nonfinite = flat.numel() - int(torch.isfinite(flat).sum())
-            out.append({"path": path, "nonfinite": nonfinite,
-                        "values": projections if not nonfinite else [0.0] * PROJECTIONS})
+        for index, (path, tensor) in enumerate(leaves(output)):
+            flat = tensor.detach().reshape(-1)
+            nonfinite = flat.numel() - int(torch.isfinite(flat).sum()) if flat.is_floating_point() else 0
+            values = self._dot(self.weights(index, tensor), flat) if not nonfinite else [0.0] * PROJECTIONS
+            out.append({"path": path, "nonfinite": nonfinite, "values": values})
         return out
 
     def bounds(self, expected, rtol: float, atol: float) -> list[dict]:

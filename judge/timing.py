@@ -1,18 +1,17 @@
 """Timing stage: base and candidate in two confined runner processes that take turns on the GPU.
 
-One turn is a few timed calls (BURST_CALLS) in one runner while the other runner's whole process group is
-stopped (SIGSTOP), so nothing one does can reach the other. Turns alternate order (base first, then candidate
-first) and both run the same secret sequence of input sets and clocks. Before each call the runner flushes L2,
-and:
+One turn is one timed call in one runner while the other runner's whole process group is stopped
+(SIGSTOP), so nothing one does can reach the other. Turns alternate order (base first, then candidate
+first) and both run the same secret sequence of input sets. Inside a turn the runner flushes L2, and:
 - clock "gpu": spins the GPU longer than the host takes to launch, then events around the call (launch
   hidden; measured on an H100, identical kernels differed by up to 1.5% with the launch exposed);
 - clock "call": the GPU idle, events around the whole call (launch included), as GPU MODE times;
 - clock "host" (CPU targets): the host's clock around the call.
-GPU targets measure both GPU clocks: judge.toml's `clock` decides the verdict and takes three calls in four.
+GPU targets measure both GPU clocks, alternating; judge.toml's `clock` says which decides the verdict.
 
 Nothing a runner reports is taken on trust. Every timed call's output is checked, by projections, against
 the oracle's answer for that input set; the parent's own wall clock around each turn must account for the
-times the runner claims (a runner that reports less than it took is `tampered`); a kernel much faster on
+time the runner claims (a runner that reports less than it took is `tampered`); a kernel much faster on
 inputs it has seen before than on new ones is replaying answers; and the runner's own audit names what the
 candidate changed in its process. Rounds go on until the 95% interval of the median ratio on the deciding
 clock is within ±1%, or the budget is spent.
@@ -37,9 +36,7 @@ from .worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "timing"
 BUDGET_PER_BENCHMARK_S = 5.0
-MIN_REPS = 200  # per kernel, on the deciding clock
-BURST_CALLS = 8  # timed calls per turn: one command to the runner, one stop and start of the other
-OTHER_CLOCK_EVERY = 4  # GPU targets: every 4th call is on the clock that does not decide the verdict
+MIN_REPS = 200  # per clock and kernel
 MAX_REPS = 20_000
 HALF_WIDTH = 0.01
 MIN_US = 1e-3
@@ -49,7 +46,7 @@ SIDE_WORK_FRACTION = 0.05
 # than the base's turns do beyond theirs (medians); measured noise on an H100 is a few microseconds.
 WALL_SLACK_US = 50.0
 WALL_SLACK_FRACTION = 0.10
-TURN_SLACK_FRACTION = 0.25
+REPORT_SLACK_FRACTION = 0.25
 # On a CPU the host's scheduler adds hundreds of microseconds to a command now and then, and a process that
 # has just started pays for memory it touches first: the audits there catch only gross forgeries (the
 # runner's own audit names the everyday ones on every clock).
@@ -95,10 +92,10 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
     except (WorkerError, CommandFailed) as error:
         ev.drop_base()
         return _stopped(error, time.monotonic() - started, who="base")
-    facts = None if target.on_cpu else ev.ask("facts")
-    ev.settle()  # the spare runners, loaded or still loading, stopped before anything is timed
+    ev.settle()  # the next candidate's spare runner: loaded and stopped before anything is timed
     session = _Session(ev, base, cand, deadline)
     benchmarks, failure = [], None
+    facts = None if target.on_cpu else ev.ask("facts")
     try:
         session.freeze()
         left = budget
@@ -122,7 +119,6 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
         return _stopped(error, time.monotonic() - started, who=who)
     finally:
         session.thaw()
-        ev.resume()
     seconds = time.monotonic() - started
     detail = summarise(benchmarks, target, cand.hello.get("confinement"))
     after = None if target.on_cpu else ev.ask("facts")
@@ -149,8 +145,6 @@ class _Session:
         self.timed: dict[int, set[int]] = {}
 
     def freeze(self) -> None:
-        core = self.ev.timing_core
-        self.pinned = all([self.base.pin(core), self.cand.pin(core)])
         self.base.freeze()
         self.cand.freeze()
 
@@ -165,42 +159,21 @@ class _Session:
         worker.freeze()
         return reply
 
-    def burst(self, worker: Worker, calls: list[dict], spin_us: float, expected: list) -> tuple[list[dict], float, str | None]:
-        """One worker's turn of timed calls: the reps, what the parent's wall clock saw beyond the times they
-        report (per call), and the first problem with an output, if any, naming its call."""
-        # Whether a call is the kernel's first timed call on its set is the parent's own record, not the runner's.
+    def rep(self, worker: Worker, set_index: int, clock: str, spin_us: float, expected: list) -> tuple[dict, str | None]:
+        """One timed call in one worker's turn: arm, fire and report, each timed by the parent; the worker is
+        frozen again only after all three, so no other process runs in between."""
+        # Whether this is the kernel's first timed call on the set is the parent's own record, not the runner's.
         timed = self.timed.setdefault(id(worker), set())
-        reply = self.turn(worker, "burst", calls=calls, spin_us=spin_us)
-        out, problem = [], None
-        try:
-            reps = reply.value["reps"]
-            if len(reps) != len(calls):
-                raise ValueError(f"{len(reps)} results for {len(calls)} calls")
-            for k, (call, rep) in enumerate(zip(calls, reps)):
-                cold = call["set"] not in timed
-                timed.add(call["set"])
-                found = rep["problem"] or projection_failure(rep["projections"], expected[call["set"]])
-                if found and problem is None:
-                    problem = (k, found)
-                out.append({key: float(rep[key]) for key in ("us", "tail_us", "host_us", "spin_us", "null_tail_us")}
-                           | {"cold": cold, "set": call["set"], "clock": call["clock"], "slot": k})
-        except (KeyError, TypeError, ValueError) as error:
-            raise WorkerError("tampered", f"answered a turn of timed calls with something else than their results "
-                                          f"({error!r})", worker.log_tail()) from None
-        claimed = sum(r["us"] + r["tail_us"] + r["spin_us"] for r in out)
-        return out, (reply.wall_s * 1e6 - claimed) / len(calls), problem
-
-    def block(self, start: int, order: random.Random, sets: int) -> list[dict]:
-        """The next turn's calls: input sets from the secret order; the deciding clock in every call but each
-        OTHER_CLOCK_EVERY-th, which goes to the other clock (GPU targets)."""
-        deciding = self.target.deciding_clock
-        others = [c for c in self.clocks if c != deciding]
-        calls = []
-        for n in range(start, start + BURST_CALLS):
-            clock = others[(n // OTHER_CLOCK_EVERY) % len(others)] if others and n % OTHER_CLOCK_EVERY == 0 \
-                else deciding
-            calls.append({"set": order.randrange(sets), "clock": clock})
-        return calls
+        cold = set_index not in timed
+        timed.add(set_index)
+        armed = worker.call("arm", time_left(self.deadline), set_index=set_index, clock=clock)
+        fired = worker.call("fire", time_left(self.deadline), clock=clock, spin_us=spin_us)
+        reported = self.turn(worker, "report")
+        out = reported.value
+        problem = out["problem"] or projection_failure(out["projections"], expected)
+        rep = {**armed.value, **fired.value, "cold": cold, "set": set_index, "wall_us": fired.wall_s * 1e6,
+               "report_wall_us": reported.wall_s * 1e6}
+        return rep, problem
 
     def benchmark(self, index: int, share_s: float) -> dict[str, Any]:
         ev, target = self.ev, self.target
@@ -218,46 +191,42 @@ class _Session:
         spin_us = spin_for(host) if "gpu" in self.clocks else 0.0
         order = random.Random(derive(ev.secret, "order", index))
         series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in workers for c in self.clocks}
-        residuals: dict[str, list[float]] = {w: [] for w in workers}
         deciding = target.deciding_clock
         start = time.monotonic()
-        n, turn, next_check, stopped = 0, 0, MIN_REPS, "max-reps"
+        n, next_check, stopped = 0, MIN_REPS, "max-reps"
         prepared: set[int] = set()
         self.timed.clear()
-        while len(series[("base", deciding)]) < MAX_REPS:
-            calls = self.block(n, order, sets)
-            for set_index in sorted({c["set"] for c in calls} - prepared):
+        while n < MAX_REPS * len(self.clocks):
+            clock = self.clocks[n % len(self.clocks)]
+            set_index = order.randrange(sets)
+            if set_index not in prepared:
                 for worker in workers.values():
                     self.turn(worker, "prepare_set", set_index=set_index)
                 prepared.add(set_index)
             turns = list(workers.items())
-            if turn % 2:
+            if (n // len(self.clocks)) % 2:
                 turns.reverse()
             for name, worker in turns:
-                reps, residual, problem = self.burst(worker, calls, spin_us, expected)
+                rep, problem = self.rep(worker, set_index, clock, spin_us, expected[set_index])
                 if problem:
-                    k, text = problem
                     who = "the base's" if name == "base" else "its"
                     return {"index": index, "failure": f"benchmark {index} ({target.benchmark_label(index)}), "
-                            f"timed call {n + k + 1} on input set {calls[k]['set']} ({calls[k]['clock']} clock): "
-                            f"{who} {text}"}
-                residuals[name].append(residual)
-                for rep in reps:
-                    series[(name, rep["clock"])].append(rep)
-            n, turn = n + len(calls), turn + 1
+                            f"timed call {n + 1} on input set {set_index} ({clock} clock): {who} {problem}"}
+                series[(name, clock)].append(rep)
+            n += 1
             done = len(series[("base", deciding)])
-            if done >= next_check:
+            if done >= next_check and clock == deciding:
                 next_check = done + max(50, done // 4)
                 base_us, cand_us, _ = _times(series, deciding)
                 ratio, low, high = stats.ratio_ci(base_us, cand_us, resamples=400)
                 if stats.precise_enough(ratio, low, high, HALF_WIDTH):
                     stopped = "precise"
                     break
-            if time.monotonic() - start > share_s and done >= MIN_REPS:
+            if time.monotonic() - start > share_s and done >= MIN_REPS and clock == deciding:
                 stopped = "budget"
                 break
-        return {"index": index, "series": series, "residuals": residuals, "stopped": stopped,
-                "spin_us": round(spin_us, 1), "sets": sets, "measuring_s": round(time.monotonic() - start, 3)}
+        return {"index": index, "series": series, "stopped": stopped, "spin_us": round(spin_us, 1),
+                "sets": sets, "measuring_s": round(time.monotonic() - start, 3)}
 
 
 def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) -> TimingDetail:
@@ -277,7 +246,7 @@ def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) 
             b, c, _ = _times(series, clock)
             clocks[clock] = {"base_median_us": round(stats.median(b), 3), "cand_median_us": round(stats.median(c), 3),
                              "speedup": round(stats.median(b) / stats.median(c), 5), "reps": len(b)}
-        audit = _audits(series, bench["residuals"], deciding)
+        audit = _audits(series, deciding)
         reasons += [f"benchmark {i}: {r}" for r in audit.pop("reasons")]
         if bench.get("strays"):
             reasons.append(f"benchmark {i}: processes it started left its process group and kept running while "
@@ -314,47 +283,46 @@ METHOD = {
 }
 
 
-def _audits(series: dict, residuals: dict[str, list[float]], deciding: str) -> dict[str, Any]:
+def _audits(series: dict, deciding: str) -> dict[str, Any]:
     """The wall-clock audit and the replay check of one benchmark, with the reasons they failed, if any."""
     reasons = []
-    claimed = stats.median([r["us"] for r in series[("base", deciding)]])
-    if deciding == "host":
-        slack = max(HOST_WALL_SLACK_US, HOST_WALL_SLACK_FRACTION * claimed)
-    else:
-        slack = max(WALL_SLACK_US, WALL_SLACK_FRACTION * claimed)
-    count = min(len(residuals["base"]), len(residuals["cand"]))
-    # Arming and projecting cost time of their own, more so on a CPU: allow for their spread.
-    slack = max(slack, TURN_SLACK_FRACTION * stats.median(residuals["base"][:count]))
-    overhead = {w: round(stats.median(v[:count]), 2) for w, v in residuals.items()}
-    # Paired by turn: both ran the same calls on the same input sets at nearly the same moment.
-    point, low, _ = stats.median_ci([c - b for b, c in zip(residuals["base"][:count], residuals["cand"][:count])])
-    if low > slack:
-        reasons.append(
-            f"its turns took {point:.1f} us per timed call longer on the parent's wall clock than the base's, "
-            f"beyond what the times it reported account for ({slack:.0f} us allowed): the times it reported are "
-            "not the times its work took")
+    excess, overhead = {}, {}
+    for clock in sorted({c for _, c in series}):
+        count = min(len(series[("base", clock)]), len(series[("cand", clock)]))
+        claimed = stats.median([r["us"] for r in series[("base", clock)]])
+        slack = max(WALL_SLACK_US, WALL_SLACK_FRACTION * claimed) if clock != "host" else \
+            max(HOST_WALL_SLACK_US, HOST_WALL_SLACK_FRACTION * claimed)
+        for step, residual in (("call", _call_residual), ("report", _report_residual)):
+            unexplained = {w: [residual(r) for r in series[(w, clock)][:count]] for w in ("base", "cand")}
+            if step == "report":  # projections cost time on their own, more so on a CPU: allow for their spread
+                slack = max(slack, REPORT_SLACK_FRACTION * stats.median(unexplained["base"]))
+            overhead[f"{clock} {step}"] = {w: round(stats.median(v), 2) for w, v in unexplained.items()}
+            # Paired by repetition: both ran the same input set at nearly the same moment.
+            point, low, _ = stats.median_ci([c - b for b, c in zip(unexplained["base"], unexplained["cand"])])
+            excess[f"{clock} {step}"] = round(point, 2)
+            if low > slack:
+                reasons.append(
+                    f"its {step} commands took {point:.1f} us longer on the parent's wall clock than the base's, "
+                    f"beyond what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the "
+                    "times it reported are not the times its work took")
     clocks = sorted({c for _, c in series})
-    replay = {w: _replay_ratio(_replay_samples(series, w, clocks)) for w in ("base", "cand")}
-    cold_excess = _cold_excess(_replay_samples(series, "cand", clocks))
+    replay = {w: _replay_ratio([series[(w, c)] for c in clocks]) for w in ("base", "cand")}
+    cold_excess = _cold_excess([series[("cand", c)] for c in clocks])
     factor = HOST_REPLAY_FACTOR if clocks == ["host"] else REPLAY_FACTOR
     if (replay["cand"] is not None and replay["base"] is not None and replay["cand"] > factor * replay["base"]
             and cold_excess > REPLAY_FLOOR_US):
         reasons.append(f"calls on input sets it had seen before ran {replay['cand']:.2f}x faster than calls on new "
                        f"ones (the base: {replay['base']:.2f}x): it replays answers it kept")
-    return {"wall_excess_us": {"per call": round(point, 2)}, "wall_overhead_us": {"per call": overhead},
-            "replay_ratio": replay, "reasons": reasons}
+    return {"wall_excess_us": excess, "wall_overhead_us": overhead, "replay_ratio": replay, "reasons": reasons}
 
 
-def _replay_samples(series: dict, who: str, clocks: list[str]) -> list[list[dict]]:
-    """Per clock, the times the verdict uses (device-wide where a kernel leaves side-stream work) with whether
-    each was a first call on its set. The first call of each turn is left out: it follows the runner's stop and
-    start, and measured slower for that alone (H100, call clock: 63.6 against 54.4 us), whatever its inputs."""
-    out = []
-    for clock in clocks:
-        base, cand, _ = _times(series, clock)
-        values = base if who == "base" else cand
-        out.append([{"us": v, "cold": r["cold"]} for v, r in zip(values, series[(who, clock)]) if r.get("slot") != 0])
-    return out
+def _call_residual(rep: dict) -> float:
+    """The parent's wall time around a fire command less the time the runner says it measured in it."""
+    return rep["wall_us"] - rep["us"] - rep["tail_us"] - rep["spin_us"]
+
+
+def _report_residual(rep: dict) -> float:
+    return rep["report_wall_us"]
 
 
 def _cold_excess(per_clock: list[list[dict]]) -> float:

@@ -100,8 +100,6 @@ class Worker:
     def ready(self) -> None:
         """Wait until a spare has loaded what it loads before its workspace is known (then it only waits)."""
         if self.hello is None:
-            if self.frozen:  # stopped while something was timed
-                self.thaw()
             self.hello = self._read(0, self._start_timeout_s).value
 
     def bind(self, init: dict, *, workspace: Path, log_path: Path, policy: dict | None, env: dict[str, str]) -> "Worker":
@@ -140,31 +138,14 @@ class Worker:
         self._signal(signal.SIGCONT)
         self.frozen = False
 
-    def pin(self, cores: set[int]) -> bool:
-        """Run every thread of the worker's process on `cores` (threads it starts later inherit it). Base and
-        candidate take turns, never run together: on the same core they also share its caches and clock, which
-        a kernel's host code is timed with. Best effort: False where the system refuses."""
-        try:
-            tasks = os.listdir(f"/proc/{self.process.pid}/task")
-        except OSError:
-            return False
-        pinned = True
-        for task in tasks:
-            try:
-                os.sched_setaffinity(int(task), cores)
-            except OSError:
-                pinned = False
-        return pinned
-
     def strays(self) -> list[int]:
         """Processes the worker started that left its process group and are still alive: a freeze does not
         reach them, so they must not be running while another worker measures."""
         return sorted(pid for pid, group in session_members(self.process.pid) if group != self.process.pid)
 
     def close(self) -> None:
-        """End the worker and everything it started. A spare still loading holds nothing of anyone's: it is
-        killed at once instead of being waited for (it reads no command before it is loaded)."""
-        if self.process.poll() is None and not (self.hello is None and self.role == "runner"):
+        """End the worker and everything it started."""
+        if self.process.poll() is None:
             try:
                 if self.frozen:
                     self.thaw()

@@ -56,9 +56,6 @@ class FakeStages(Stages):
         def __init__(self, target, base_dir):
             self.target, self.base_dir = target, base_dir
 
-        def keep_spares(self, kernels_to_come):
-            self.spares = kernels_to_come
-
         def close(self):
             pass
 
@@ -68,7 +65,7 @@ class FakeStages(Stages):
     def check_base(self, session, base_dir):
         return self.correctness(session.target, base_dir)
 
-    def evaluate(self, session, workspace, budget_s, to_come=0):
+    def evaluate(self, session, workspace, budget_s):
         check = self.correctness(session.target, workspace)
         if not check.passed:
             return [check]

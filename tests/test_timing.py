@@ -67,7 +67,7 @@ def test_records_on_cpu(tmp_path, small_target):
         assert bench.significant == (bench.ci_low > 1 or bench.ci_high < 1)
         assert bench.stopped in ("precise", "budget", "max-reps")
         assert set(bench.clocks) == {"host"}
-        assert set(bench.audit["wall_excess_us"]) == {"per call"}
+        assert set(bench.audit["wall_excess_us"]) == {"host call", "host report"}
         assert bench.sets == 8  # small inputs: the most input sets a benchmark rotates through
     assert detail.geomean_ci[0] <= detail.geomean <= detail.geomean_ci[1]
     assert detail.measuring_s <= 2 + 1.5
@@ -135,78 +135,32 @@ def test_side_stream_detection():
     assert timing._times(series, "gpu") == ([40.0, 41.0], [15.0, 15.0], "stream")
 
 
-def _rep(us, cold=False):
-    return {"us": us, "tail_us": 0.0, "spin_us": 0.0, "null_tail_us": 0.0, "cold": cold}
+def _rep(us, wall, cold=False, report=100.0):
+    return {"us": us, "tail_us": 0.0, "spin_us": 0.0, "null_tail_us": 0.0, "wall_us": wall, "cold": cold,
+            "report_wall_us": report}
 
 
 def test_wall_clock_audit_catches_time_that_was_not_reported():
-    # Both runners spend 100 us per call beyond the call itself (arming, projecting, the commands).
-    series = {("base", "gpu"): [_rep(20.0)] * 60, ("cand", "gpu"): [_rep(10.0)] * 60}
-    honest = [100.0 + (i % 3) for i in range(60)]
-    forged = [140.0 + (i % 3) for i in range(60)]  # reports 10 us a call, took 50 us
-    audit = timing._audits(series, {"base": honest, "cand": forged}, "gpu")
-    assert audit["wall_excess_us"] == {"per call": 40.0}
-    assert audit["wall_overhead_us"] == {"per call": {"base": 101.0, "cand": 141.0}}
+    # Both runners spend 100 us around each call beyond the call itself.
+    honest = [_rep(20.0, 120.0 + (i % 3)) for i in range(60)]
+    forged = [_rep(10.0, 100.0 + 50.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 50 us
+    audit = timing._audits({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
+    assert audit["wall_excess_us"]["gpu call"] == 40.0
     assert audit["reasons"] == []  # 40 us is within the 50 us floor
-    forged = [350.0 + (i % 3) for i in range(60)]  # reports 10 us a call, took 260 us
-    audit = timing._audits(series, {"base": honest, "cand": forged}, "gpu")
+    forged = [_rep(10.0, 100.0 + 260.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 260 us
+    audit = timing._audits({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
     assert audit["reasons"] == [
-        "its turns took 250.0 us per timed call longer on the parent's wall clock than the base's, beyond what the "
-        "times it reported account for (50 us allowed): the times it reported are not the times its work took"]
-
-
-def test_the_wall_clock_slack_grows_with_the_base_s_own_overhead():
-    series = {("base", "host"): [_rep(400.0)] * 60, ("cand", "host"): [_rep(400.0)] * 60}
-    audit = timing._audits(series, {"base": [8000.0] * 60, "cand": [9900.0] * 60}, "host")
-    assert audit["reasons"] == []  # 1900 us is within a quarter of the base's 8000 us
-    audit = timing._audits(series, {"base": [8000.0] * 60, "cand": [10100.0] * 60}, "host")
-    assert audit["reasons"][0].startswith("its turns took 2100.0 us per timed call longer")
-    assert "(2000 us allowed)" in audit["reasons"][0]
+        "its call commands took 250.0 us longer on the parent's wall clock than the base's, beyond what the times "
+        "it reported account for (gpu clock; 50 us allowed): the times it reported are not the times its work took"]
 
 
 def test_replay_of_seen_inputs_is_caught():
-    base = [_rep(20.0, cold=i < 8) for i in range(100)]
-    cand = [_rep(200.0 if i < 8 else 20.0, cold=i < 8) for i in range(100)]
-    audit = timing._audits({("base", "call"): base, ("cand", "call"): cand}, {"base": [100.0] * 13, "cand": [100.0] * 13},
-                           "call")
+    base = [_rep(20.0, 120.0, cold=i < 8) for i in range(100)]
+    cand = [_rep(200.0 if i < 8 else 20.0, 300.0 if i < 8 else 120.0, cold=i < 8) for i in range(100)]
+    audit = timing._audits({("base", "call"): base, ("cand", "call"): cand}, "call")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 10.0}
-    assert audit["reasons"] == ["calls on input sets it had seen before ran 10.00x faster than calls on new "
-                                "ones (the base: 1.00x): it replays answers it kept"]
-
-
-def test_the_first_call_of_a_turn_is_left_out_of_the_replay_check():
-    """It follows the runner's stop and start and is slower for that alone: a candidate whose first calls of a
-    turn happen to be its first calls on their sets is not a replayer."""
-    def reps(slow_first: bool):
-        return [dict(_rep(60.0 if slow_first and i % 8 == 0 else 20.0, cold=i % 8 == 0 and i < 64), slot=i % 8)
-                for i in range(160)]
-
-    resid = {"base": [100.0] * 20, "cand": [100.0] * 20}
-    audit = timing._audits({("base", "call"): reps(False), ("cand", "call"): reps(True)}, resid, "call")
-    assert audit["reasons"] == [] and audit["replay_ratio"] == {"base": None, "cand": None}
-    def shifted(slow):  # the same calls, none of them first in its turn
-        return [dict(r, slot=(r["slot"] + 1) % 8) for r in reps(slow)]
-
-    audit = timing._audits({("base", "call"): shifted(False), ("cand", "call"): shifted(True)}, resid, "call")
-    assert audit["replay_ratio"]["cand"] == 3.0
-    assert audit["reasons"][0].startswith("calls on input sets it had seen before ran 3.00x faster")
-
-
-def test_a_turn_takes_three_calls_in_four_on_the_deciding_clock():
-    """GPU targets: the clock that decides gets most calls; the other is sampled; CPU targets have one clock."""
-    import random
-
-    session = timing._Session.__new__(timing._Session)
-    session.target = load_target(FIXTURE)
-    session.clocks = ["gpu", "call"]
-    calls = session.block(0, random.Random(1), 4) + session.block(timing.BURST_CALLS, random.Random(1), 4)
-    deciding = session.target.deciding_clock
-    other = "call" if deciding == "gpu" else "gpu"
-    assert [c["clock"] for c in calls] == [other, deciding, deciding, deciding] * 4
-    assert all(0 <= c["set"] < 4 for c in calls)
-    session.clocks = ["host"]
-    session.target.arch = "cpu"
-    assert {c["clock"] for c in session.block(0, random.Random(1), 4)} == {"host"}
+    assert audit["reasons"][-1] == ("calls on input sets it had seen before ran 10.00x faster than calls on new "
+                                    "ones (the base: 1.00x): it replays answers it kept")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -296,9 +250,8 @@ def test_real_gpumode_vectoradd_timing(tmp_path):
 
 @pytest.mark.gpu
 def test_host_work_is_slower_under_the_call_clock(tmp_path):
-    """A patch that only adds host work (a small tensor built from a Python list, a blocking copy) must show up
-    under the call clock, which the contest ranks by. (Under the GPU clock it shows too: its blocking copy waits
-    for the spin, so the work runs after `start`.)"""
+    """A patch that only adds host work (a small tensor built from a Python list, a blocking copy) is hidden
+    by the GPU clock's spin and must show up under the call clock, which the contest ranks by."""
     target = load_target(FIXTURE)
     target.benchmarks = target.benchmarks[:2]
     base = assemble(target, tmp_path, "base", target.kernel_source())
@@ -313,4 +266,4 @@ def test_host_work_is_slower_under_the_call_clock(tmp_path):
     assert result.status == "passed", result.summary
     assert all(b.clock == "call" for b in result.detail.benchmarks)
     assert result.detail.geomean_ci[1] < 1.0
-    assert all(b.ci_high < 1.0 for b in result.detail.benchmarks)
+    assert all(b.clocks["call"]["speedup"] < b.clocks["gpu"]["speedup"] for b in result.detail.benchmarks)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -25,31 +24,23 @@ def state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-def settled(pid: int) -> str:
-    """The state once a signal just sent has taken effect (a running process stops at its next tick)."""
-    deadline = time.monotonic() + 1.0
-    while state(pid) != "T" and time.monotonic() < deadline:
-        time.sleep(0.001)
-    return state(pid)
-
-
 def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
     target = load_target(TARGET)
     source = target.kernel_source()
     first = target.assemble(tmp_path / "first", source)
     second = target.assemble(tmp_path / "second", source)
-    with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", max_spares=0) as cold:
+    with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", warm=False) as cold:
         runner = warm.runner(first)
-        [spare] = warm._pool
+        spare = warm._spare
         spare.ready()
         assert spare.hello == {"pid": spare.pid, "ready": True}
         runner.close()
         taken = warm.runner(second, "second.log")
-        assert taken is spare and warm._pool[0] is not spare  # the spare became the runner; a new one loads
+        assert taken is spare and warm._spare is not spare  # the spare became the runner; a new one loads
         assert taken.call("load", 60).value is not None
         assert (second / "second.log").exists()
         cold_runner = cold.runner(target.assemble(tmp_path / "third", source))
-        assert cold._pool == []
+        assert cold._spare is None
         assert taken.hello["confinement"] == cold_runner.hello["confinement"]
         cold_runner.close()
         taken.close()
@@ -63,21 +54,12 @@ def test_the_spare_is_stopped_while_a_candidate_is_timed(tmp_path):
     with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
         result, worker = check(evaluator, candidate)
         assert result.passed, result.summary
-        [before] = evaluator._pool
-        stopped = []
-        real_settle = evaluator.settle
-
-        def settle():  # what the spare started behind the base was doing while the candidate was timed
-            real_settle()
-            stopped.extend(settled(spare.pid) for spare in evaluator._pool)
-
-        evaluator.settle = settle
+        before = evaluator._spare
         timing = measure(evaluator, worker, budget_s=0.5)
         worker.close()
         assert timing.passed, timing.summary
         assert evaluator.base is before  # the base's runner, started at the first timing, was the spare
-        assert stopped == ["T"]  # and the spare started behind it was stopped to time
-        assert state(evaluator._pool[0].pid) != "T"  # and let go on loading afterwards
+        assert state(evaluator._spare.pid) == "T"  # and the spare started behind it was stopped to time
 
 
 def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
@@ -85,34 +67,13 @@ def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
     source = target.kernel_source()
     with Evaluator(target, tmp_path / "round") as evaluator:
         evaluator.runner(target.assemble(tmp_path / "first", source)).close()
-        [dead] = evaluator._pool
+        dead = evaluator._spare
         dead.ready()
         os.kill(dead.pid, signal.SIGKILL)
         runner = evaluator.runner(target.assemble(tmp_path / "second", source))
         assert runner is not dead and runner.process.poll() is None
         assert runner.call("load", 60).value is not None
         runner.close()
-
-
-def test_several_spares_load_side_by_side_and_are_taken_oldest_first(tmp_path):
-    target = load_target(TARGET)
-    source = target.kernel_source()
-    with Evaluator(target, tmp_path / "round", max_spares=3) as evaluator:
-        evaluator.keep_spares(5)
-        evaluator.runner(target.assemble(tmp_path / "first", source)).close()
-        pool = list(evaluator._pool)
-        assert len(pool) == 3 and all(spare.process.poll() is None for spare in pool)
-        evaluator.settle()  # stopped while still loading: a stopped spare is waited for only when it is needed
-        assert [settled(spare.pid) for spare in pool] == ["T", "T", "T"]
-        evaluator.resume()
-        taken = evaluator.runner(target.assemble(tmp_path / "second", source))
-        assert taken is pool[0] and evaluator._pool[:2] == pool[1:] and len(evaluator._pool) == 3
-        assert taken.call("load", 60).value is not None
-        evaluator.settle()
-        taken.close()
-        third = evaluator.runner(target.assemble(tmp_path / "third", source))  # a stopped spare is let go first
-        assert third is pool[1] and third.call("load", 60).value is not None
-        third.close()
 
 
 @pytest.mark.gpu
@@ -122,8 +83,7 @@ def test_on_a_gpu_the_spare_has_cuda_before_its_kernel_and_times_like_a_cold_run
     source = target.kernel_source()
     base = target.assemble(tmp_path / "base", source)
     with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
-        evaluator.keep_spares(2)  # two candidates and the base's timing runner: three spares load at once
-        for name in ("first", "second"):  # the second candidate's runner is a spare loaded long before
+        for name in ("first", "second"):  # the second candidate's runner is the spare
             result, worker = check(evaluator, target.assemble(tmp_path / name, source))
             assert result.passed, result.summary + result.log_tail
             timing = measure(evaluator, worker, budget_s=2)
@@ -131,20 +91,3 @@ def test_on_a_gpu_the_spare_has_cuda_before_its_kernel_and_times_like_a_cold_run
             assert timing.passed, timing.summary + timing.log_tail
             assert 0.98 < timing.detail.geomean < 1.02, timing.summary
         assert result.detail.runner_start_s < 1.0  # bound, not started
-
-
-def test_both_runners_are_timed_on_the_evaluators_core(tmp_path):
-    """Base and candidate take turns on one CPU core, so that host code is timed on the same core's caches
-    and clock in both."""
-    target = load_target(TARGET)
-    source = target.kernel_source()
-    base = target.assemble(tmp_path / "base", source)
-    with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
-        result, worker = check(evaluator, target.assemble(tmp_path / "candidate", source))
-        timing = measure(evaluator, worker, budget_s=0.5)
-        assert timing.passed, timing.summary
-        core = evaluator.timing_core
-        assert core <= os.sched_getaffinity(0) and len(core) == 1
-        for pid in (worker.pid, evaluator.base.pid):
-            assert {os.sched_getaffinity(int(t)) == core for t in os.listdir(f"/proc/{pid}/task")} == {True}
-        worker.close()
