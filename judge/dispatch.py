@@ -128,6 +128,8 @@ class RayDispatch:
         self.actors = [actor.remote(files, target.name, base_source, run.settings.timing_budget_s)
                        for _ in range(count)]
         self.places = ray.get([a.where.remote() for a in self.actors])
+        for a in self.actors:  # not waited for: each actor starts its round state while the driver compiles
+            a.warm.remote()
         self.pool = ActorPool(self.actors)
         run.on_event("workers", places=self.places)
 
@@ -202,6 +204,18 @@ class EvaluationActor:
     def where(self) -> dict:
         return {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                 "device": self.facts, "gate": self.gate_reason}
+
+    def warm(self) -> None:
+        """Start what every candidate here needs (the oracle, and the base's timing runner with its kernel
+        loaded) while the driver still compiles: Ray runs an actor's calls in order, so the first candidate
+        waits only for what is left of it. A failure is met again, and recorded, by the stage that needs it."""
+        if self.gate_reason:
+            return
+        try:
+            self.session.oracle
+            self.session.base
+        except Exception:  # noqa: BLE001 - judge's stages report it where it matters
+            self.session.drop_base()
 
     def check_base(self) -> tuple[StageResult, dict]:
         from .check import check

@@ -129,3 +129,28 @@ def test_a_target_travels_with_the_files_its_task_takes_from_beside_it(tmp_path)
     assert copy.kernel_source() == target.kernel_source() and (tmp_path / "target" / "utils.py").is_file()
     with pytest.raises(JudgeError, match="would land outside"):
         write_target({"../../escape.py": b""}, tmp_path / "other", "vecadd")
+
+
+def test_an_actor_starts_its_oracle_and_base_runner_before_its_first_candidate(tmp_path):
+    """`warm` runs while the driver compiles; without a GPU for a GPU target it starts nothing."""
+    from judge.dispatch import EvaluationActor, target_files
+    from judge.targets import load_target
+
+    cpu = load_target(ROOT / "kernels" / "vecadd_cpu")
+    actor = EvaluationActor(target_files(cpu), "vecadd_cpu", cpu.kernel_source(), 0.5)
+    try:
+        actor.warm()
+        assert actor.session._oracle is not None and actor.session._base is not None
+        assert actor.session.base.call("audit", 30).value == []  # loaded, and nothing changed in it
+        key, stages, _ = actor.evaluate("0", "same", cpu.kernel_source())
+        assert [s.status for s in stages] == ["passed", "passed"]
+    finally:
+        actor.close()
+    gpu = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "vecadd")
+    idle = EvaluationActor(target_files(gpu), "vecadd", gpu.kernel_source(), 0.5)
+    try:
+        if idle.gate_reason:
+            idle.warm()
+            assert idle.session._oracle is None and idle.session._base is None
+    finally:
+        idle.close()
