@@ -88,3 +88,26 @@ def test_projections_accept_honest_error_and_catch_wrong_outputs():
     poisoned = expected.clone()
     poisoned[7] = float("nan")
     assert tensors.projection_failure(projector.project(poisoned), bounds) == "output has 1 NaN/Inf elements"
+
+
+def test_dense_and_chunked_projections_agree_and_come_back_together(monkeypatch):
+    gen = torch.Generator().manual_seed(5)
+    output = (torch.randn(3000, generator=gen), [torch.randn(40, 50, generator=gen).half()])
+    dense = tensors.Projector(seed=11)
+    expected = dense.project(output)
+    monkeypatch.setattr(tensors.Projector, "DENSE_BYTES", 0)  # every leaf through the int8 chunks
+    monkeypatch.setattr(tensors.Projector, "CHUNK", 1000)
+    chunked = tensors.Projector(seed=11).project(output)
+    assert [p["path"] for p in chunked] == ["[0]", "[1][0]"]
+    for a, b in zip(expected, chunked):
+        assert a["nonfinite"] == b["nonfinite"] == 0
+        assert a["values"] == pytest.approx(b["values"], rel=1e-12, abs=1e-9)
+
+
+def test_projections_of_values_past_float64s_range_fail_as_far_off():
+    huge = torch.full((4,), 1e308, dtype=torch.float64)
+    projector = tensors.Projector(seed=11)
+    bounds = projector.bounds(torch.zeros(4, dtype=torch.float64), rtol=1e-3, atol=1e-3)
+    got = projector.project(huge)
+    assert got[0]["nonfinite"] == 0
+    assert tensors.projection_failure(got, bounds).startswith("output is far from the reference")
