@@ -126,7 +126,7 @@ def main() -> None:
     print(f"| {round_wall:.1f} | {child_s:.1f} | {measuring_s:.1f} | {round_wall / len(candidates):.1f} |")
     print()
     print("## 2. Same kernel against itself, and 3. calibrated slowdowns")
-    print("| candidate | intended | geomean | 95% interval | significant | reps per benchmark | stopped, method "
+    print("| candidate | intended | geomean | 95% interval | significant | reps per benchmark | stopped, method, inputs "
           "| wall-clock excess us (gpu clock) |")
     print("|---|---|---|---|---|---|---|---|")
     for name, fraction, _, timing in rows:
@@ -134,7 +134,7 @@ def main() -> None:
         low, high = d["geomean_ci"]
         reps = "/".join(str(b["reps"]) for b in d["benchmarks"])
         excess = "/".join(f"{b['audit']['wall_excess_us'].get('gpu call', 0):.1f}" for b in d["benchmarks"])
-        stopped = "/".join(f"{b['stopped']} {b['method']}" for b in d["benchmarks"])
+        stopped = "/".join(f"{b['stopped']} {b['method']} {b.get('placement', '')}" for b in d["benchmarks"])
         intended = "1.0000" if fraction == 0 else f"{1 / (1 + fraction):.4f}"
         print(f"| {name} | {intended} | {d['geomean']:.4f} | [{low:.4f}, {high:.4f}] | "
               f"{'yes' if d['significant'] else 'no'} | {reps} | {stopped} | {excess} |")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 # The exit code of a child whose reply channel was swapped in its own process (judge.worker reads it).
 REPLY_TAMPERED_EXIT = 86
-RUNNER_OPS = {"load", "case", "audit", "setup_benchmark", "prepare_set", "warm_up", "arm", "fire", "report"}
-ORACLE_OPS = {"plan", "verify", "expect", "facts"}
+RUNNER_OPS = {"load", "case", "audit", "setup_benchmark", "prepare_set", "warm_up", "timed"}
+ORACLE_OPS = {"plan", "verify", "expect", "facts", "share"}
 
 
 def _clean(value):
@@ -107,10 +107,10 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
             data = data[_send(reply, data):]
 
     serial = 0
-    if setup.get("deferred"):  # a warm spare: the heavy imports now, the kernel's workspace later
-        _warm_up()
+    if setup.get("deferred"):  # a warm spare: the heavy imports now, CUDA when told, the kernel's workspace later
+        _import_heavy()
         send({"serial": 0, "ok": True, "value": {"pid": os.getpid(), "ready": True}})
-        serial, setup = _bind(json.loads(commands.readline()), setup)
+        serial, setup = _wait_for_bind(commands, send, setup)
     try:
         server, allowed = _server(setup)
         confinement = _confine(setup.get("policy"))
@@ -147,8 +147,16 @@ def _server(setup: dict):
     return Runner(**setup["init"]), RUNNER_OPS
 
 
-def _warm_up() -> None:
-    """What every runner pays before it knows its kernel: torch's import and the CUDA context."""
+def _import_heavy() -> None:
+    """What every runner pays before it knows its kernel and that touches no GPU: torch's import (seconds)."""
+    import torch  # noqa: F401
+
+    from . import runner  # noqa: F401
+
+
+def _init_cuda() -> None:
+    """The CUDA context (a fraction of a second): only when the parent says, never while another runner is
+    timed."""
     import torch
 
     if torch.cuda.is_available():
@@ -156,13 +164,26 @@ def _warm_up() -> None:
         torch.empty(1, device="cuda")
 
 
+def _wait_for_bind(commands, send, setup: dict) -> tuple[int, dict]:
+    """A spare's commands before its workspace is known: `cuda` (make the context now), then `bind` or `exit`."""
+    while True:
+        message = json.loads(commands.readline())
+        op = message.get("op")
+        if op == "exit":  # a spare closed unused
+            os._exit(0)
+        if op == "cuda":
+            _init_cuda()
+            send({"serial": message["serial"], "ok": True, "value": {"cuda": True}})
+            continue
+        if op != "bind":
+            raise SystemExit(f"judge: a spare worker takes cuda, bind or exit, got {op!r}")
+        _init_cuda()
+        return _bind(message, setup)
+
+
 def _bind(message: dict, setup: dict) -> tuple[int, dict]:
     """A spare takes its workspace: the environment, log, directory and import path a cold start would have
     had, before the runner is made and the process confined."""
-    if message.get("op") == "exit":  # a spare closed unused
-        os._exit(0)
-    if message.get("op") != "bind":
-        raise SystemExit(f"judge: a spare worker's first command must be bind, got {message.get('op')!r}")
     args = message["args"]
     os.environ.clear()
     os.environ.update(args["env"])

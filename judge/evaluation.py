@@ -24,7 +24,13 @@ from .worker import CommandFailed, Worker, WorkerError
 # Timing input sets per benchmark: as many as fit in this many bytes per process, within these bounds.
 SET_MEMORY_BYTES = 4 << 30
 MIN_SETS, MAX_SETS = 2, 8
+# Physical copies the timed calls run on in turn (each set is copied into one before its call): as many as fit
+# in this many bytes per process, within these bounds. More copies average out where buffers land in memory,
+# which moved one vecadd's time by up to 1.2% between two allocations in one process on an H100.
+COPY_MEMORY_BYTES = 2 << 30
+MIN_COPIES, MAX_COPIES = 2, 8
 ORACLE_LIMIT_S = 600.0
+MAX_SPARES = 3
 
 
 def derive(secret: int, *parts: Any) -> int:
@@ -62,15 +68,19 @@ class Evaluator:
     base_dir: Path | None = None
     secret: int = field(default_factory=lambda: secrets.randbits(62))
     confine: bool = True
-    warm: bool = True  # keep a spare runner that has loaded torch (and CUDA) before its kernel is known
+    warm: bool = True  # keep spare runners that have loaded torch before their kernel is known
+    spares: int | None = None  # how many; None: default_spares(target)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
         _not_dumpable()
         self._oracle: Worker | None = None
         self._base: Worker | None = None
-        self._spare: Worker | None = None
-        self._spares = 0
+        self._pool: list[Worker] = []  # spares, oldest first
+        self._told_cuda: set[int] = set()  # pids of the spares told to make their CUDA context
+        self._started = 0
+        if self.spares is None:
+            self.spares = default_spares(self.target)
         self._plans: dict[tuple, dict] = {}
         self._expect: dict[int, list] = {}
 
@@ -131,10 +141,15 @@ class Evaluator:
         return self._plans[case.key]
 
     def sets_for(self, index: int) -> int:
+        return max(MIN_SETS, min(MAX_SETS, SET_MEMORY_BYTES // self._input_bytes(index)))
+
+    def copies_for(self, index: int) -> int:
+        return max(MIN_COPIES, min(MAX_COPIES, COPY_MEMORY_BYTES // self._input_bytes(index)))
+
+    def _input_bytes(self, index: int) -> int:
         spec = with_seed(self.target.benchmarks[index], 0)
         plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))
-        per_set = max(1, plan.get("input_bytes", 1))
-        return max(MIN_SETS, min(MAX_SETS, SET_MEMORY_BYTES // per_set))
+        return max(1, plan.get("input_bytes", 1))
 
     def expectations(self, index: int, sets: int) -> list:
         """For each timing input set of benchmark `index`: the reference's projections and their bounds."""
@@ -162,7 +177,7 @@ class Evaluator:
 
     def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
         """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported: the
-        warm spare when there is one (and a new spare starts loading behind it), else a cold start."""
+        oldest spare when there is one (new spares start loading behind it), else a cold start."""
         from .isolation import policy_to_json
 
         workspace = Path(workspace).resolve()
@@ -170,28 +185,46 @@ class Evaluator:
         rules, env = self._rules(workspace)
         policy = policy_to_json(rules) if rules else None
         init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file, "generators": self.generators}
-        spare, self._spare = self._spare, None
         worker = None
-        if spare is not None:
+        while worker is None and self._pool:
+            spare = self._pool.pop(0)
             try:
                 worker = spare.bind(init, workspace=workspace, log_path=workspace / log_name, policy=policy, env=env)
             except (WorkerError, CommandFailed):
-                spare.close()  # a spare that broke is judge's loss, never the kernel's: start it cold
+                spare.close()  # a spare that broke is judge's loss, never the kernel's: the next one, or a cold start
         if worker is None:
             worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env)
         if self.warm:
-            self._spare = self._new_spare()
+            self._top_up()
         return worker
 
+    def _top_up(self) -> None:
+        """Start spares until the pool is full, and have those that have imported torch make their CUDA
+        context now: a runner is being started, so nothing is being timed."""
+        while len(self._pool) < self.spares:
+            self._pool.append(self._new_spare())
+        if self.target.on_cpu:
+            return
+        for spare in self._pool:
+            if spare.pid not in self._told_cuda and spare.is_ready():
+                spare.start("cuda")
+                self._told_cuda.add(spare.pid)
+
     def settle(self) -> None:
-        """Before timing: let the spare finish loading, then stop it, so it takes no CPU from a measurement."""
-        if self._spare is not None:
+        """Before timing: no spare may touch the GPU or, on a CPU target, take a core from a measurement. A
+        spare making its CUDA context finishes it (a fraction of a second); spares that wait are stopped.
+        On a GPU target a spare still importing torch goes on (CPU work, on other cores); on a CPU target it
+        is waited for."""
+        for spare in list(self._pool):
             try:
-                self._spare.ready()
-                self._spare.freeze()
+                if self.target.on_cpu:
+                    spare.ready()
+                spare.finish()
+                if spare.is_ready():
+                    spare.freeze()
             except (WorkerError, CommandFailed):
-                self._spare.close()
-                self._spare = None
+                spare.close()
+                self._pool.remove(spare)
 
     def _rules(self, workspace: Path):
         """The confinement of a runner in `workspace` (None when unconfined) and its environment."""
@@ -205,8 +238,8 @@ class Evaluator:
         return rules, child_env(rules, env)
 
     def _new_spare(self) -> Worker:
-        self._spares += 1
-        home = fresh(self.root / "spares" / str(self._spares))
+        self._started += 1
+        home = fresh(self.root / "spares" / str(self._started))
         _, env = self._rules(home)
         return Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env)
 
@@ -227,16 +260,28 @@ class Evaluator:
             self._base = None
 
     def close(self) -> None:
-        for worker in (self._oracle, self._base, self._spare):
+        for worker in (self._oracle, self._base, *self._pool):
             if worker is not None:
                 worker.close()
-        self._oracle = self._base = self._spare = None
+        self._oracle = self._base = None
+        self._pool = []
 
     def __enter__(self) -> "Evaluator":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def default_spares(target: Target) -> int:
+    """Spare runners to keep loading ahead: on a GPU host, enough to cover torch's import (3.6-5.5 s on the
+    H100 machine) while each candidate takes a few seconds, as the cores allow; on a CPU target one, which
+    timing waits for (it would take a core from the measurement)."""
+    import os
+
+    if target.on_cpu:
+        return 1
+    return max(1, min(MAX_SPARES, (os.cpu_count() or 1) // 4))
 
 
 def _not_dumpable() -> None:

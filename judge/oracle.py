@@ -36,6 +36,7 @@ class Oracle:
         self.checker = getattr(reference, "check_implementation", None)
         self.rtol, self.atol = rtol, atol
         self.expected_cache: dict[str, Any] = {}
+        self._shared: list = []  # exported allocations of timing slots, newest last
 
     @property
     def tolerance(self) -> tuple[float, float]:
@@ -119,6 +120,32 @@ class Oracle:
         facts = facts_here()
         return facts.to_dict() if facts else None
 
+    def share(self, spec: dict, distribution: str, copies: int) -> dict:
+        """Slots for a benchmark's timed calls, `copies` input sets' worth of device memory in one allocation of
+        its own that base and candidate runners both map: both kernels then run on the same physical memory.
+        The two newest allocations are kept (runners move to a new one before the next is asked for)."""
+        import torch
+
+        from . import cuda_ipc
+
+        if not torch.cuda.is_available():
+            return {"error": "no GPU"}
+        data = tensors.clone_data(self.generators[distribution](**spec))
+        leaves = [t for _, t in tensors.leaves(data) if isinstance(t, torch.Tensor) and t.is_cuda]
+        slots, nbytes = cuda_ipc.layouts(leaves, copies)
+        # the L2 flush too: where its dirty lines are written back to moved the kernels after it
+        flush = {"offset": nbytes, "dtype": "int32", "shape": [flush_bytes() // 4], "stride": [1]}
+        nbytes += flush_bytes()
+        del data, leaves
+        try:
+            exported = cuda_ipc.Exported(nbytes)
+        except cuda_ipc.IpcError as error:
+            return {"error": str(error)}
+        self._shared.append(exported)
+        while len(self._shared) > 2:
+            self._shared.pop(0).free()
+        return {"handle": exported.handle, "slots": slots, "flush": flush, "bytes": nbytes}
+
     def expect(self, spec: dict, distribution: str, seeds: list[int], projection_seed: int) -> list[list[dict]]:
         """For each timing input set (seed), the reference output's projections and their honest bounds."""
         projector = tensors.Projector(projection_seed)
@@ -133,6 +160,14 @@ class Oracle:
             del expected
         _release()
         return out
+
+
+def flush_bytes() -> int:
+    """The size of the buffer written before every timed call to empty L2: twice the L2, at least 8 MiB."""
+    import torch
+
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
+    return max(2 * l2, 8 << 20)
 
 
 def _release() -> None:

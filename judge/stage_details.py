@@ -321,6 +321,8 @@ class TimedBenchmark(Detail):
     audit: dict = ABSENT  # wall_excess_us, wall_overhead_us, replay_ratio
     spin_us: float = ABSENT  # the GPU spin that hides the launch (gpu clock)
     sets: int = ABSENT  # input sets the timed calls rotate through
+    copies: int = ABSENT  # physical copies of the inputs the timed calls run on in turn (each set copied in)
+    placement: str = ABSENT  # shared: both kernels on the same device memory; separate (why): each on its own
     measuring_s: float = ABSENT  # seconds spent timing it
     speed_of_light_us: float = ABSENT  # judge.toml's bound for it, where the target gives one
     base_us: list[float] = ABSENT  # every repetition (the `timings` rows, not in the JSON)

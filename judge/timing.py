@@ -2,12 +2,15 @@
 
 One turn is one timed call in one runner while the other runner's whole process group is stopped
 (SIGSTOP), so nothing one does can reach the other. Turns alternate order (base first, then candidate
-first) and both run the same secret sequence of input sets. Inside a turn the runner flushes L2, and:
+first) and both run the same secret sequence of input sets. A turn is one command (`timed`: arm, fire,
+report), so the parent's wall clock around it holds everything the runner did for the call. Inside a turn
+the runner copies the set into one of several physical copies (taken in turn), flushes L2, and:
 - clock "gpu": spins the GPU longer than the host takes to launch, then events around the call (launch
   hidden; measured on an H100, identical kernels differed by up to 1.5% with the launch exposed);
 - clock "call": the GPU idle, events around the whole call (launch included), as GPU MODE times;
 - clock "host" (CPU targets): the host's clock around the call.
-GPU targets measure both GPU clocks, alternating; judge.toml's `clock` says which decides the verdict.
+GPU targets measure both GPU clocks; judge.toml's `clock` says which decides the verdict, and the other one
+is measured on one round in OTHER_CLOCK_EVERY.
 
 Nothing a runner reports is taken on trust. Every timed call's output is checked, by projections, against
 the oracle's answer for that input set; the parent's own wall clock around each turn must account for the
@@ -36,22 +39,28 @@ from .worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "timing"
 BUDGET_PER_BENCHMARK_S = 5.0
-MIN_REPS = 200  # per clock and kernel
+MIN_REPS = 200  # per kernel, on the deciding clock
 MAX_REPS = 20_000
+# The clock that does not decide is measured on one round in this many: its median is shown beside the
+# deciding one, and a quarter of the calls still gives it MIN_REPS / 4 repetitions.
+OTHER_CLOCK_EVERY = 4
 HALF_WIDTH = 0.01
 MIN_US = 1e-3
 SIDE_WORK_US = 3.0
 SIDE_WORK_FRACTION = 0.05
 # The wall-clock audit: a candidate's turns may take at most this much longer, beyond the time it reports,
-# than the base's turns do beyond theirs (medians); measured noise on an H100 is a few microseconds.
+# than the base's turns do beyond theirs (medians of paired turns). A turn also holds judge's own work around
+# the call (copying the set in, poison, projections), which two processes do at slightly different speeds:
+# a fraction of the base's share is allowed for that too.
 WALL_SLACK_US = 50.0
 WALL_SLACK_FRACTION = 0.10
-REPORT_SLACK_FRACTION = 0.25
+RESIDUAL_SLACK_FRACTION = 0.15
 # On a CPU the host's scheduler adds hundreds of microseconds to a command now and then, and a process that
 # has just started pays for memory it touches first: the audits there catch only gross forgeries (the
 # runner's own audit names the everyday ones on every clock).
 HOST_WALL_SLACK_US = 1000.0
 HOST_WALL_SLACK_FRACTION = 0.5
+HOST_RESIDUAL_SLACK_FRACTION = 0.5
 HOST_REPLAY_FACTOR = 3.0
 # Replay: calls on input sets seen before may not be this much faster than calls on new ones, beyond the base.
 REPLAY_FACTOR = 1.5
@@ -160,19 +169,17 @@ class _Session:
         return reply
 
     def rep(self, worker: Worker, set_index: int, clock: str, spin_us: float, expected: list) -> tuple[dict, str | None]:
-        """One timed call in one worker's turn: arm, fire and report, each timed by the parent; the worker is
-        frozen again only after all three, so no other process runs in between."""
+        """One timed call in one worker's turn, in one command timed by the parent; the worker is frozen again
+        right after it, so no other process runs in between."""
         # Whether this is the kernel's first timed call on the set is the parent's own record, not the runner's.
         timed = self.timed.setdefault(id(worker), set())
         cold = set_index not in timed
         timed.add(set_index)
-        armed = worker.call("arm", time_left(self.deadline), set_index=set_index, clock=clock)
-        fired = worker.call("fire", time_left(self.deadline), clock=clock, spin_us=spin_us)
-        reported = self.turn(worker, "report")
-        out = reported.value
+        reply = self.turn(worker, "timed", set_index=set_index, clock=clock, spin_us=spin_us)
+        out = reply.value
         problem = out["problem"] or projection_failure(out["projections"], expected)
-        rep = {**armed.value, **fired.value, "cold": cold, "set": set_index, "wall_us": fired.wall_s * 1e6,
-               "report_wall_us": reported.wall_s * 1e6}
+        rep = {key: out[key] for key in ("us", "tail_us", "host_us", "spin_us", "null_tail_us")}
+        rep.update(cold=cold, set=set_index, wall_us=reply.wall_s * 1e6)
         return rep, problem
 
     def benchmark(self, index: int, share_s: float) -> dict[str, Any]:
@@ -184,49 +191,87 @@ class _Session:
         distribution = target.distributions[0].name
         plan = ev.plan(Case("benchmark", index, 1, distribution, with_seed(spec, seeds[1])))
         workers = {"base": self.base, "cand": self.cand}
-        for worker in workers.values():
-            self.turn(worker, "setup_benchmark", spec=spec, distribution=distribution, seeds=seeds,
-                      slots=plan["slots"], projection_seed=ev.projection_seed(index))
+        copies = ev.copies_for(index)
+        placement = self.place_inputs(index, seeds, plan["slots"], copies)
         host = [us for w in workers.values() for us in self.turn(w, "warm_up").value["host_us"]]
         spin_us = spin_for(host) if "gpu" in self.clocks else 0.0
         order = random.Random(derive(ev.secret, "order", index))
         series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in workers for c in self.clocks}
         deciding = target.deciding_clock
         start = time.monotonic()
-        n, next_check, stopped = 0, MIN_REPS, "max-reps"
+        rounds, next_check, stopped = 0, MIN_REPS, "max-reps"
         prepared: set[int] = set()
         self.timed.clear()
-        while n < MAX_REPS * len(self.clocks):
-            clock = self.clocks[n % len(self.clocks)]
+        while len(series[("base", deciding)]) < MAX_REPS:
+            clock = self.clock_of(rounds)
+            rounds += 1
             set_index = order.randrange(sets)
             if set_index not in prepared:
                 for worker in workers.values():
                     self.turn(worker, "prepare_set", set_index=set_index)
                 prepared.add(set_index)
             turns = list(workers.items())
-            if (n // len(self.clocks)) % 2:
+            if len(series[("base", clock)]) % 2:  # each clock alternates who goes first
                 turns.reverse()
             for name, worker in turns:
                 rep, problem = self.rep(worker, set_index, clock, spin_us, expected[set_index])
                 if problem:
                     who = "the base's" if name == "base" else "its"
                     return {"index": index, "failure": f"benchmark {index} ({target.benchmark_label(index)}), "
-                            f"timed call {n + 1} on input set {set_index} ({clock} clock): {who} {problem}"}
+                            f"timed call {rounds} on input set {set_index} ({clock} clock): {who} {problem}"}
                 series[(name, clock)].append(rep)
-            n += 1
+            if clock != deciding:
+                continue
             done = len(series[("base", deciding)])
-            if done >= next_check and clock == deciding:
+            if done >= next_check:
                 next_check = done + max(50, done // 4)
                 base_us, cand_us, _ = _times(series, deciding)
                 ratio, low, high = stats.ratio_ci(base_us, cand_us, resamples=400)
                 if stats.precise_enough(ratio, low, high, HALF_WIDTH):
                     stopped = "precise"
                     break
-            if time.monotonic() - start > share_s and done >= MIN_REPS and clock == deciding:
+            if time.monotonic() - start > share_s and done >= MIN_REPS:
                 stopped = "budget"
                 break
         return {"index": index, "series": series, "stopped": stopped, "spin_us": round(spin_us, 1),
-                "sets": sets, "measuring_s": round(time.monotonic() - start, 3)}
+                "sets": sets, "copies": copies, "placement": placement,
+                "measuring_s": round(time.monotonic() - start, 3)}
+
+    def place_inputs(self, index: int, seeds: list[int], slots: list[str], copies: int) -> str:
+        """Set up a benchmark's inputs in both runners: on the oracle's shared slots where both can map them
+        (both kernels then run on the same physical memory), else each on copies of its own. Returns what was
+        used, and why not shared, for the report."""
+        ev, spec = self.ev, self.target.benchmarks[index]
+        distribution = self.target.distributions[0].name
+
+        def setup(shared: dict | None) -> dict[str, dict]:
+            return {name: self.turn(worker, "setup_benchmark", spec=spec, distribution=distribution, seeds=seeds,
+                                    slots=slots, projection_seed=ev.projection_seed(index), copies=copies,
+                                    shared=shared).value
+                    for name, worker in (("base", self.base), ("cand", self.cand))}
+
+        if self.target.on_cpu:
+            setup(None)
+            return "separate"
+        shared = ev.ask("share", spec=with_seed(spec, seeds[0]), distribution=distribution, copies=copies)
+        if "error" in shared:
+            setup(None)
+            return f"separate (no shared slots: {shared['error']})"
+        refused = {name: placed.get("refused") for name, placed in setup(shared).items()
+                   if placed["placement"] != "shared"}
+        if not refused:
+            return "shared"
+        setup(None)  # neither kernel may run on memory the other does not
+        name, why = next(iter(refused.items()))
+        return f"separate (the {'base' if name == 'base' else 'candidate'}'s runner could not map the shared slots: {why})"
+
+    def clock_of(self, round_index: int) -> str:
+        """The clock of a round: the deciding one, and the other one on one round in OTHER_CLOCK_EVERY."""
+        deciding = self.target.deciding_clock
+        others = [c for c in self.clocks if c != deciding]
+        if others and round_index % OTHER_CLOCK_EVERY == OTHER_CLOCK_EVERY - 1:
+            return others[(round_index // OTHER_CLOCK_EVERY) % len(others)]
+        return deciding
 
 
 def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) -> TimingDetail:
@@ -257,7 +302,7 @@ def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) 
             speedup=round(ratio, 5), ci_low=round(low, 5), ci_high=round(high, 5),
             significant=stats.significant(low, high), reps=len(base_us), stopped=bench["stopped"],
             method=method, clocks=clocks, audit=audit, spin_us=bench["spin_us"], sets=bench["sets"],
-            measuring_s=bench["measuring_s"], base_us=_rounded(base_us), cand_us=_rounded(cand_us),
+            copies=bench["copies"], placement=bench["placement"], measuring_s=bench["measuring_s"], base_us=_rounded(base_us), cand_us=_rounded(cand_us),
             speed_of_light_us=target.speed_of_light_us[i] if target.speed_of_light_us else ABSENT,
         ))
     detail = TimingDetail(benchmarks=out, clock=deciding, confinement=confinement, max_speedup=target.max_speedup,
@@ -274,12 +319,14 @@ def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) 
 
 
 METHOD = {
-    "gpu": "separate base and candidate processes taking turns (order and input sets alternated), L2 flushed, "
-           "launch hidden behind a GPU spin, CUDA events; device-wide span where a kernel leaves side-stream work",
-    "call": "separate base and candidate processes taking turns (order and input sets alternated), L2 flushed, "
-            "GPU idle at the start, CUDA events around the whole call (launch included), device-wide",
-    "host": "separate base and candidate processes taking turns (order and input sets alternated), "
-            "the host's clock around the call",
+    "gpu": "separate base and candidate processes taking turns (order and input sets alternated, physical input "
+           "copies taken in turn), L2 flushed, launch hidden behind a GPU spin, CUDA events; device-wide span where "
+           "a kernel leaves side-stream work",
+    "call": "separate base and candidate processes taking turns (order and input sets alternated, physical input "
+            "copies taken in turn), L2 flushed, GPU idle at the start, CUDA events around the whole call (launch "
+            "included), device-wide",
+    "host": "separate base and candidate processes taking turns (order and input sets alternated, physical input "
+            "copies taken in turn), the host's clock around the call",
 }
 
 
@@ -289,22 +336,25 @@ def _audits(series: dict, deciding: str) -> dict[str, Any]:
     excess, overhead = {}, {}
     for clock in sorted({c for _, c in series}):
         count = min(len(series[("base", clock)]), len(series[("cand", clock)]))
+        if not count:
+            continue
         claimed = stats.median([r["us"] for r in series[("base", clock)]])
-        slack = max(WALL_SLACK_US, WALL_SLACK_FRACTION * claimed) if clock != "host" else \
-            max(HOST_WALL_SLACK_US, HOST_WALL_SLACK_FRACTION * claimed)
-        for step, residual in (("call", _call_residual), ("report", _report_residual)):
-            unexplained = {w: [residual(r) for r in series[(w, clock)][:count]] for w in ("base", "cand")}
-            if step == "report":  # projections cost time on their own, more so on a CPU: allow for their spread
-                slack = max(slack, REPORT_SLACK_FRACTION * stats.median(unexplained["base"]))
-            overhead[f"{clock} {step}"] = {w: round(stats.median(v), 2) for w, v in unexplained.items()}
-            # Paired by repetition: both ran the same input set at nearly the same moment.
-            point, low, _ = stats.median_ci([c - b for b, c in zip(unexplained["base"], unexplained["cand"])])
-            excess[f"{clock} {step}"] = round(point, 2)
-            if low > slack:
-                reasons.append(
-                    f"its {step} commands took {point:.1f} us longer on the parent's wall clock than the base's, "
-                    f"beyond what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the "
-                    "times it reported are not the times its work took")
+        unexplained = {w: [_residual(r) for r in series[(w, clock)][:count]] for w in ("base", "cand")}
+        judges_own = stats.median(unexplained["base"])
+        if clock == "host":
+            slack = max(HOST_WALL_SLACK_US, HOST_WALL_SLACK_FRACTION * claimed, HOST_RESIDUAL_SLACK_FRACTION * judges_own)
+        else:
+            slack = max(WALL_SLACK_US, WALL_SLACK_FRACTION * claimed, RESIDUAL_SLACK_FRACTION * judges_own)
+        key = f"{clock} call"
+        overhead[key] = {w: round(stats.median(v), 2) for w, v in unexplained.items()}
+        # Paired by repetition: both ran the same input set at nearly the same moment.
+        point, low, _ = stats.median_ci([c - b for b, c in zip(unexplained["base"], unexplained["cand"])])
+        excess[key] = round(point, 2)
+        if low > slack:
+            reasons.append(
+                f"its timed calls took {point:.1f} us longer on the parent's wall clock than the base's, beyond "
+                f"what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the times it "
+                "reported are not the times its work took")
     clocks = sorted({c for _, c in series})
     replay = {w: _replay_ratio([series[(w, c)] for c in clocks]) for w in ("base", "cand")}
     cold_excess = _cold_excess([series[("cand", c)] for c in clocks])
@@ -316,13 +366,9 @@ def _audits(series: dict, deciding: str) -> dict[str, Any]:
     return {"wall_excess_us": excess, "wall_overhead_us": overhead, "replay_ratio": replay, "reasons": reasons}
 
 
-def _call_residual(rep: dict) -> float:
-    """The parent's wall time around a fire command less the time the runner says it measured in it."""
+def _residual(rep: dict) -> float:
+    """The parent's wall time around a timed command less the time the runner says it measured in it."""
     return rep["wall_us"] - rep["us"] - rep["tail_us"] - rep["spin_us"]
-
-
-def _report_residual(rep: dict) -> float:
-    return rep["report_wall_us"]
 
 
 def _cold_excess(per_clock: list[list[dict]]) -> float:

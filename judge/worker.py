@@ -91,6 +91,7 @@ class Worker:
         os.close(reply_write)
         self._buffer = b""
         self._serial = 0
+        self._pending: int | None = None  # the serial of a command sent with `start`, reply not yet read
         self.frozen = False
         self.hello: dict | None = None
         self._start_timeout_s = start_timeout_s
@@ -100,7 +101,35 @@ class Worker:
     def ready(self) -> None:
         """Wait until a spare has loaded what it loads before its workspace is known (then it only waits)."""
         if self.hello is None:
+            if self.frozen:
+                self.thaw()
             self.hello = self._read(0, self._start_timeout_s).value
+
+    def is_ready(self) -> bool:
+        """Whether a spare has loaded, without waiting for it."""
+        if self.hello is None and self._line_waiting():
+            self.ready()
+        return self.hello is not None
+
+    def start(self, op: str, **args) -> None:
+        """Send a command without waiting: its reply is read by `finish`, or before the next command."""
+        self.finish()
+        if self.frozen:
+            self.thaw()
+        self._pending = self._send(op, args)
+
+    def finish(self, timeout_s: float | None = None) -> None:
+        """Wait for the reply of a command sent with `start`, if one is outstanding."""
+        if self._pending is not None:
+            if self.frozen:
+                self.thaw()
+            serial, self._pending = self._pending, None
+            self._read(serial, self._start_timeout_s if timeout_s is None else timeout_s)
+
+    @property
+    def busy(self) -> bool:
+        """A command sent with `start` is still outstanding."""
+        return self._pending is not None
 
     def bind(self, init: dict, *, workspace: Path, log_path: Path, policy: dict | None, env: dict[str, str]) -> "Worker":
         """Give a spare its kernel's workspace: from here on it is the runner a cold start would have made."""
@@ -116,18 +145,23 @@ class Worker:
 
     def call(self, op: str, timeout_s: float, **args) -> Reply:
         """Run one command; its value and the parent's wall-clock time from sending it to the reply."""
+        self.finish()
         if self.frozen:
             self.thaw()
+        start = time.perf_counter()
+        serial = self._send(op, args)
+        reply = self._read(serial, timeout_s)
+        reply.wall_s = time.perf_counter() - start
+        return reply
+
+    def _send(self, op: str, args: dict) -> int:
         self._serial += 1
         message = json.dumps({"serial": self._serial, "op": op, "args": args}).encode() + b"\n"
-        start = time.perf_counter()
         try:
             os.write(self._cmd, message)
         except (BrokenPipeError, OSError):
             raise self._died() from None
-        reply = self._read(self._serial, timeout_s)
-        reply.wall_s = time.perf_counter() - start
-        return reply
+        return self._serial
 
     def freeze(self) -> None:
         """Stop every process of the worker's group, so that nothing it runs can disturb another's turn."""
@@ -180,6 +214,18 @@ class Worker:
             os.killpg(self.process.pid, number)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def _line_waiting(self) -> bool:
+        """Whether a whole reply line can be read now (reads what the pipe holds, never waits)."""
+        while b"\n" not in self._buffer:
+            ready, _, _ = select.select([self._reply], [], [], 0)
+            if not ready:
+                return False
+            chunk = os.read(self._reply, 1 << 20)
+            if not chunk:
+                return True  # end of file: the next _read says how the worker died
+            self._buffer += chunk
+        return True
 
     def _read(self, serial: int, timeout_s: float) -> Reply:
         deadline = time.monotonic() + timeout_s

@@ -67,8 +67,10 @@ def test_records_on_cpu(tmp_path, small_target):
         assert bench.significant == (bench.ci_low > 1 or bench.ci_high < 1)
         assert bench.stopped in ("precise", "budget", "max-reps")
         assert set(bench.clocks) == {"host"}
-        assert set(bench.audit["wall_excess_us"]) == {"host call", "host report"}
+        assert set(bench.audit["wall_excess_us"]) == {"host call"}  # one audited command per timed call
         assert bench.sets == 8  # small inputs: the most input sets a benchmark rotates through
+        assert bench.copies == 8  # and the most physical copies the calls take in turn
+        assert bench.placement == "separate"  # on the CPU each runner has copies of its own
     assert detail.geomean_ci[0] <= detail.geomean <= detail.geomean_ci[1]
     assert detail.measuring_s <= 2 + 1.5
     assert detail.device is None  # a CPU target: no GPU facts invented
@@ -135,23 +137,49 @@ def test_side_stream_detection():
     assert timing._times(series, "gpu") == ([40.0, 41.0], [15.0, 15.0], "stream")
 
 
-def _rep(us, wall, cold=False, report=100.0):
-    return {"us": us, "tail_us": 0.0, "spin_us": 0.0, "null_tail_us": 0.0, "wall_us": wall, "cold": cold,
-            "report_wall_us": report}
+def _rep(us, wall, cold=False):
+    return {"us": us, "tail_us": 0.0, "spin_us": 0.0, "null_tail_us": 0.0, "wall_us": wall, "cold": cold}
 
 
 def test_wall_clock_audit_catches_time_that_was_not_reported():
-    # Both runners spend 100 us around each call beyond the call itself.
+    # Both runners spend 100 us of judge's own work around each call beyond the call itself.
     honest = [_rep(20.0, 120.0 + (i % 3)) for i in range(60)]
     forged = [_rep(10.0, 100.0 + 50.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 50 us
     audit = timing._audits({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
     assert audit["wall_excess_us"]["gpu call"] == 40.0
+    assert audit["wall_overhead_us"]["gpu call"] == {"base": 101.0, "cand": 141.0}
     assert audit["reasons"] == []  # 40 us is within the 50 us floor
     forged = [_rep(10.0, 100.0 + 260.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 260 us
     audit = timing._audits({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
     assert audit["reasons"] == [
-        "its call commands took 250.0 us longer on the parent's wall clock than the base's, beyond what the times "
+        "its timed calls took 250.0 us longer on the parent's wall clock than the base's, beyond what the times "
         "it reported account for (gpu clock; 50 us allowed): the times it reported are not the times its work took"]
+
+
+def test_wall_clock_audit_allows_for_judges_own_work_around_the_call():
+    # 1000 us of copies, poison and projections around a 20 us call: 15% of it (150 us) is allowed for two
+    # processes doing that work at different speeds, and no more.
+    honest = [_rep(20.0, 1020.0 + (i % 3)) for i in range(60)]
+    slower = [_rep(20.0, 1020.0 + 120.0 + (i % 3)) for i in range(60)]
+    assert timing._audits({("base", "call"): honest, ("cand", "call"): slower}, "call")["reasons"] == []
+    forged = [_rep(10.0, 1010.0 + 210.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 220 us
+    assert timing._audits({("base", "call"): honest, ("cand", "call"): forged}, "call")["reasons"] == [
+        "its timed calls took 210.0 us longer on the parent's wall clock than the base's, beyond what the times "
+        "it reported account for (call clock; 150 us allowed): the times it reported are not the times its work "
+        "took"]
+
+
+@pytest.mark.parametrize("deciding, other", [("gpu", "call"), ("call", "gpu")])
+def test_the_clock_that_does_not_decide_gets_one_round_in_four(deciding, other):
+    target = load_target(FIXTURE)
+    target.clock = deciding
+    session = timing._Session.__new__(timing._Session)
+    session.target, session.clocks = target, ["gpu", "call"]
+    assert [session.clock_of(n) for n in range(8)] == [deciding] * 3 + [other] + [deciding] * 3 + [other]
+    target.arch = "cpu"
+    session.clocks = ["host"]
+    target.clock = "host"
+    assert {session.clock_of(n) for n in range(8)} == {"host"}
 
 
 def test_replay_of_seen_inputs_is_caught():
@@ -181,6 +209,8 @@ def test_same_kernel_is_unchanged_on_gpu(tmp_path):
     print("device:", result.detail.device, "after:", result.detail.device_after)
     assert result.status == "passed", result.summary
     assert all(b.method == "stream" for b in result.detail.benchmarks)
+    # both kernels ran on the oracle's slots, mapped by two confined runners
+    assert all(b.placement == "shared" for b in result.detail.benchmarks)
     low, high = result.detail.geomean_ci
     assert low <= 1.0 <= high or abs(result.detail.geomean - 1) < 0.005
     assert result.detail.device["sm_count"] > 0

@@ -1,6 +1,6 @@
 """Warm spare runners (judge/evaluation.py, judge/worker.py, judge/child.py): a process that has loaded torch
-before its kernel is known becomes the next candidate's runner, confined exactly as a cold start, and never
-runs while something is timed."""
+before its kernel is known becomes the next candidate's runner, confined exactly as a cold start; while
+something is timed, no spare touches the GPU or, on a CPU target, runs at all."""
 
 from __future__ import annotations
 
@@ -31,16 +31,17 @@ def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
     second = target.assemble(tmp_path / "second", source)
     with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", warm=False) as cold:
         runner = warm.runner(first)
-        spare = warm._spare
+        assert len(warm._pool) == warm.spares == 1  # a CPU target keeps one spare
+        spare = warm._pool[0]
         spare.ready()
         assert spare.hello == {"pid": spare.pid, "ready": True}
         runner.close()
         taken = warm.runner(second, "second.log")
-        assert taken is spare and warm._spare is not spare  # the spare became the runner; a new one loads
+        assert taken is spare and spare not in warm._pool and len(warm._pool) == 1  # a new one loads behind it
         assert taken.call("load", 60).value is not None
         assert (second / "second.log").exists()
         cold_runner = cold.runner(target.assemble(tmp_path / "third", source))
-        assert cold._spare is None
+        assert cold._pool == []
         assert taken.hello["confinement"] == cold_runner.hello["confinement"]
         cold_runner.close()
         taken.close()
@@ -54,12 +55,12 @@ def test_the_spare_is_stopped_while_a_candidate_is_timed(tmp_path):
     with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
         result, worker = check(evaluator, candidate)
         assert result.passed, result.summary
-        before = evaluator._spare
+        before = evaluator._pool[0]
         timing = measure(evaluator, worker, budget_s=0.5)
         worker.close()
         assert timing.passed, timing.summary
         assert evaluator.base is before  # the base's runner, started at the first timing, was the spare
-        assert state(evaluator._spare.pid) == "T"  # and the spare started behind it was stopped to time
+        assert state(evaluator._pool[0].pid) == "T"  # and the spare started behind it was stopped to time
 
 
 def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
@@ -67,7 +68,7 @@ def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
     source = target.kernel_source()
     with Evaluator(target, tmp_path / "round") as evaluator:
         evaluator.runner(target.assemble(tmp_path / "first", source)).close()
-        dead = evaluator._spare
+        dead = evaluator._pool[0]
         dead.ready()
         os.kill(dead.pid, signal.SIGKILL)
         runner = evaluator.runner(target.assemble(tmp_path / "second", source))
@@ -76,9 +77,29 @@ def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
         runner.close()
 
 
+def test_on_a_gpu_target_spares_make_their_cuda_context_only_when_nothing_is_timed(tmp_path):
+    """A GPU target (run here on the CPU, where `cuda` does nothing): spares that have imported torch are told
+    to make their CUDA context when a runner is started; before timing, that finishes and they are stopped,
+    while a spare still importing torch (CPU work only) goes on."""
+    target = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "vecadd")
+    source = target.kernel_source()
+    with Evaluator(target, tmp_path / "round", spares=2) as evaluator:
+        evaluator.runner(target.assemble(tmp_path / "first", source)).close()
+        assert len(evaluator._pool) == 2
+        for spare in evaluator._pool:
+            spare.ready()
+        second = evaluator.runner(target.assemble(tmp_path / "second", source))
+        told, new = evaluator._pool
+        assert told.busy and not new.busy  # the older one was told to make its context; the new one imports
+        evaluator.settle()
+        assert not told.busy and state(told.pid) == "T"
+        assert state(new.pid) == "T" if new.hello is not None else state(new.pid) != "T"
+        second.close()
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_the_spare_has_cuda_before_its_kernel_and_times_like_a_cold_runner(tmp_path):
-    """The spare initialises CUDA before bind; the candidate it becomes must check and time as a cold one."""
+    """The spare makes its CUDA context before bind; the candidate it becomes must check and time as a cold one."""
     target = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "vecadd")
     source = target.kernel_source()
     base = target.assemble(tmp_path / "base", source)
