@@ -68,9 +68,9 @@ def kernel_stages(session, workspace: Path, budget_s: Optional[float]) -> list[S
     if worker is None:
         return [result]
     try:
-        return [result, measure(session, worker, budget_s=budget_s)]
+        return [result, measure(session, worker, Path(workspace), budget_s=budget_s)]
     finally:
-        worker.close()
+        worker.close(wait=False)
 
 
 class LocalDispatch:
@@ -213,7 +213,7 @@ class EvaluationActor:
             return
         try:
             self.session.oracle
-            self.session.base
+            self.session.bases
         except Exception:  # noqa: BLE001 - judge's stages report it where it matters
             self.session.drop_base()
 

@@ -70,17 +70,20 @@ class Evaluator:
     confine: bool = True
     warm: bool = True  # keep spare runners that have loaded torch before their kernel is known
     spares: int | None = None  # how many; None: default_spares(target)
+    processes: int | None = None  # runner processes per kernel in timing; None: default_processes(target)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
         _not_dumpable()
         self._oracle: Worker | None = None
-        self._base: Worker | None = None
+        self._bases: list[Worker] = []
         self._pool: list[Worker] = []  # spares, oldest first
         self._told_cuda: set[int] = set()  # pids of the spares told to make their CUDA context
         self._started = 0
         if self.spares is None:
             self.spares = default_spares(self.target)
+        if self.processes is None:
+            self.processes = default_processes(self.target)
         self._plans: dict[tuple, dict] = {}
         self._expect: dict[int, list] = {}
 
@@ -245,25 +248,34 @@ class Evaluator:
 
     @property
     def base(self) -> Worker:
-        """The base's runner, started once per round run and shared by every candidate's timing."""
-        if self._base is None:
-            if self.base_dir is None:
-                raise ValueError("this evaluator has no base")
-            self._base = self.runner(self.base_dir, "timing-base.log")
-            self._base.call("load", ORACLE_LIMIT_S)
-        return self._base
+        """The base's first runner."""
+        return self.bases[0]
+
+    @property
+    def bases(self) -> list[Worker]:
+        """The base's runners (`processes` of them), started once per round run and shared by every
+        candidate's timing."""
+        if self.base_dir is None:
+            raise ValueError("this evaluator has no base")
+        while len(self._bases) < self.processes:
+            suffix = f"-{len(self._bases)}" if self._bases else ""
+            worker = self.runner(self.base_dir, f"timing-base{suffix}.log")
+            self._bases.append(worker)
+            worker.call("load", ORACLE_LIMIT_S)
+        return self._bases
 
     def drop_base(self) -> None:
-        """Forget a base runner that failed, so the next candidate starts a fresh one."""
-        if self._base is not None:
-            self._base.close()
-            self._base = None
+        """Forget base runners after one failed, so the next candidate starts fresh ones."""
+        for worker in self._bases:
+            worker.close()
+        self._bases = []
 
     def close(self) -> None:
-        for worker in (self._oracle, self._base, *self._pool):
+        for worker in (self._oracle, *self._bases, *self._pool):
             if worker is not None:
                 worker.close()
-        self._oracle = self._base = None
+        self._oracle = None
+        self._bases = []
         self._pool = []
 
     def __enter__(self) -> "Evaluator":
@@ -271,6 +283,13 @@ class Evaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def default_processes(target: Target) -> int:
+    """Runner processes per kernel in timing: two on a GPU (an identical kernel measured 0.1-0.3 us per call
+    apart in two processes on an H100, even on shared memory; two processes each halve that offset's
+    variance), one for a CPU target, whose cores the processes would share."""
+    return 1 if target.on_cpu else 2
 
 
 def default_spares(target: Target) -> int:
@@ -281,7 +300,7 @@ def default_spares(target: Target) -> int:
 
     if target.on_cpu:
         return 1
-    return max(1, min(MAX_SPARES, (os.cpu_count() or 1) // 4))
+    return max(1, min(MAX_SPARES * default_processes(target), (os.cpu_count() or 1) // 4))
 
 
 def _not_dumpable() -> None:

@@ -19,12 +19,13 @@ from typing import Any
 from . import cuda_ipc, tamper, tensors
 
 WARMUP_CALLS = 3
-WARMUP_S = 0.02
+WARMUP_S = 0.005
 # The GPU clock's spin: this many times the typical launch (the median of the warm-up samples), plus a margin.
 # Sized from the slowest sample it ran up to 1.7 ms after one host hiccup in a warm-up on an H100, and
 # benchmarks timed behind such spins came out 8-18% off.
 SPIN_MARGIN_US = 40.0
 SPIN_FACTOR = 3.0
+NULL_SPIN_US = 60.0
 
 # Bound before any candidate code runs: the runner measures with these, whatever the candidate rebinds.
 _perf = time.perf_counter
@@ -189,7 +190,7 @@ class Runner:
         holds everything judge's runner did for the call, and a turn costs one round trip instead of three.
         `phases_us` is this process's own account, shown for diagnosis and never trusted."""
         t0 = _perf()
-        armed = self.arm(set_index, clock)
+        armed = self.arm(set_index, clock, spin_us)
         t1 = _perf()
         fired = self.fire(clock, spin_us)
         t2 = _perf()
@@ -199,7 +200,7 @@ class Runner:
                   "report": round((t3 - t2) * 1e6, 1)}
         return {**armed, **fired, **reported, "phases_us": phases}
 
-    def arm(self, set_index: int, clock: str) -> dict:
+    def arm(self, set_index: int, clock: str, spin_us: float = 0.0) -> dict:
         """Ready one timed call: the set's content into a physical copy, outputs poisoned (and, for the GPU
         clock, the null tail measured). Each clock takes the physical copies in turn, so that every copy's
         placement weighs the same in each clock's median."""
@@ -212,7 +213,7 @@ class Runner:
         tensors.copy_into(data, content)
         tensors.poison(data, self.bench["slots"])
         self.bench["armed"] = self.bench["armed_data"] = data
-        null = self.null_tail() if clock == "gpu" else 0.0
+        null = self.null_tail(spin_us) if clock == "gpu" else 0.0
         return {"cold": cold, "null_tail_us": round(null, 3), "copy": copy}
 
     def fire(self, clock: str, spin_us: float) -> dict:
@@ -238,11 +239,14 @@ class Runner:
         tensors.sync()
         return {"problem": problem, "projections": projections}
 
-    def null_tail(self) -> float:
-        """The device-wide sync's round trip with no work: the tail a kernel's is compared with."""
-        start, stream_end, end = self.events
+    def null_tail(self, spin_us: float) -> float:
+        """The tail of a call that leaves no work behind, the tail a kernel's is compared with: behind the same
+        spin as the timed call, so that the host waits in the device-wide sync when the GPU goes idle, as it does
+        after a timed call (measured with the GPU idle instead, the sync's own cost made the tail 8-10 us longer
+        than a real call's on an H100, and a kernel that left its work on a side stream was timed too fast)."""
+        _, stream_end, end = self.events
         self._sync()
-        self._record(start)
+        self._sleep(int(self.cycles_per_us * max(spin_us, NULL_SPIN_US)))
         self._record(stream_end)
         self._sync()
         self._record(end)

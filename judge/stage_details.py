@@ -323,6 +323,8 @@ class TimedBenchmark(Detail):
     sets: int = ABSENT  # input sets the timed calls rotate through
     copies: int = ABSENT  # physical copies of the inputs the timed calls run on in turn (each set copied in)
     placement: str = ABSENT  # shared: both kernels on the same device memory; separate (why): each on its own
+    processes: int = ABSENT  # runner processes per kernel, taken in pairs in turn
+    process_medians_us: dict = ABSENT  # base and cand: the deciding clock's median in each of their processes
     measuring_s: float = ABSENT  # seconds spent timing it
     speed_of_light_us: float = ABSENT  # judge.toml's bound for it, where the target gives one
     base_us: list[float] = ABSENT  # every repetition (the `timings` rows, not in the JSON)

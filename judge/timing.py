@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import stats
+from . import audits, stats
 from .devices import gate
 from .evaluation import Case, Evaluator, derive, fresh, with_seed
 from .runner import spin_for
@@ -45,27 +45,6 @@ MAX_REPS = 20_000
 # deciding one, and a quarter of the calls still gives it MIN_REPS / 4 repetitions.
 OTHER_CLOCK_EVERY = 4
 HALF_WIDTH = 0.01
-MIN_US = 1e-3
-SIDE_WORK_US = 3.0
-SIDE_WORK_FRACTION = 0.05
-# The wall-clock audit: a candidate's turns may take at most this much longer, beyond the time it reports,
-# than the base's turns do beyond theirs (medians of paired turns). A turn also holds judge's own work around
-# the call (copying the set in, poison, projections), which two processes do at slightly different speeds:
-# a fraction of the base's share is allowed for that too.
-WALL_SLACK_US = 50.0
-WALL_SLACK_FRACTION = 0.10
-RESIDUAL_SLACK_FRACTION = 0.15
-# On a CPU the host's scheduler adds hundreds of microseconds to a command now and then, and a process that
-# has just started pays for memory it touches first: the audits there catch only gross forgeries (the
-# runner's own audit names the everyday ones on every clock).
-HOST_WALL_SLACK_US = 1000.0
-HOST_WALL_SLACK_FRACTION = 0.5
-HOST_RESIDUAL_SLACK_FRACTION = 0.5
-HOST_REPLAY_FACTOR = 3.0
-# Replay: calls on input sets seen before may not be this much faster than calls on new ones, beyond the base.
-REPLAY_FACTOR = 1.5
-# ... and by at least this many microseconds: a first touch of new memory costs a CPU kernel a little.
-REPLAY_FLOOR_US = 20.0
 
 
 def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float | None = None,
@@ -82,14 +61,15 @@ def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float |
         except (WorkerError, CommandFailed) as error:
             return _stopped(error, 0.0)
         try:
-            return measure(ev, worker, budget_s=budget_s, timeout_s=timeout_s)
+            return measure(ev, worker, candidate, budget_s=budget_s, timeout_s=timeout_s)
         finally:
             worker.close()
 
 
-def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
+def measure(ev: Evaluator, cand: Worker, workspace: Path | None = None, *, budget_s: float | None = None,
             timeout_s: float | None = None) -> StageResult:
-    """Time the loaded kernel in `cand` against the round's base on every benchmark."""
+    """Time the loaded kernel in `cand` against the round's base on every benchmark. With `workspace` (where
+    the candidate is assembled) the kernel is timed in `ev.processes` runners, as the base is."""
     target = ev.target
     limit = timeout_s if timeout_s is not None else target.limits.timing_s
     budget = budget_s if budget_s is not None else BUDGET_PER_BENCHMARK_S * len(target.benchmarks)
@@ -97,12 +77,27 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
     started = time.monotonic()
     deadline = started + limit
     try:
-        base = ev.base
+        bases = ev.bases
     except (WorkerError, CommandFailed) as error:
         ev.drop_base()
         return _stopped(error, time.monotonic() - started, who="base")
-    ev.settle()  # the next candidate's spare runner: loaded and stopped before anything is timed
-    session = _Session(ev, base, cand, deadline)
+    cands = [cand]
+    try:
+        while workspace is not None and len(cands) < len(bases):
+            cands.append(ev.runner(workspace, f"timing-{len(cands)}.log"))
+            cands[-1].call("load", time_left(deadline))
+        ev.settle()  # the spares: none may touch the GPU while anything is timed
+        return _measured(ev, _Session(ev, bases, cands, deadline), budget, started)
+    except (WorkerError, CommandFailed) as error:
+        return _stopped(error, time.monotonic() - started)
+    finally:
+        for extra in cands[1:]:
+            extra.close(wait=False)
+
+
+def _measured(ev: Evaluator, session: "_Session", budget: float, started: float) -> StageResult:
+    """Every benchmark in turn, then the audits; the stage's result."""
+    target, cands = ev.target, session.cands
     benchmarks, failure = [], None
     facts = None if target.on_cpu else ev.ask("facts")
     try:
@@ -113,14 +108,14 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
             t0 = time.monotonic()
             bench = session.benchmark(index, share)
             left = max(0.0, left - (time.monotonic() - t0))
-            strays = cand.strays()
+            strays = sorted(pid for cand in cands for pid in cand.strays())
             if strays:
                 bench.setdefault("strays", strays)
             benchmarks.append(bench)
             if bench.get("failure"):
                 failure = bench["failure"]
                 break
-        audit = session.turn(cand, "audit").value
+        audit = [change for cand in cands for change in session.turn(cand, "audit").value]
     except (WorkerError, CommandFailed) as error:
         who = session.last_who
         if who == "base":
@@ -129,41 +124,56 @@ def measure(ev: Evaluator, cand: Worker, *, budget_s: float | None = None,
     finally:
         session.thaw()
     seconds = time.monotonic() - started
-    detail = summarise(benchmarks, target, cand.hello.get("confinement"))
+    detail = summarise(benchmarks, target, cands[0].hello.get("confinement"))
     after = None if target.on_cpu else ev.ask("facts")
     detail = detail.updated(device=facts, device_after={k: after.get(k) for k in (
         "sm_clock_mhz", "mem_clock_mhz", "temperature_c")} if after else None)
+    tail = cands[0].log_tail()
     if failure:
-        return StageResult(STAGE, "failed", failure, seconds, detail, cand.log_tail())
-    reasons = audit + detail.audit_reasons
+        return StageResult(STAGE, "failed", failure, seconds, detail, tail)
+    reasons = sorted(set(audit), key=audit.index) + detail.audit_reasons
     if reasons:
         detail = detail.updated(audit_reasons=ABSENT, tampered=reasons)
-        return StageResult(STAGE, "tampered", f"tampered: {'; '.join(reasons)}", seconds, detail, cand.log_tail())
+        return StageResult(STAGE, "tampered", f"tampered: {'; '.join(reasons)}", seconds, detail, tail)
     return StageResult(STAGE, "passed", detail.summary, seconds, detail.updated(audit_reasons=ABSENT, summary=ABSENT),
-                       cand.log_tail())
+                       tail)
 
 
 class _Session:
-    """The turns of one candidate's timing: who runs, who is frozen, and the per-benchmark loop."""
+    """The turns of one candidate's timing: who runs, who is frozen, and the per-benchmark loop.
 
-    def __init__(self, ev: Evaluator, base: Worker, cand: Worker, deadline: float):
-        self.ev, self.base, self.cand, self.deadline = ev, base, cand, deadline
+    Base and candidate each run in as many processes (`bases`, `cands`), taken in pairs in turn: an identical
+    kernel timed in two processes differs by a constant 0.1-0.3 us per call on an H100, even on the same
+    physical memory, and more processes per kernel average that out."""
+
+    def __init__(self, ev: Evaluator, bases: list[Worker], cands: list[Worker], deadline: float):
+        self.ev, self.bases, self.cands, self.deadline = ev, bases, cands, deadline
         self.target = ev.target
         self.clocks = ["host"] if self.target.on_cpu else ["gpu", "call"]
         self.last_who = "candidate"
         self.timed: dict[int, set[int]] = {}
 
+    @property
+    def workers(self) -> list[tuple[str, Worker]]:
+        return [("base", w) for w in self.bases] + [("cand", w) for w in self.cands]
+
     def freeze(self) -> None:
-        self.base.freeze()
-        self.cand.freeze()
+        for _, worker in self.workers:
+            worker.freeze()
 
     def thaw(self) -> None:
-        for worker in (self.base, self.cand):
+        for _, worker in self.workers:
             if worker.process.poll() is None:
                 worker.thaw()
 
+    def pair(self, done: int) -> dict[str, Worker]:
+        """The base and candidate runners of a clock's repetition `done`: each pair twice in a row (once
+        base first, once candidate first), then the next pair."""
+        index = (done // 2) % len(self.cands)
+        return {"base": self.bases[index], "cand": self.cands[index]}
+
     def turn(self, worker: Worker, op: str, **args):
-        self.last_who = "base" if worker is self.base else "candidate"
+        self.last_who = "base" if worker in self.bases else "candidate"
         reply = worker.call(op, time_left(self.deadline), **args)
         worker.freeze()
         return reply
@@ -179,7 +189,7 @@ class _Session:
         out = reply.value
         problem = out["problem"] or projection_failure(out["projections"], expected)
         rep = {key: out[key] for key in ("us", "tail_us", "host_us", "spin_us", "null_tail_us")}
-        rep.update(cold=cold, set=set_index, wall_us=reply.wall_s * 1e6)
+        rep.update(cold=cold, set=set_index, wall_us=reply.wall_s * 1e6, pid=worker.pid)
         return rep, problem
 
     def benchmark(self, index: int, share_s: float) -> dict[str, Any]:
@@ -190,13 +200,12 @@ class _Session:
         expected = ev.expectations(index, sets)
         distribution = target.distributions[0].name
         plan = ev.plan(Case("benchmark", index, 1, distribution, with_seed(spec, seeds[1])))
-        workers = {"base": self.base, "cand": self.cand}
         copies = ev.copies_for(index)
         placement = self.place_inputs(index, seeds, plan["slots"], copies)
-        host = [us for w in workers.values() for us in self.turn(w, "warm_up").value["host_us"]]
+        host = [us for _, w in self.workers for us in self.turn(w, "warm_up").value["host_us"]]
         spin_us = spin_for(host) if "gpu" in self.clocks else 0.0
         order = random.Random(derive(ev.secret, "order", index))
-        series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in workers for c in self.clocks}
+        series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in ("base", "cand") for c in self.clocks}
         deciding = target.deciding_clock
         start = time.monotonic()
         rounds, next_check, stopped = 0, MIN_REPS, "max-reps"
@@ -207,10 +216,10 @@ class _Session:
             rounds += 1
             set_index = order.randrange(sets)
             if set_index not in prepared:
-                for worker in workers.values():
+                for _, worker in self.workers:
                     self.turn(worker, "prepare_set", set_index=set_index)
                 prepared.add(set_index)
-            turns = list(workers.items())
+            turns = list(self.pair(len(series[("base", clock)])).items())
             if len(series[("base", clock)]) % 2:  # each clock alternates who goes first
                 turns.reverse()
             for name, worker in turns:
@@ -225,7 +234,7 @@ class _Session:
             done = len(series[("base", deciding)])
             if done >= next_check:
                 next_check = done + max(50, done // 4)
-                base_us, cand_us, _ = _times(series, deciding)
+                base_us, cand_us, _ = audits.samples(series, deciding)
                 ratio, low, high = stats.ratio_ci(base_us, cand_us, resamples=400)
                 if stats.precise_enough(ratio, low, high, HALF_WIDTH):
                     stopped = "precise"
@@ -234,21 +243,21 @@ class _Session:
                 stopped = "budget"
                 break
         return {"index": index, "series": series, "stopped": stopped, "spin_us": round(spin_us, 1),
-                "sets": sets, "copies": copies, "placement": placement,
+                "sets": sets, "copies": copies, "placement": placement, "processes": len(self.cands),
                 "measuring_s": round(time.monotonic() - start, 3)}
 
     def place_inputs(self, index: int, seeds: list[int], slots: list[str], copies: int) -> str:
-        """Set up a benchmark's inputs in both runners: on the oracle's shared slots where both can map them
-        (both kernels then run on the same physical memory), else each on copies of its own. Returns what was
-        used, and why not shared, for the report."""
+        """Set up a benchmark's inputs in every runner: on the oracle's shared slots where all can map them (the
+        kernels then run on the same physical memory), else each on copies of its own. Returns what was used,
+        and why not shared, for the report."""
         ev, spec = self.ev, self.target.benchmarks[index]
         distribution = self.target.distributions[0].name
 
-        def setup(shared: dict | None) -> dict[str, dict]:
-            return {name: self.turn(worker, "setup_benchmark", spec=spec, distribution=distribution, seeds=seeds,
-                                    slots=slots, projection_seed=ev.projection_seed(index), copies=copies,
-                                    shared=shared).value
-                    for name, worker in (("base", self.base), ("cand", self.cand))}
+        def setup(shared: dict | None) -> list[tuple[str, dict]]:
+            return [(name, self.turn(worker, "setup_benchmark", spec=spec, distribution=distribution, seeds=seeds,
+                                     slots=slots, projection_seed=ev.projection_seed(index), copies=copies,
+                                     shared=shared).value)
+                    for name, worker in self.workers]
 
         if self.target.on_cpu:
             setup(None)
@@ -257,13 +266,12 @@ class _Session:
         if "error" in shared:
             setup(None)
             return f"separate (no shared slots: {shared['error']})"
-        refused = {name: placed.get("refused") for name, placed in setup(shared).items()
-                   if placed["placement"] != "shared"}
+        refused = [(name, placed.get("refused")) for name, placed in setup(shared) if placed["placement"] != "shared"]
         if not refused:
             return "shared"
         setup(None)  # neither kernel may run on memory the other does not
-        name, why = next(iter(refused.items()))
-        return f"separate (the {'base' if name == 'base' else 'candidate'}'s runner could not map the shared slots: {why})"
+        name, why = refused[0]
+        return f"separate (a {'base' if name == 'base' else 'candidate'} runner could not map the shared slots: {why})"
 
     def clock_of(self, round_index: int) -> str:
         """The clock of a round: the deciding one, and the other one on one round in OTHER_CLOCK_EVERY."""
@@ -283,15 +291,15 @@ def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) 
         if bench.get("failure"):
             continue
         series, i = bench["series"], bench["index"]
-        base_us, cand_us, method = _times(series, deciding)
+        base_us, cand_us, method = audits.samples(series, deciding)
         ratio, low, high = stats.ratio_ci(base_us, cand_us)
         pairs.append((base_us, cand_us))
         clocks = {}
         for clock in sorted({c for _, c in series}):
-            b, c, _ = _times(series, clock)
+            b, c, _ = audits.samples(series, clock)
             clocks[clock] = {"base_median_us": round(stats.median(b), 3), "cand_median_us": round(stats.median(c), 3),
                              "speedup": round(stats.median(b) / stats.median(c), 5), "reps": len(b)}
-        audit = _audits(series, deciding)
+        audit = audits.audit(series, deciding)
         reasons += [f"benchmark {i}: {r}" for r in audit.pop("reasons")]
         if bench.get("strays"):
             reasons.append(f"benchmark {i}: processes it started left its process group and kept running while "
@@ -302,7 +310,9 @@ def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) 
             speedup=round(ratio, 5), ci_low=round(low, 5), ci_high=round(high, 5),
             significant=stats.significant(low, high), reps=len(base_us), stopped=bench["stopped"],
             method=method, clocks=clocks, audit=audit, spin_us=bench["spin_us"], sets=bench["sets"],
-            copies=bench["copies"], placement=bench["placement"], measuring_s=bench["measuring_s"], base_us=_rounded(base_us), cand_us=_rounded(cand_us),
+            copies=bench["copies"], placement=bench["placement"], processes=bench["processes"],
+            process_medians_us=_process_medians(series[("base", deciding)], series[("cand", deciding)]),
+            measuring_s=bench["measuring_s"], base_us=_rounded(base_us), cand_us=_rounded(cand_us),
             speed_of_light_us=target.speed_of_light_us[i] if target.speed_of_light_us else ABSENT,
         ))
     detail = TimingDetail(benchmarks=out, clock=deciding, confinement=confinement, max_speedup=target.max_speedup,
@@ -330,91 +340,12 @@ METHOD = {
 }
 
 
-def _audits(series: dict, deciding: str) -> dict[str, Any]:
-    """The wall-clock audit and the replay check of one benchmark, with the reasons they failed, if any."""
-    reasons = []
-    excess, overhead = {}, {}
-    for clock in sorted({c for _, c in series}):
-        count = min(len(series[("base", clock)]), len(series[("cand", clock)]))
-        if not count:
-            continue
-        claimed = stats.median([r["us"] for r in series[("base", clock)]])
-        unexplained = {w: [_residual(r) for r in series[(w, clock)][:count]] for w in ("base", "cand")}
-        judges_own = stats.median(unexplained["base"])
-        if clock == "host":
-            slack = max(HOST_WALL_SLACK_US, HOST_WALL_SLACK_FRACTION * claimed, HOST_RESIDUAL_SLACK_FRACTION * judges_own)
-        else:
-            slack = max(WALL_SLACK_US, WALL_SLACK_FRACTION * claimed, RESIDUAL_SLACK_FRACTION * judges_own)
-        key = f"{clock} call"
-        overhead[key] = {w: round(stats.median(v), 2) for w, v in unexplained.items()}
-        # Paired by repetition: both ran the same input set at nearly the same moment.
-        point, low, _ = stats.median_ci([c - b for b, c in zip(unexplained["base"], unexplained["cand"])])
-        excess[key] = round(point, 2)
-        if low > slack:
-            reasons.append(
-                f"its timed calls took {point:.1f} us longer on the parent's wall clock than the base's, beyond "
-                f"what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the times it "
-                "reported are not the times its work took")
-    clocks = sorted({c for _, c in series})
-    replay = {w: _replay_ratio([series[(w, c)] for c in clocks]) for w in ("base", "cand")}
-    cold_excess = _cold_excess([series[("cand", c)] for c in clocks])
-    factor = HOST_REPLAY_FACTOR if clocks == ["host"] else REPLAY_FACTOR
-    if (replay["cand"] is not None and replay["base"] is not None and replay["cand"] > factor * replay["base"]
-            and cold_excess > REPLAY_FLOOR_US):
-        reasons.append(f"calls on input sets it had seen before ran {replay['cand']:.2f}x faster than calls on new "
-                       f"ones (the base: {replay['base']:.2f}x): it replays answers it kept")
-    return {"wall_excess_us": excess, "wall_overhead_us": overhead, "replay_ratio": replay, "reasons": reasons}
-
-
-def _residual(rep: dict) -> float:
-    """The parent's wall time around a timed command less the time the runner says it measured in it."""
-    return rep["wall_us"] - rep["us"] - rep["tail_us"] - rep["spin_us"]
-
-
-def _cold_excess(per_clock: list[list[dict]]) -> float:
-    """How many microseconds a first call on a set takes beyond later calls (median over clocks' series)."""
-    excess = []
-    for reps in per_clock:
-        warm = [r["us"] for r in reps if not r["cold"]]
-        if warm:
-            typical = stats.median(warm)
-            excess += [r["us"] - typical for r in reps if r["cold"]]
-    return stats.median(excess) if excess else 0.0
-
-
-def _replay_ratio(per_clock: list[list[dict]]) -> float | None:
-    """Median time of first calls on an input set over the median of later calls on the same sets, each call
-    taken relative to its own clock's later calls."""
-    cold = []
-    for reps in per_clock:
-        warm = [r["us"] for r in reps if not r["cold"]]
-        if warm:
-            typical = max(MIN_US, stats.median(warm))
-            cold += [r["us"] / typical for r in reps if r["cold"]]
-    return round(stats.median(cold), 3) if cold else None
-
-
-def side_stream_work(stream_us: list[float], tail_us: list[float], null_tail_us: list[float]) -> bool:
-    """Whether a kernel leaves work running after its current stream is done: its tail after the
-    device-wide sync exceeds the null tail by more than SIDE_WORK_US + SIDE_WORK_FRACTION of its time."""
-    excess = stats.median(tail_us) - stats.median(null_tail_us)
-    return excess > SIDE_WORK_US + SIDE_WORK_FRACTION * stats.median(stream_us)
-
-
-def _times(series: dict, clock: str) -> tuple[list[float], list[float], str]:
-    """The samples to analyse on `clock`: for the GPU clock, stream times, or device-wide times (less the null
-    tail) when either kernel leaves side-stream work; other clocks as measured."""
-    base, cand = series[("base", clock)], series[("cand", clock)]
-    count = min(len(base), len(cand))
-    base, cand = base[:count], cand[:count]
-    if clock != "gpu":
-        return [r["us"] for r in base], [r["us"] for r in cand], clock
-    nulls = [r["null_tail_us"] for r in base + cand]
-    if not any(side_stream_work([r["us"] for r in s], [r["tail_us"] for r in s], nulls) for s in (base, cand)):
-        return [r["us"] for r in base], [r["us"] for r in cand], "stream"
-    null = stats.median(nulls)
-    return ([max(MIN_US, r["us"] + r["tail_us"] - null) for r in base],
-            [max(MIN_US, r["us"] + r["tail_us"] - null) for r in cand], "device-wide")
+def _process_medians(base: list[dict], cand: list[dict]) -> dict[str, list[float]]:
+    """The deciding clock's median per runner process of each kernel, in the order the processes first ran."""
+    def medians(reps: list[dict]) -> list[float]:
+        pids = list(dict.fromkeys(r["pid"] for r in reps))
+        return [round(stats.median([r["us"] for r in reps if r["pid"] == pid]), 3) for pid in pids]
+    return {"base": medians(base), "cand": medians(cand)}
 
 
 def _stopped(error: Exception, seconds: float, who: str = "candidate") -> StageResult:

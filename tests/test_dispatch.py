@@ -140,7 +140,7 @@ def test_an_actor_starts_its_oracle_and_base_runner_before_its_first_candidate(t
     actor = EvaluationActor(target_files(cpu), "vecadd_cpu", cpu.kernel_source(), 0.5)
     try:
         actor.warm()
-        assert actor.session._oracle is not None and actor.session._base is not None
+        assert actor.session._oracle is not None and actor.session._bases
         assert actor.session.base.call("audit", 30).value == []  # loaded, and nothing changed in it
         key, stages, _ = actor.evaluate("0", "same", cpu.kernel_source())
         assert [s.status for s in stages] == ["passed", "passed"]
@@ -151,6 +151,6 @@ def test_an_actor_starts_its_oracle_and_base_runner_before_its_first_candidate(t
     try:
         if idle.gate_reason:
             idle.warm()
-            assert idle.session._oracle is None and idle.session._base is None
+            assert idle.session._oracle is None and idle.session._bases == []
     finally:
         idle.close()

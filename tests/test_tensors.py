@@ -111,3 +111,11 @@ def test_projections_of_values_past_float64s_range_fail_as_far_off():
     got = projector.project(huge)
     assert got[0]["nonfinite"] == 0
     assert tensors.projection_failure(got, bounds).startswith("output is far from the reference")
+
+
+def test_scrub_leaves_no_answer_in_the_output_slots():
+    data = (torch.ones(3), torch.ones(2, dtype=torch.int32), {"out": torch.full((2,), 5.0)})
+    tensors.scrub(data, ["[1]", "[2]['out']"])
+    assert torch.equal(data[0], torch.ones(3))  # an input, not a slot: kept
+    assert data[1].tolist() == [0, 0]  # integers: zeros
+    assert torch.isnan(data[2]["out"]).all()  # floating: NaN

@@ -123,52 +123,6 @@ def test_an_answer_kept_for_an_input_object_is_caught_in_timing(tmp_path, small_
                     r"from the reference", result.summary), result.summary
 
 
-def test_side_stream_detection():
-    nulls = [20.0, 21.0, 19.0]
-    assert not timing.side_stream_work([40.0] * 3, [21.0, 22.0, 20.0], nulls)  # tail like the null's
-    assert timing.side_stream_work([40.0] * 3, [60.0, 61.0, 59.0], nulls)  # 40 us left running
-
-    def reps(stream, tail):
-        return [{"us": s, "tail_us": t, "null_tail_us": 20.0} for s, t in zip(stream, tail)]
-
-    series = {("base", "gpu"): reps([40.0, 41.0], [20.0, 20.0]), ("cand", "gpu"): reps([15.0, 15.0], [80.0, 82.0])}
-    assert timing._times(series, "gpu") == ([40.0, 41.0], [75.0, 77.0], "device-wide")
-    series[("cand", "gpu")] = reps([15.0, 15.0], [20.0, 21.0])
-    assert timing._times(series, "gpu") == ([40.0, 41.0], [15.0, 15.0], "stream")
-
-
-def _rep(us, wall, cold=False):
-    return {"us": us, "tail_us": 0.0, "spin_us": 0.0, "null_tail_us": 0.0, "wall_us": wall, "cold": cold}
-
-
-def test_wall_clock_audit_catches_time_that_was_not_reported():
-    # Both runners spend 100 us of judge's own work around each call beyond the call itself.
-    honest = [_rep(20.0, 120.0 + (i % 3)) for i in range(60)]
-    forged = [_rep(10.0, 100.0 + 50.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 50 us
-    audit = timing._audits({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
-    assert audit["wall_excess_us"]["gpu call"] == 40.0
-    assert audit["wall_overhead_us"]["gpu call"] == {"base": 101.0, "cand": 141.0}
-    assert audit["reasons"] == []  # 40 us is within the 50 us floor
-    forged = [_rep(10.0, 100.0 + 260.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 260 us
-    audit = timing._audits({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
-    assert audit["reasons"] == [
-        "its timed calls took 250.0 us longer on the parent's wall clock than the base's, beyond what the times "
-        "it reported account for (gpu clock; 50 us allowed): the times it reported are not the times its work took"]
-
-
-def test_wall_clock_audit_allows_for_judges_own_work_around_the_call():
-    # 1000 us of copies, poison and projections around a 20 us call: 15% of it (150 us) is allowed for two
-    # processes doing that work at different speeds, and no more.
-    honest = [_rep(20.0, 1020.0 + (i % 3)) for i in range(60)]
-    slower = [_rep(20.0, 1020.0 + 120.0 + (i % 3)) for i in range(60)]
-    assert timing._audits({("base", "call"): honest, ("cand", "call"): slower}, "call")["reasons"] == []
-    forged = [_rep(10.0, 1010.0 + 210.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 220 us
-    assert timing._audits({("base", "call"): honest, ("cand", "call"): forged}, "call")["reasons"] == [
-        "its timed calls took 210.0 us longer on the parent's wall clock than the base's, beyond what the times "
-        "it reported account for (call clock; 150 us allowed): the times it reported are not the times its work "
-        "took"]
-
-
 @pytest.mark.parametrize("deciding, other", [("gpu", "call"), ("call", "gpu")])
 def test_the_clock_that_does_not_decide_gets_one_round_in_four(deciding, other):
     target = load_target(FIXTURE)
@@ -180,15 +134,6 @@ def test_the_clock_that_does_not_decide_gets_one_round_in_four(deciding, other):
     session.clocks = ["host"]
     target.clock = "host"
     assert {session.clock_of(n) for n in range(8)} == {"host"}
-
-
-def test_replay_of_seen_inputs_is_caught():
-    base = [_rep(20.0, 120.0, cold=i < 8) for i in range(100)]
-    cand = [_rep(200.0 if i < 8 else 20.0, 300.0 if i < 8 else 120.0, cold=i < 8) for i in range(100)]
-    audit = timing._audits({("base", "call"): base, ("cand", "call"): cand}, "call")
-    assert audit["replay_ratio"] == {"base": 1.0, "cand": 10.0}
-    assert audit["reasons"][-1] == ("calls on input sets it had seen before ran 10.00x faster than calls on new "
-                                    "ones (the base: 1.00x): it replays answers it kept")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -280,20 +225,51 @@ def test_real_gpumode_vectoradd_timing(tmp_path):
 
 @pytest.mark.gpu
 def test_host_work_is_slower_under_the_call_clock(tmp_path):
-    """A patch that only adds host work (a small tensor built from a Python list, a blocking copy) is hidden
-    by the GPU clock's spin and must show up under the call clock, which the contest ranks by."""
+    """Host work a patch adds must show up under the call clock, which the contest ranks by: a blocking copy
+    (a small tensor built from a Python list, read back), and a busy host with nothing to wait for, which the
+    GPU clock's spin hides while the call clock does not."""
     target = load_target(FIXTURE)
     target.benchmarks = target.benchmarks[:2]
-    base = assemble(target, tmp_path, "base", target.kernel_source())
-    host_work = target.kernel_source().replace(
-        "    torch.add(a, b, out=out)", "    torch.tensor(list(range(64)), device=a.device).sum().item()\n"
-        "    torch.add(a, b, out=out)")
-    assert host_work != target.kernel_source()
-    cand = assemble(target, tmp_path, "cand", host_work)
     target.clock = "call"
-    result = run_timing(target, cand, base, budget_s=6)
-    print("host work:", result.summary, [b.clocks for b in result.detail.benchmarks])
-    assert result.status == "passed", result.summary
-    assert all(b.clock == "call" for b in result.detail.benchmarks)
-    assert result.detail.geomean_ci[1] < 1.0
-    assert all(b.clocks["call"]["speedup"] < b.clocks["gpu"]["speedup"] for b in result.detail.benchmarks)
+    base = assemble(target, tmp_path, "base", target.kernel_source())
+    add = "    torch.add(a, b, out=out)"
+    blocking = target.kernel_source().replace(add, "    torch.tensor(list(range(64)), device=a.device).sum().item()\n" + add)
+    busy = target.kernel_source().replace(add, "    import time\n    _t = time.perf_counter()\n"
+                                                "    while time.perf_counter() - _t < 40e-6:\n        pass\n" + add)
+    assert blocking != target.kernel_source() and busy != target.kernel_source()
+    for name, source in (("blocking", blocking), ("busy", busy)):
+        result = run_timing(target, assemble(target, tmp_path, name, source), base, budget_s=6)
+        print(f"host work ({name}):", result.summary, [b.clocks for b in result.detail.benchmarks])
+        assert result.status == "passed", result.summary
+        assert all(b.clock == "call" for b in result.detail.benchmarks)
+        assert result.detail.geomean_ci[1] < 1.0
+        if name == "busy":
+            assert all(b.clocks["call"]["speedup"] < 0.9 < 0.97 < b.clocks["gpu"]["speedup"]
+                       for b in result.detail.benchmarks)
+
+
+def test_each_kernel_can_be_timed_in_several_processes_taken_in_pairs(tmp_path):
+    """Two runner processes per kernel (the default on a GPU): both measure, in pairs in turn, and every
+    process is audited; on the CPU target here, with its host clock."""
+    from judge.check import check
+    from judge.evaluation import Evaluator
+    from judge.timing import measure
+
+    target = load_target(Path(__file__).resolve().parents[1] / "kernels" / "vecadd_cpu")
+    target.benchmarks = target.benchmarks[:1]
+    source = target.kernel_source()
+    base = target.assemble(tmp_path / "base", source)
+    workspace = target.assemble(tmp_path / "cand", source)
+    with Evaluator(target, tmp_path / "round", base_dir=base, processes=2, warm=False) as evaluator:
+        result, worker = check(evaluator, workspace)
+        assert result.passed, result.summary
+        try:
+            timing = measure(evaluator, worker, workspace, budget_s=1)
+        finally:
+            worker.close()
+        assert len(evaluator.bases) == 2
+    assert timing.passed, timing.summary + timing.log_tail
+    bench = timing.detail.benchmarks[0]
+    assert bench.processes == 2
+    assert [len(bench.process_medians_us[k]) for k in ("base", "cand")] == [2, 2]  # every process measured
+    assert (workspace / "timing-1.log").exists()  # the candidate's second runner

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -20,8 +21,14 @@ TARGET = ROOT / "kernels" / "vecadd_cpu"
 
 
 def state(pid: int) -> str:
-    """The process state letter of /proc/PID/stat: R, S, T (stopped)..."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    """The process state letter of /proc/PID/stat: R, S, T (stopped)... A stop signal is delivered a moment
+    after it is sent: a running process is looked at again for up to two seconds."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        letter = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if letter != "R" or time.monotonic() > deadline:
+            return letter
+        time.sleep(0.01)
 
 
 def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):

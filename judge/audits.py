@@ -1,0 +1,121 @@
+"""The timing stage's checks of what runners report: the parent's wall clock against the times a runner claims,
+calls on input sets seen before against first calls (replayed answers), and work a kernel leaves on a side
+stream (which decides which samples are analysed). Runners are not trusted; these numbers are the parent's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import stats
+
+MIN_US = 1e-3
+SIDE_WORK_US = 3.0
+SIDE_WORK_FRACTION = 0.05
+# The wall-clock audit: a candidate's turns may take at most this much longer, beyond the time it reports,
+# than the base's turns do beyond theirs (medians of paired turns). A turn also holds judge's own work around
+# the call (copying the set in, poison, projections), which two processes do at slightly different speeds:
+# a fraction of the base's share is allowed for that too.
+WALL_SLACK_US = 50.0
+WALL_SLACK_FRACTION = 0.10
+RESIDUAL_SLACK_FRACTION = 0.15
+# On a CPU the host's scheduler adds hundreds of microseconds to a command now and then, and a process that
+# has just started pays for memory it touches first: the audits there catch only gross forgeries (the
+# runner's own audit names the everyday ones on every clock).
+HOST_WALL_SLACK_US = 1000.0
+HOST_WALL_SLACK_FRACTION = 0.5
+HOST_RESIDUAL_SLACK_FRACTION = 0.5
+HOST_REPLAY_FACTOR = 3.0
+# Replay: calls on input sets seen before may not be this much faster than calls on new ones, beyond the base.
+REPLAY_FACTOR = 1.5
+# ... and by at least this many microseconds: a first touch of new memory costs a CPU kernel a little.
+REPLAY_FLOOR_US = 20.0
+
+
+def audit(series: dict, deciding: str) -> dict[str, Any]:
+    """The wall-clock audit and the replay check of one benchmark, with the reasons they failed, if any."""
+    reasons = []
+    excess, overhead = {}, {}
+    for clock in sorted({c for _, c in series}):
+        count = min(len(series[("base", clock)]), len(series[("cand", clock)]))
+        if not count:
+            continue
+        claimed = stats.median([r["us"] for r in series[("base", clock)]])
+        unexplained = {w: [_residual(r) for r in series[(w, clock)][:count]] for w in ("base", "cand")}
+        judges_own = stats.median(unexplained["base"])
+        if clock == "host":
+            slack = max(HOST_WALL_SLACK_US, HOST_WALL_SLACK_FRACTION * claimed, HOST_RESIDUAL_SLACK_FRACTION * judges_own)
+        else:
+            slack = max(WALL_SLACK_US, WALL_SLACK_FRACTION * claimed, RESIDUAL_SLACK_FRACTION * judges_own)
+        key = f"{clock} call"
+        overhead[key] = {w: round(stats.median(v), 2) for w, v in unexplained.items()}
+        # Paired by repetition: both ran the same input set at nearly the same moment.
+        point, low, _ = stats.median_ci([c - b for b, c in zip(unexplained["base"], unexplained["cand"])])
+        excess[key] = round(point, 2)
+        if low > slack:
+            reasons.append(
+                f"its timed calls took {point:.1f} us longer on the parent's wall clock than the base's, beyond "
+                f"what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the times it "
+                "reported are not the times its work took")
+    clocks = sorted({c for _, c in series})
+    replay = {w: _replay_ratio([series[(w, c)] for c in clocks]) for w in ("base", "cand")}
+    cold_excess = _cold_excess([series[("cand", c)] for c in clocks])
+    factor = HOST_REPLAY_FACTOR if clocks == ["host"] else REPLAY_FACTOR
+    if (replay["cand"] is not None and replay["base"] is not None and replay["cand"] > factor * replay["base"]
+            and cold_excess > REPLAY_FLOOR_US):
+        reasons.append(f"calls on input sets it had seen before ran {replay['cand']:.2f}x faster than calls on new "
+                       f"ones (the base: {replay['base']:.2f}x): it replays answers it kept")
+    return {"wall_excess_us": excess, "wall_overhead_us": overhead, "replay_ratio": replay, "reasons": reasons}
+
+
+def _residual(rep: dict) -> float:
+    """The parent's wall time around a timed command less the time the runner says it measured in it."""
+    return rep["wall_us"] - rep["us"] - rep["tail_us"] - rep["spin_us"]
+
+
+def _cold_excess(per_clock: list[list[dict]]) -> float:
+    """How many microseconds a first call on a set takes beyond later calls (median over clocks' series)."""
+    excess = []
+    for reps in per_clock:
+        warm = [r["us"] for r in reps if not r["cold"]]
+        if warm:
+            typical = stats.median(warm)
+            excess += [r["us"] - typical for r in reps if r["cold"]]
+    return stats.median(excess) if excess else 0.0
+
+
+def _replay_ratio(per_clock: list[list[dict]]) -> float | None:
+    """Median time of first calls on an input set over the median of later calls on the same sets, each call
+    taken relative to its own clock's later calls."""
+    cold = []
+    for reps in per_clock:
+        warm = [r["us"] for r in reps if not r["cold"]]
+        if warm:
+            typical = max(MIN_US, stats.median(warm))
+            cold += [r["us"] / typical for r in reps if r["cold"]]
+    return round(stats.median(cold), 3) if cold else None
+
+
+def side_stream_work(stream_us: list[float], tail_us: list[float], null_tail_us: list[float]) -> bool:
+    """Whether a kernel leaves work running after its current stream is done: its tail after the
+    device-wide sync exceeds the null tail by more than SIDE_WORK_US + SIDE_WORK_FRACTION of its time."""
+    excess = stats.median(tail_us) - stats.median(null_tail_us)
+    return excess > SIDE_WORK_US + SIDE_WORK_FRACTION * stats.median(stream_us)
+
+
+def samples(series: dict, clock: str) -> tuple[list[float], list[float], str]:
+    """The samples to analyse on `clock`: for the GPU clock, stream times, or, when either kernel leaves work on
+    a side stream, the call clock's (its end event follows a device-wide sync, so side work is inside it for
+    both kernels alike); other clocks as measured. The GPU clock's own device-wide span less a null tail was
+    tried: on an H100 the host's wake-up from the sync differed by 2-3 us between the two kernels (it waits
+    longer behind the spin for one that launches fast), and an unjoined side stream was judged 1.03x faster."""
+    base, cand = series[("base", clock)], series[("cand", clock)]
+    count = min(len(base), len(cand))
+    base, cand = base[:count], cand[:count]
+    if clock != "gpu":
+        return [r["us"] for r in base], [r["us"] for r in cand], clock
+    nulls = [r["null_tail_us"] for r in base + cand]
+    if not any(side_stream_work([r["us"] for r in s], [r["tail_us"] for r in s], nulls) for s in (base, cand)):
+        return [r["us"] for r in base], [r["us"] for r in cand], "stream"
+    base, cand, _ = samples(series, "call")
+    return base, cand, "device-wide"

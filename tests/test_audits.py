@@ -1,0 +1,61 @@
+"""judge/audits.py: the parent's checks of what runners report, on made-up series: the wall-clock audit, the
+replay check and side-stream work."""
+
+from judge import audits
+
+
+def test_side_stream_detection():
+    nulls = [20.0, 21.0, 19.0]
+    assert not audits.side_stream_work([40.0] * 3, [21.0, 22.0, 20.0], nulls)  # tail like the null's
+    assert audits.side_stream_work([40.0] * 3, [60.0, 61.0, 59.0], nulls)  # 40 us left running
+
+    def reps(stream, tail):
+        return [{"us": s, "tail_us": t, "null_tail_us": 20.0} for s, t in zip(stream, tail)]
+
+    series = {("base", "gpu"): reps([40.0, 41.0], [20.0, 20.0]), ("cand", "gpu"): reps([15.0, 15.0], [80.0, 82.0]),
+              ("base", "call"): reps([60.0], [0.0]), ("cand", "call"): reps([95.0], [0.0])}
+    # side work left running: both kernels are compared on the call clock, whose end follows a device-wide sync
+    assert audits.samples(series, "gpu") == ([60.0], [95.0], "device-wide")
+    series[("cand", "gpu")] = reps([15.0, 15.0], [20.0, 21.0])
+    assert audits.samples(series, "gpu") == ([40.0, 41.0], [15.0, 15.0], "stream")
+
+
+def _rep(us, wall, cold=False):
+    return {"us": us, "tail_us": 0.0, "spin_us": 0.0, "null_tail_us": 0.0, "wall_us": wall, "cold": cold}
+
+
+def test_wall_clock_audit_catches_time_that_was_not_reported():
+    # Both runners spend 100 us of judge's own work around each call beyond the call itself.
+    honest = [_rep(20.0, 120.0 + (i % 3)) for i in range(60)]
+    forged = [_rep(10.0, 100.0 + 50.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 50 us
+    audit = audits.audit({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
+    assert audit["wall_excess_us"]["gpu call"] == 40.0
+    assert audit["wall_overhead_us"]["gpu call"] == {"base": 101.0, "cand": 141.0}
+    assert audit["reasons"] == []  # 40 us is within the 50 us floor
+    forged = [_rep(10.0, 100.0 + 260.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 260 us
+    audit = audits.audit({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
+    assert audit["reasons"] == [
+        "its timed calls took 250.0 us longer on the parent's wall clock than the base's, beyond what the times "
+        "it reported account for (gpu clock; 50 us allowed): the times it reported are not the times its work took"]
+
+
+def test_wall_clock_audit_allows_for_judges_own_work_around_the_call():
+    # 1000 us of copies, poison and projections around a 20 us call: 15% of it (150 us) is allowed for two
+    # processes doing that work at different speeds, and no more.
+    honest = [_rep(20.0, 1020.0 + (i % 3)) for i in range(60)]
+    slower = [_rep(20.0, 1020.0 + 120.0 + (i % 3)) for i in range(60)]
+    assert audits.audit({("base", "call"): honest, ("cand", "call"): slower}, "call")["reasons"] == []
+    forged = [_rep(10.0, 1010.0 + 210.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 220 us
+    assert audits.audit({("base", "call"): honest, ("cand", "call"): forged}, "call")["reasons"] == [
+        "its timed calls took 210.0 us longer on the parent's wall clock than the base's, beyond what the times "
+        "it reported account for (call clock; 150 us allowed): the times it reported are not the times its work "
+        "took"]
+
+
+def test_replay_of_seen_inputs_is_caught():
+    base = [_rep(20.0, 120.0, cold=i < 8) for i in range(100)]
+    cand = [_rep(200.0 if i < 8 else 20.0, 300.0 if i < 8 else 120.0, cold=i < 8) for i in range(100)]
+    audit = audits.audit({("base", "call"): base, ("cand", "call"): cand}, "call")
+    assert audit["replay_ratio"] == {"base": 1.0, "cand": 10.0}
+    assert audit["reasons"][-1] == ("calls on input sets it had seen before ran 10.00x faster than calls on new "
+                                    "ones (the base: 1.00x): it replays answers it kept")
