@@ -225,6 +225,14 @@ def m003_clocks_audits_clearances(db: sqlite_utils.Database) -> None:
     db["clearances"].create_index(["evaluation_id"], unique=True)
 
 
+@migration
+def m004_benchmark_inputs(db: sqlite_utils.Database) -> None:
+    """Each benchmark result says where its timed inputs were (shared device memory, or each runner's own and
+    why) and in how many runner processes each kernel ran."""
+    db["benchmark_results"].add_column("placement", str)
+    db["benchmark_results"].add_column("processes", int)
+
+
 def applied(db: sqlite_utils.Database) -> list[str]:
     if MIGRATIONS_TABLE not in db.table_names():
         return []

@@ -226,3 +226,29 @@ def test_a_static_rule_this_machine_could_not_run_is_shown_as_such():
                           configs=[StaticConfig(signature={"stages": 4}, rules=rules)], layout_checks=[],
                           layout_checks_file=None)
     assert static_lines(detail) == ["rules: wgmma-waited passed, ptxas-clean not run here, expect-tx-bytes FAILED"]
+
+
+def test_the_clock_table_says_where_the_timed_inputs_were(untimed, tmp_path):
+    """Each timed benchmark names its deciding clock, every clock's medians, the audits, and where the timed
+    inputs were: shared device memory and the processes per kernel, or separate copies and why."""
+    from judge.stage_details import TimedBenchmark, TimingDetail
+
+    r1 = untimed.round_row(TARGET, 1)
+    stages3 = untimed.latest_revision("stages-3")["id"]
+    run = untimed.start_run(r1["id"], ["judge", "run", "--again"])
+    common = dict(base_median_us=100.0, cand_median_us=80.0, speedup=1.25, ci_low=1.24, ci_high=1.26,
+                  significant=True, reps=200, clock="gpu", base_us=[100.0] * 3, cand_us=[80.0] * 3,
+                  clocks={"call": {"base_median_us": 120.0, "cand_median_us": 100.0, "speedup": 1.2, "reps": 50},
+                          "gpu": {"base_median_us": 100.0, "cand_median_us": 80.0, "speedup": 1.25, "reps": 200}},
+                  audit={"wall_excess_us": {"call call": -2.0, "gpu call": 1.5}, "replay_ratio": {"base": 1.0, "cand": 1.01}})
+    benchmarks = [TimedBenchmark(index=0, label="g=8 k=7168", placement="shared", processes=2, **common),
+                  TimedBenchmark(index=1, label="g=8 k=2048", placement="separate (no shared slots: no GPU)",
+                                 processes=1, **common)]
+    timed = StageResult("timing", "passed", "geomean 1.250x [1.240, 1.260] over 2 benchmarks", 3.0,
+                        TimingDetail(benchmarks=benchmarks, geomean=1.25, geomean_ci=[1.24, 1.26]))
+    evaluate(untimed, run, r1, stages3, "faster", timed.summary, [PATCHED, CORRECT, timed], None)  # 4
+    untimed.finish_run(run, "finished")
+    text = lines(render_round(untimed, 1, tmp_path))
+    assert "| # | deciding clock | medians per clock, before / after (us) | wall-clock excess (us) | replay, candidate / base | inputs |" in text
+    assert "| 0 | gpu | call 120 / 100; gpu 100 / 80.0 | call call -2.0; gpu call +1.5 | 1.01 / 1.0 | shared; 2 processes each |" in text
+    assert "| 1 | gpu | call 120 / 100; gpu 100 / 80.0 | call call -2.0; gpu call +1.5 | 1.01 / 1.0 | separate (no shared slots: no GPU); 1 process each |" in text

@@ -246,6 +246,8 @@ def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[TimedBenchmark])
                 "clock": bench.clock,
                 "clocks_json": _json(bench.clocks) if bench.clocks else None,
                 "audit_json": _json(bench.audit) if bench.audit else None,
+                "placement": bench.placement or None,
+                "processes": bench.processes or None,
             }
         ).last_pk
         db["timings"].insert_all(

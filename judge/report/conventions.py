@@ -25,12 +25,15 @@ SPEEDUPS = [
 ]
 
 TIMING = [
-    "before/after: median time in microseconds (us) of the round's base and of the candidate, each in a confined "
-    "process of its own, the two taking turns on the device (order and input sets alternated, the idle one "
-    "stopped), each call after an L2 flush, on fresh input sets from secret seeds; shown to 3 significant digits "
-    "(whole us from 1000 us up). The deciding clock is the target's: gpu (the call queued behind a short GPU spin, "
-    "so the host's launch time is excluded), call (the GPU idle at the start, events around the whole call, "
-    "launch included, as GPU MODE times), or host (CPU targets). GPU targets measure both GPU clocks.",
+    "before/after: median time in microseconds (us) of the round's base and of the candidate, each in confined "
+    "processes of its own (two per kernel on a GPU, taken in pairs), taking turns on the device (order and input "
+    "sets alternated, the idle ones stopped), each call after an L2 flush, on fresh input sets from secret seeds "
+    "copied into inputs both kernels share on the device (inputs: shared) or each its own (separate); shown to 3 "
+    "significant digits (whole us from 1000 us up). The deciding clock is the target's: gpu (the call queued "
+    "behind a short GPU spin, so the host's launch time is excluded), call (the GPU idle at the start, events "
+    "around the whole call, launch included, as GPU MODE times), or host (CPU targets). GPU targets measure both "
+    "GPU clocks, the one that does not decide on one round in four; a kernel that leaves work on a side stream "
+    "is compared on the call clock.",
     "% of SoL = speed of light / after, 1 decimal (100% is the hardware bound).",
     "trust: every timed call's output is checked against the oracle (a process that never imported contestant "
     "code); the parent's wall clock must account for the times a process reports (wall-clock excess: how much "

@@ -165,7 +165,15 @@ def _clocks_and_audit(row: dict) -> dict:
         "clocks": [{"name": name, **values} for name, values in sorted(clocks.items())],
         "wall_excess": audit.get("wall_excess_us", {}),
         "replay": audit.get("replay_ratio", {}),
+        "inputs": _inputs(row.get("placement"), row.get("processes")),
     }
+
+
+def _inputs(placement: Optional[str], processes: Optional[int]) -> Optional[str]:
+    """Where a benchmark's timed inputs were and how many runner processes each kernel ran in, as one cell."""
+    if not placement:
+        return None
+    return placement if not processes else f"{placement}; {processes} process{'es' if processes != 1 else ''} each"
 
 
 def _benchmark(b: dict) -> dict:
