@@ -130,6 +130,9 @@ class Runner:
         self.bench = {"spec": spec, "distribution": distribution, "seeds": seeds, "slots": slots, "sets": {},
                       "projector": tensors.Projector(projection_seed), "calls": {}, "timed": set()}
         warm = self._generate(seeds[0])
+        if self.imported is not None:  # the previous benchmark's slots: the oracle frees them after the next share
+            self.imported.close()
+            self.imported = None
         placement, refused = "separate", None
         physical = None
         if shared:
@@ -152,9 +155,6 @@ class Runner:
     def _shared_copies(self, warm, shared: dict) -> list:
         """The oracle's slots as copies of `warm`'s structure: its CUDA tensors viewed in the mapped memory
         (checked against the warm set's shapes and types), the rest cloned; each filled with the warm set."""
-        if self.imported is not None:
-            self.imported.close()
-            self.imported = None
         self.imported = cuda_ipc.Imported(shared["handle"])
         copies = []
         for layouts in shared["slots"]:
