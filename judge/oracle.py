@@ -127,6 +127,7 @@ class Oracle:
         import torch
 
         from . import cuda_ipc
+        from .runner import flush_bytes
 
         if not torch.cuda.is_available():
             return {"error": "no GPU"}
@@ -160,14 +161,6 @@ class Oracle:
             del expected
         _release()
         return out
-
-
-def flush_bytes() -> int:
-    """The size of the buffer written before every timed call to empty L2: twice the L2, at least 8 MiB."""
-    import torch
-
-    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
-    return max(2 * l2, 8 << 20)
 
 
 def _release() -> None:
