@@ -40,7 +40,7 @@ def one_round(target, work: Path, candidates: int, warm: bool, budget_s: float |
             t1 = time.monotonic()
             if worker is None:
                 raise SystemExit(f"candidate {n}: correctness {result.status}: {result.summary}")
-            timing = measure(evaluator, worker, budget_s=budget_s)
+            timing = measure(evaluator, worker, workspace, budget_s=budget_s)
             t2 = time.monotonic()
             worker.close()
             if not timing.passed:

@@ -87,7 +87,7 @@ def measure(ev: Evaluator, cand: Worker, workspace: Path | None = None, *, budge
             cands.append(ev.runner(workspace, f"timing-{len(cands)}.log"))
             cands[-1].call("load", time_left(deadline))
         ev.settle()  # the spares: none may touch the GPU while anything is timed
-        return _measured(ev, _Session(ev, bases, cands, deadline), budget, started)
+        return _measured(ev, _Session(ev, bases[:len(cands)], cands, deadline), budget, started)
     except (WorkerError, CommandFailed) as error:
         return _stopped(error, time.monotonic() - started)
     finally:
