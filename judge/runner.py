@@ -198,7 +198,7 @@ class Runner:
                   "report": round((t3 - t2) * 1e6, 1)}
         return {**armed, **fired, **reported, "phases_us": phases}
 
-    def arm(self, set_index: int, clock: str, spin_us: float = 0.0) -> dict:
+    def arm(self, set_index: int, clock: str, spin_us: float) -> dict:
         """Ready one timed call: the set's content into a physical copy, outputs poisoned (and, for the GPU
         clock, the null tail measured). Each clock takes the physical copies in turn, so that every copy's
         placement weighs the same in each clock's median."""
@@ -210,13 +210,13 @@ class Runner:
         data = self.bench["physical"][copy]
         tensors.copy_into(data, content)
         tensors.poison(data, self.bench["slots"])
-        self.bench["armed"] = self.bench["armed_data"] = data
+        self.bench["armed"] = data
         null = self.null_tail(spin_us) if clock == "gpu" else 0.0
         return {"cold": cold, "null_tail_us": round(null, 3), "copy": copy}
 
     def fire(self, clock: str, spin_us: float) -> dict:
         """The timed call itself, on the armed inputs (the second step of `timed`)."""
-        data = self.bench.pop("armed")
+        data = self.bench["armed"]
         if clock == "gpu":
             measured, tail, host = self._gpu_time(data, spin_us)
         elif clock == "call":
@@ -233,7 +233,7 @@ class Runner:
         problem = tensors.plain_tensors(output)
         projections = None if problem else self.bench["projector"].project(output)
         if self.bench["shared"]:  # the other runner uses this slot next: leave it no answer to find
-            tensors.scrub(self.bench["armed_data"], self.bench["slots"])
+            tensors.scrub(self.bench["armed"], self.bench["slots"])
         tensors.sync()
         return {"problem": problem, "projections": projections}
 

@@ -118,13 +118,13 @@ class Worker:
             self.thaw()
         self._pending = self._send(op, args)
 
-    def finish(self, timeout_s: float | None = None) -> None:
+    def finish(self) -> None:
         """Wait for the reply of a command sent with `start`, if one is outstanding."""
         if self._pending is not None:
             if self.frozen:
                 self.thaw()
             serial, self._pending = self._pending, None
-            self._read(serial, self._start_timeout_s if timeout_s is None else timeout_s)
+            self._read(serial, self._start_timeout_s)
 
     @property
     def busy(self) -> bool:
