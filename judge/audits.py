@@ -114,7 +114,7 @@ def samples(series: dict, clock: str) -> tuple[list[float], list[float], str]:
     base, cand = base[:count], cand[:count]
     if clock != "gpu":
         return [r["us"] for r in base], [r["us"] for r in cand], clock
-    nulls = [r["null_tail_us"] for r in base + cand]
+    nulls = [r["null_tail_us"] for r in base + cand if r["null_tail_us"] is not None]
     if not any(side_stream_work([r["us"] for r in s], [r["tail_us"] for r in s], nulls) for s in (base, cand)):
         return [r["us"] for r in base], [r["us"] for r in cand], "stream"
     base, cand, _ = samples(series, "call")

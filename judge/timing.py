@@ -30,7 +30,7 @@ from typing import Any
 from . import audits, stats
 from .devices import gate
 from .evaluation import Case, Evaluator, derive, fresh, with_seed
-from .runner import spin_for
+from .runner import spin_cycles, spin_for
 from .stage_details import ABSENT, TimedBenchmark, TimingDetail
 from .stages import StageResult, not_run
 from .targets import Target
@@ -44,6 +44,9 @@ MAX_REPS = 20_000
 # The clock that does not decide is measured on one round in this many: its median is shown beside the
 # deciding one, and a quarter of the calls still gives it MIN_REPS / 4 repetitions.
 OTHER_CLOCK_EVERY = 4
+# A runner measures the null tail (judge.audits.side_stream_work's yardstick) before one GPU-clock call in this
+# many of its own: the pooled median needs no more, and each one is a spin and two syncs.
+NULL_TAIL_EVERY = 4
 HALF_WIDTH = 0.01
 
 
@@ -152,6 +155,7 @@ class _Session:
         self.clocks = ["host"] if self.target.on_cpu else ["gpu", "call"]
         self.last_who = "candidate"
         self.timed: dict[int, set[int]] = {}
+        self.gpu_calls: dict[int, int] = {}
 
     @property
     def workers(self) -> list[tuple[str, Worker]]:
@@ -178,18 +182,26 @@ class _Session:
         worker.freeze()
         return reply
 
-    def rep(self, worker: Worker, set_index: int, clock: str, spin_us: float, expected: list) -> tuple[dict, str | None]:
+    def rep(self, worker: Worker, set_index: int, clock: str, spin: dict, expected: list) -> tuple[dict, str | None]:
         """One timed call in one worker's turn, in one command timed by the parent; the worker is frozen again
         right after it, so no other process runs in between."""
         # Whether this is the kernel's first timed call on the set is the parent's own record, not the runner's.
         timed = self.timed.setdefault(id(worker), set())
         cold = set_index not in timed
         timed.add(set_index)
-        reply = self.turn(worker, "timed", set_index=set_index, clock=clock, spin_us=spin_us)
+        spin_cycles = null_cycles = 0
+        if clock == "gpu":
+            calls = self.gpu_calls.get(id(worker), 0)
+            self.gpu_calls[id(worker)] = calls + 1
+            spin_cycles = spin["cycles"]["spin"]
+            null_cycles = spin["cycles"]["null"] if calls % NULL_TAIL_EVERY == 0 else 0
+        reply = self.turn(worker, "timed", set_index=set_index, clock=clock, spin_cycles=spin_cycles,
+                          null_cycles=null_cycles)
         out = reply.value
         problem = out["problem"] or projection_failure(out["projections"], expected)
-        rep = {key: out[key] for key in ("us", "tail_us", "host_us", "spin_us", "null_tail_us")}
-        rep.update(cold=cold, set=set_index, wall_us=reply.wall_s * 1e6, pid=worker.pid)
+        rep = {key: out[key] for key in ("us", "tail_us", "host_us", "null_tail_us")}
+        rep.update(cold=cold, set=set_index, wall_us=reply.wall_s * 1e6, pid=worker.pid,
+                   spin_us=spin["us"] if clock == "gpu" else 0.0)
         return rep, problem
 
     def benchmark(self, index: int, share_s: float) -> dict[str, Any]:
@@ -202,8 +214,7 @@ class _Session:
         plan = ev.plan(Case("benchmark", index, 1, distribution, with_seed(spec, seeds[1])))
         copies = ev.copies_for(index)
         placement = self.place_inputs(index, seeds, plan["slots"], copies)
-        host = [us for _, w in self.workers for us in self.turn(w, "warm_up").value["host_us"]]
-        spin_us = spin_for(host) if "gpu" in self.clocks else 0.0
+        spin = self.spin([(name, self.turn(w, "warm_up").value) for name, w in self.workers])
         order = random.Random(derive(ev.secret, "order", index))
         series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in ("base", "cand") for c in self.clocks}
         deciding = target.deciding_clock
@@ -211,6 +222,7 @@ class _Session:
         rounds, next_check, stopped = 0, MIN_REPS, "max-reps"
         prepared: set[int] = set()
         self.timed.clear()
+        self.gpu_calls.clear()
         while len(series[("base", deciding)]) < MAX_REPS:
             clock = self.clock_of(rounds)
             rounds += 1
@@ -223,7 +235,7 @@ class _Session:
             if len(series[("base", clock)]) % 2:  # each clock alternates who goes first
                 turns.reverse()
             for name, worker in turns:
-                rep, problem = self.rep(worker, set_index, clock, spin_us, expected[set_index])
+                rep, problem = self.rep(worker, set_index, clock, spin, expected[set_index])
                 if problem:
                     who = "the base's" if name == "base" else "its"
                     return {"index": index, "failure": f"benchmark {index} ({target.benchmark_label(index)}), "
@@ -242,9 +254,19 @@ class _Session:
             if time.monotonic() - start > share_s and done >= MIN_REPS:
                 stopped = "budget"
                 break
-        return {"index": index, "series": series, "stopped": stopped, "spin_us": round(spin_us, 1),
+        return {"index": index, "series": series, "stopped": stopped, "spin_us": round(spin["us"], 1),
                 "sets": sets, "copies": copies, "placement": placement, "processes": len(self.cands),
                 "measuring_s": round(time.monotonic() - start, 3)}
+
+    def spin(self, warm_up: list[tuple[str, dict]]) -> dict:
+        """The GPU clock's spin for a benchmark: sized from every runner's warm-up launches, converted to cycles
+        at the base runners' rate, and the same cycles for every runner (a candidate's reported rate would
+        set its own spin, so it is not used)."""
+        if "gpu" not in self.clocks:
+            return {"us": 0.0, "cycles": {"spin": 0, "null": 0}}
+        spin_us = spin_for([us for _, reply in warm_up for us in reply["host_us"]])
+        rate = stats.median([reply["cycles_per_us"] for name, reply in warm_up if name == "base"])
+        return {"us": spin_us, "cycles": spin_cycles(spin_us, rate)}
 
     def place_inputs(self, index: int, seeds: list[int], slots: list[str], copies: int) -> str:
         """Set up a benchmark's inputs in every runner: on the oracle's shared slots where all can map them (the

@@ -18,6 +18,11 @@ def test_side_stream_detection():
     assert audits.samples(series, "gpu") == ([60.0], [95.0], "device-wide")
     series[("cand", "gpu")] = reps([15.0, 15.0], [20.0, 21.0])
     assert audits.samples(series, "gpu") == ([40.0, 41.0], [15.0, 15.0], "stream")
+    # null tails are measured before some calls only; the others carry None and are left out of the yardstick
+    series[("cand", "gpu")] = reps([15.0, 15.0], [60.0, 61.0])
+    for rep in series[("base", "gpu")] + series[("cand", "gpu")][1:]:
+        rep["null_tail_us"] = None
+    assert audits.samples(series, "gpu") == ([60.0], [95.0], "device-wide")
 
 
 def _rep(us, wall, cold=False):

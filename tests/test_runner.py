@@ -25,7 +25,7 @@ def test_a_timed_call_is_one_command_and_each_clock_takes_every_copy_in_turn(tmp
             for index in (0, 1):
                 worker.call("prepare_set", 60, set_index=index)
             expected = evaluator.expectations(0, 2)
-            replies = [(clock, worker.call("timed", 60, set_index=n % 2, clock=clock, spin_us=0.0).value)
+            replies = [(clock, worker.call("timed", 60, set_index=n % 2, clock=clock, spin_cycles=0, null_cycles=0).value)
                        for n, clock in enumerate(["call", "host"] * 6)]
         finally:
             worker.close()

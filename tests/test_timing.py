@@ -4,6 +4,7 @@ unchanged, a side-stream kernel is not timed as free, a forged clock is caught."
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from judge import timing
 from judge.targets import load_target
 from judge.timing import run_timing
+from judge.worker import Reply
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
 VARIANTS = FIXTURE / "variants"
@@ -134,6 +136,47 @@ def test_the_clock_that_does_not_decide_gets_one_round_in_four(deciding, other):
     session.clocks = ["host"]
     target.clock = "host"
     assert {session.clock_of(n) for n in range(8)} == {"host"}
+
+
+def test_every_runner_spins_the_cycles_the_base_runners_rate_gives():
+    target = load_target(FIXTURE)
+    session = timing._Session.__new__(timing._Session)
+    session.target, session.clocks = target, ["gpu", "call"]
+    warm_up = [("base", {"host_us": [20.0, 20.0, 21.0, 19.0], "cycles_per_us": 1980.0}),
+               ("base", {"host_us": [20.0, 22.0, 20.0, 500.0], "cycles_per_us": 1960.0}),
+               ("cand", {"host_us": [20.0, 20.0, 20.0, 20.0], "cycles_per_us": 1.0})]  # a candidate's rate is not used
+    assert session.spin(warm_up) == {"us": 100.0, "cycles": {"spin": 197000, "null": 197000}}
+    quick = [(name, {**reply, "host_us": [1.0] * 4}) for name, reply in warm_up]
+    assert session.spin(quick) == {"us": 43.0, "cycles": {"spin": 84710, "null": 118200}}  # null: 60 us at least
+    session.clocks = ["host"]
+    assert session.spin(warm_up) == {"us": 0.0, "cycles": {"spin": 0, "null": 0}}
+
+
+def test_a_runner_measures_the_null_tail_before_one_gpu_call_in_four():
+    class Runner:
+        pid = 7
+
+        def __init__(self):
+            self.sent = []
+
+        def call(self, op, timeout_s, **args):
+            self.sent.append(args)
+            return Reply({"us": 10.0, "tail_us": 5.0, "host_us": 3.0, "problem": None, "projections": [],
+                          "null_tail_us": 4.0 if args["null_cycles"] else None}, 0.0002)
+
+        def freeze(self):
+            pass
+
+    session = timing._Session.__new__(timing._Session)
+    session.bases, session.deadline, session.timed, session.gpu_calls = [], time.monotonic() + 60, {}, {}
+    runner = Runner()
+    spin = {"us": 100.0, "cycles": {"spin": 198000, "null": 199000}}
+    reps = [session.rep(runner, 0, clock, spin, [])[0] for clock in ["gpu", "gpu", "call", "gpu", "gpu", "gpu"]]
+    assert [(a["spin_cycles"], a["null_cycles"]) for a in runner.sent] == [
+        (198000, 199000), (198000, 0), (0, 0), (198000, 0), (198000, 0), (198000, 199000)]
+    assert [r["null_tail_us"] for r in reps] == [4.0, None, None, None, None, 4.0]
+    assert [r["spin_us"] for r in reps] == [100.0, 100.0, 0.0, 100.0, 100.0, 100.0]  # the parent's, not the runner's
+    assert [r["cold"] for r in reps] == [True] + [False] * 5
 
 
 # ---------------------------------------------------------------------------------------------------------
