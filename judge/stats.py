@@ -47,6 +47,15 @@ def _block_resamples(n: int, resamples: int, rng: np.random.Generator):
         yield start, (starts[:, :, None] + offsets).reshape(count, -1)[:, :n]
 
 
+def _row_medians(rows: np.ndarray) -> np.ndarray:
+    """np.median(rows, axis=1), bit for bit, by sorting: 2-5x faster for the short rows of a bootstrap (the
+    timing stage's summary spent 0.3 s per candidate in np.median)."""
+    n = rows.shape[1]
+    ordered = np.sort(rows, axis=1)
+    middle = n // 2
+    return ordered[:, middle] if n % 2 else (ordered[:, middle - 1] + ordered[:, middle]) / 2
+
+
 def ratio_replicates(base: Sequence[float], cand: Sequence[float], *, resamples: int = RESAMPLES,
                      rng: np.random.Generator) -> np.ndarray:
     """Bootstrap replicates of median(base) / median(cand): moving blocks of consecutive pairs
@@ -57,7 +66,7 @@ def ratio_replicates(base: Sequence[float], cand: Sequence[float], *, resamples:
         raise ValueError(f"paired samples need equal, non-zero lengths, got {b.shape} and {c.shape}")
     out = np.empty(resamples)
     for start, idx in _block_resamples(len(b), resamples, rng):
-        out[start:start + len(idx)] = np.median(b[idx], axis=1) / np.median(c[idx], axis=1)
+        out[start:start + len(idx)] = _row_medians(b[idx]) / _row_medians(c[idx])
     return out
 
 
@@ -78,7 +87,7 @@ def median_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, resamp
         raise ValueError("median of no values")
     reps = np.empty(resamples)
     for start, idx in _block_resamples(len(v), resamples, np.random.default_rng(seed)):
-        reps[start:start + len(idx)] = np.median(v[idx], axis=1)
+        reps[start:start + len(idx)] = _row_medians(v[idx])
     low, high = _percentiles(reps, confidence)
     return float(np.median(v)), low, high
 
