@@ -30,6 +30,11 @@ HOST_REPLAY_FACTOR = 3.0
 REPLAY_FACTOR = 1.5
 # ... and by at least this many microseconds: a first touch of new memory costs a CPU kernel a little.
 REPLAY_FLOOR_US = 20.0
+# A first call is compared with the later calls of the same kernel and clock within this many calls of it, not
+# with the whole series: first calls bunch at the start of a benchmark, which on an H100 ran up to 7x slower for
+# both kernels now and then (2026-11-25), and a kernel that waits on the host inside its call was 1.1-2x slower
+# there than later; against the whole series that read as replays.
+REPLAY_WINDOW = 12
 
 
 def audit(series: dict, deciding: str) -> dict[str, Any]:
@@ -73,27 +78,29 @@ def _residual(rep: dict) -> float:
     return rep["wall_us"] - rep["us"] - rep["tail_us"] - rep["spin_us"]
 
 
-def _cold_excess(per_clock: list[list[dict]]) -> float:
-    """How many microseconds a first call on a set takes beyond later calls (median over clocks' series)."""
-    excess = []
+def _first_calls(per_clock: list[list[dict]]) -> list[tuple[float, float]]:
+    """(time of a first call on an input set, median of the later calls around it): each first call against
+    the calls on sets seen before, of the same kernel and clock, within REPLAY_WINDOW calls of it."""
+    pairs = []
     for reps in per_clock:
-        warm = [r["us"] for r in reps if not r["cold"]]
-        if warm:
-            typical = stats.median(warm)
-            excess += [r["us"] - typical for r in reps if r["cold"]]
+        for i, rep in enumerate(reps):
+            if rep["cold"]:
+                near = [r["us"] for r in reps[max(0, i - REPLAY_WINDOW):i + REPLAY_WINDOW + 1] if not r["cold"]]
+                if near:
+                    pairs.append((rep["us"], stats.median(near)))
+    return pairs
+
+
+def _cold_excess(per_clock: list[list[dict]]) -> float:
+    """How many microseconds a first call on a set takes beyond the later calls around it (median)."""
+    excess = [cold - typical for cold, typical in _first_calls(per_clock)]
     return stats.median(excess) if excess else 0.0
 
 
 def _replay_ratio(per_clock: list[list[dict]]) -> float | None:
-    """Median time of first calls on an input set over the median of later calls on the same sets, each call
-    taken relative to its own clock's later calls."""
-    cold = []
-    for reps in per_clock:
-        warm = [r["us"] for r in reps if not r["cold"]]
-        if warm:
-            typical = max(MIN_US, stats.median(warm))
-            cold += [r["us"] / typical for r in reps if r["cold"]]
-    return round(stats.median(cold), 3) if cold else None
+    """Median, over first calls on an input set, of the call's time over the later calls around it."""
+    ratios = [cold / max(MIN_US, typical) for cold, typical in _first_calls(per_clock)]
+    return round(stats.median(ratios), 3) if ratios else None
 
 
 def side_stream_work(stream_us: list[float], tail_us: list[float], null_tail_us: list[float]) -> bool:

@@ -64,3 +64,20 @@ def test_replay_of_seen_inputs_is_caught():
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 10.0}
     assert audit["reasons"][-1] == ("calls on input sets it had seen before ran 10.00x faster than calls on new "
                                     "ones (the base: 1.00x): it replays answers it kept")
+
+
+def test_a_slow_start_is_not_taken_for_replays():
+    # First calls on the 8 input sets fall in the first 11 calls, among calls on sets seen already; the
+    # candidate's first 16 calls all run 3x slower (on an H100: a kernel that waits on the host, early in a
+    # benchmark). Against the whole series its first calls looked 3x slower than its later ones.
+    cold = {0, 1, 3, 4, 6, 7, 9, 10}
+    base = [_rep(20.0, 120.0, cold=i in cold) for i in range(100)]
+    slow_start = [_rep(60.0 if i < 16 else 20.0, 160.0, cold=i in cold) for i in range(100)]
+    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): slow_start}, "gpu")
+    assert audit["replay_ratio"] == {"base": 1.0, "cand": 1.0}
+    assert audit["reasons"] == []
+    # A kernel that replays answers is still caught in the same slow start: 200 us for a first call, 20 us after.
+    replays = [_rep((200.0 if i in cold else 20.0) * (3 if i < 16 else 1), 160.0, cold=i in cold) for i in range(100)]
+    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): replays}, "gpu")
+    assert audit["replay_ratio"] == {"base": 1.0, "cand": 10.0}
+    assert audit["reasons"][-1].startswith("calls on input sets it had seen before ran 10.00x faster")
