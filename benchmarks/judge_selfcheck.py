@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from judge import devices, stats  # noqa: E402
+from judge import devices, stats, worker  # noqa: E402
 from judge.evaluation import Evaluator  # noqa: E402
 from judge.rounds import Stages  # noqa: E402
 from judge.targets import load_target  # noqa: E402
@@ -99,12 +99,14 @@ def main() -> None:
     rows = []
     round_start = time.monotonic()
     child_s = measuring_s = 0.0
+    worker.COMMAND_SECONDS.clear()
     for name, fraction, source in candidates:
         check, timing = evaluate(evaluator, work, name, source, args.budget_s)
         child_s += check.seconds + timing.seconds
         measuring_s += timing.detail.to_json()["measuring_s"]
         rows.append((name, fraction, check, timing))
     round_wall = time.monotonic() - round_start
+    commands = {op: (count, seconds) for op, (count, seconds) in worker.COMMAND_SECONDS.items()}
     for fraction in LADDER_FRACTIONS:
         name = f"slower-{fraction:.2%}"
         check, timing = evaluate(evaluator, work, name, delayed_source(cycles_for(fraction)), args.budget_s)
@@ -124,6 +126,16 @@ def main() -> None:
     print("| wall s | child processes s | of which measuring s | per candidate wall s |")
     print("|---|---|---|---|")
     print(f"| {round_wall:.1f} | {child_s:.1f} | {measuring_s:.1f} | {round_wall / len(candidates):.1f} |")
+    print()
+    print("Per candidate, seconds: " + "; ".join(
+        f"{n} correctness {c.seconds:.2f}, timing {t.seconds:.2f} (measuring {t.detail.to_json()['measuring_s']:.2f})"
+        for n, _, c, t in rows[:len(candidates)]))
+    print()
+    print("Commands to the workers over the round (the parent's wall clock, every worker):")
+    print("| command | count | total s | per command us |")
+    print("|---|---:|---:|---:|")
+    for op, (count, seconds) in sorted(commands.items(), key=lambda item: -item[1][1]):
+        print(f"| {op} | {count} | {seconds:.2f} | {seconds / count * 1e6:.0f} |")
     print()
     print("## 2. Same kernel against itself, and 3. calibrated slowdowns")
     print("| candidate | intended | geomean | 95% interval | significant | reps per benchmark | stopped, method, inputs "
@@ -155,6 +167,7 @@ def main() -> None:
         args.json.write_text(json.dumps({
             "device": facts.to_dict(), "spin_cycles_per_us": rate, "round_wall_s": round_wall,
             "round_child_s": child_s, "round_measuring_s": measuring_s,
+            "round_commands": {op: {"count": c, "seconds": round(t, 4)} for op, (c, t) in commands.items()},
             "calibration": calib.detail.to_json(),
             "rows": [{"name": n, "fraction": f, "correctness_s": c.seconds, "timing_s": t.seconds,
                       "timing": t.detail.to_json()} for n, f, c, t in rows],

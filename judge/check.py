@@ -93,6 +93,7 @@ def _run_case(evaluator: Evaluator, worker: Worker, workspace: Path, case: Case,
     if ran["problem"]:
         return entry.updated(passed=False, reason=ran["problem"])
     verdict = evaluator.ask("verify", spec=case.spec, distribution=case.distribution, dump=str(dump))
+    verdict.pop("phases_us", None)  # the oracle's account of its time: tallied by judge.worker, not recorded
     dump.unlink(missing_ok=True)
     return entry.updated(**verdict)  # the oracle's verdict: passed, reason, outputs[, check_implementation]
 

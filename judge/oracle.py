@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +68,15 @@ class Oracle:
         """Compare what a runner saved for this case with the reference, and ask check_implementation too."""
         import torch
 
+        lap = _Laps()
         data, _, expected = self._reference(spec, distribution)
+        lap("reference")
         result: dict[str, Any] = {"passed": True, "reason": ""}
         try:
             got = _load_dump(dump)
         except ValueError as error:
             return _fail(result, str(error))
+        lap("load")
         want = tensors.leaves(expected)
         if len(got) != len(want):
             return _fail(result, f"returned {len(got)} tensors, the reference returns {len(want)}")
@@ -94,14 +98,8 @@ class Oracle:
                 continue
             comparisons.append(tensors.compare(path, tensor, reference_value, rtol, atol))
         result["outputs"] = comparisons
-        reasons = []
-        for comp in comparisons:
-            if comp["nonfinite"]:
-                reasons.append(f"output{comp['path']} has {comp['nonfinite']} NaN/Inf of {comp['elements']} elements")
-            elif comp["mismatched"] and strict:
-                reasons.append(
-                    f"output{comp['path']}: {comp['mismatched']} of {comp['elements']} elements differ "
-                    f"(max abs err {comp['max_abs_err']:.3g}, max rel err {comp['max_rel_err']:.3g})")
+        lap("compare")
+        reasons = _mismatches(comparisons, strict)
         if self.checker is not None:
             # check_implementation gets pristine inputs: GPU MODE's own checkers recompute the reference from them.
             shaped = outputs[0] if len(want) == 1 and want[0][0] == "" else tensors.rebuild(expected, outputs)
@@ -109,8 +107,11 @@ class Oracle:
             result["check_implementation"] = {"passed": ok, "message": message[:2000]}
             if not ok:
                 reasons.append(f"check_implementation: {message.splitlines()[0][:300] if message else 'failed'}")
+        lap("checker")
         del data, expected, outputs, got
         _release()
+        lap("release")
+        result["phases_us"] = lap.phases
         return _fail(result, "; ".join(reasons)) if reasons else result
 
     def facts(self) -> dict | None:
@@ -161,6 +162,33 @@ class Oracle:
             del expected
         _release()
         return out
+
+
+class _Laps:
+    """Microseconds between calls, by name: this process's own account of where a verify's time goes, which
+    judge.worker tallies for judge's benchmarks (the verdict never uses it)."""
+
+    def __init__(self):
+        self.last = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = round((now - self.last) * 1e6, 1)
+        self.last = now
+
+
+def _mismatches(comparisons: list[dict], strict: bool) -> list[str]:
+    """A reason per output with NaN/Inf, and per output out of tolerance where judge's tolerance decides."""
+    reasons = []
+    for comp in comparisons:
+        if comp["nonfinite"]:
+            reasons.append(f"output{comp['path']} has {comp['nonfinite']} NaN/Inf of {comp['elements']} elements")
+        elif comp["mismatched"] and strict:
+            reasons.append(
+                f"output{comp['path']}: {comp['mismatched']} of {comp['elements']} elements differ "
+                f"(max abs err {comp['max_abs_err']:.3g}, max rel err {comp['max_rel_err']:.3g})")
+    return reasons
 
 
 def _release() -> None:

@@ -25,6 +25,9 @@ from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, session_members, ta
 
 MAX_REPLY_BYTES = 64 << 20
 START_TIMEOUT_S = 300.0
+# The parent's wall seconds and count per command name (the op), over every worker of this process: where a
+# round's time goes, for judge's own benchmarks (benchmarks/judge_selfcheck.py); reset by whoever reads it.
+COMMAND_SECONDS: dict[str, list] = {}
 
 
 class WorkerError(Exception):
@@ -44,6 +47,12 @@ class CommandFailed(Exception):
         super().__init__(error)
         self.error = error
         self.log_tail = log_tail
+
+
+def _tally(name: str, seconds: float) -> None:
+    tally = COMMAND_SECONDS.setdefault(name, [0, 0.0])
+    tally[0] += 1
+    tally[1] += seconds
 
 
 def time_left(deadline: float) -> float:
@@ -152,6 +161,12 @@ class Worker:
         serial = self._send(op, args)
         reply = self._read(serial, timeout_s)
         reply.wall_s = time.perf_counter() - start
+        _tally(op, reply.wall_s)
+        phases = reply.value.get("phases_us") if isinstance(reply.value, dict) else None
+        if isinstance(phases, dict):  # the worker's own account of its parts: shown, never trusted
+            for phase, us in phases.items():
+                if isinstance(us, (int, float)):
+                    _tally(f"{op}.{phase} (its own account)", us * 1e-6)
         return reply
 
     def _send(self, op: str, args: dict) -> int:
