@@ -71,7 +71,7 @@ class Runner:
             "case", "timed", "arm", "fire", "report", "warm_up", "load", "audit", "setup_benchmark", "prepare_set",
             "null_tail", "_gpu_time", "_call_time", "_host_time", "_flush", "_content", "_generate", "_shared_copies")}
         places.update({f"tensors.{name}": (tensors, name) for name in (
-            "copy_into", "poison", "scrub", "plain_tensors", "leaves", "sync", "clone_data", "rebuild")})
+            "copy_into", "poison", "poisoned_slots", "scrub", "plain_tensors", "leaves", "sync", "clone_data", "rebuild")})
         places.update({f"tensors.Projector.{name}": (tensors.Projector, name) for name in ("project", "values", "weights", "_dot")})
         places.update({f"runner.{name}": (sys.modules[__name__], name) for name in ("_perf", "_monotonic")})
         return places
@@ -87,6 +87,7 @@ class Runner:
     def case(self, spec: dict, distribution: str, slots: list[str], dump: str) -> dict:
         """One correctness call: fresh inputs from the spec's (secret) seed, outputs poisoned, the kernel's output
         saved to `dump` for the oracle; the verdict is the oracle's, never this process's."""
+        t0 = _perf()
         data = self.generators[distribution](**spec)
         tensors.sync()
         poisoned = tensors.poison(data, slots)
@@ -97,7 +98,9 @@ class Runner:
         problem = tensors.plain_tensors(output)
         if problem is None:
             self._save([t.detach().cpu() for _, t in tensors.leaves(output)], dump)
-        return {"poisoned": poisoned, "kernel_s": round(seconds, 6), "problem": problem}
+        phases = {"inputs": round((start - t0) * 1e6, 1), "kernel": round(seconds * 1e6, 1),
+                  "save": round((_perf() - start - seconds) * 1e6, 1)}
+        return {"poisoned": poisoned, "kernel_s": round(seconds, 6), "problem": problem, "phases_us": phases}
 
     def audit(self) -> list[str]:
         """What the kernel changed of judge's in this process: tamper.Baseline's list, and this object's own
@@ -141,6 +144,7 @@ class Runner:
         if physical is None:
             physical = [warm] + [tensors.clone_data(warm) for _ in range(max(1, copies) - 1)]
         self.bench["physical"] = physical
+        self.bench["poisoned"] = tensors.poisoned_slots(warm, slots)
         self.bench["shared"] = placement == "shared"
         if self.bench["shared"]:
             self.bench["flush"] = cuda_ipc.view(self.imported.pointer, shared["flush"])
@@ -210,7 +214,8 @@ class Runner:
         counts[clock] = calls + 1
         copy = calls % len(self.bench["physical"])
         data = self.bench["physical"][copy]
-        tensors.copy_into(data, content)
+        # The floating output slots are poisoned right after: their copy would be a third of vecadd's traffic.
+        tensors.copy_into(data, content, skip=self.bench["poisoned"])
         tensors.poison(data, self.bench["slots"])
         self.bench["armed"] = data
         null = round(self.null_tail(null_cycles), 3) if clock == "gpu" and null_cycles else None

@@ -54,13 +54,22 @@ def clone_data(obj):
     return obj
 
 
-def copy_into(dest, source) -> None:
-    """Copy every tensor of `source` into the tensor at the same path of `dest` (same structure and shapes)."""
+def copy_into(dest, source, skip: frozenset[str] | set[str] = frozenset()) -> None:
+    """Copy every tensor of `source` into the tensor at the same path of `dest` (same structure and shapes),
+    except at the paths in `skip` (output slots that are poisoned next: copying them is wasted bandwidth)."""
     import torch
 
     for (path, d), (_, s) in zip(leaves(dest), leaves(source)):
-        if isinstance(d, torch.Tensor):
+        if isinstance(d, torch.Tensor) and path not in skip:
             d.copy_(s)
+
+
+def poisoned_slots(data, slots: list[str]) -> set[str]:
+    """The paths among `slots` that `poison` fills (floating tensors): their content before a call never counts."""
+    import torch
+
+    return {path for path, tensor in leaves(data)
+            if path in slots and isinstance(tensor, torch.Tensor) and tensor.is_floating_point()}
 
 
 def output_slots(original, after_reference, returned) -> list[str]:

@@ -119,3 +119,17 @@ def test_scrub_leaves_no_answer_in_the_output_slots():
     assert torch.equal(data[0], torch.ones(3))  # an input, not a slot: kept
     assert data[1].tolist() == [0, 0]  # integers: zeros
     assert torch.isnan(data[2]["out"]).all()  # floating: NaN
+
+
+def test_arming_skips_only_the_slots_poison_fills():
+    """A timed call's set is copied into a physical copy except where poison writes next: a floating output
+    slot. An integer output slot (not poisoned) and every input are still copied."""
+    dest = (torch.zeros(3), torch.zeros(3), torch.zeros(3, dtype=torch.int32))
+    source = (torch.ones(3), torch.full((3,), 2.0), torch.full((3,), 7, dtype=torch.int32))
+    skip = tensors.poisoned_slots(dest, ["[1]", "[2]"])
+    assert skip == {"[1]"}
+    tensors.copy_into(dest, source, skip=skip)
+    assert dest[0].tolist() == [1.0, 1.0, 1.0]
+    assert dest[1].tolist() == [0.0, 0.0, 0.0]
+    assert dest[2].tolist() == [7, 7, 7]
+    assert tensors.poison(dest, ["[1]", "[2]"]) == ["[1]"]
