@@ -10,7 +10,8 @@ the runner copies the set into one of several physical copies (taken in turn), f
 - clock "call": the GPU idle, events around the whole call (launch included), as GPU MODE times;
 - clock "host" (CPU targets): the host's clock around the call.
 GPU targets measure both GPU clocks; judge.toml's `clock` says which decides the verdict, and the other one
-is measured on one round in OTHER_CLOCK_EVERY.
+is measured on one round in OTHER_CLOCK_EVERY
+(SIDE_STREAM_OTHER_EVERY once a kernel is found leaving work on a side stream).
 
 Nothing a runner reports is taken on trust. Every timed call's output is checked, by projections, against
 the oracle's answer for that input set; the parent's own wall clock around each turn must account for the
@@ -45,8 +46,11 @@ BUDGET_PER_BENCHMARK_S = 5.0
 MIN_REPS = 150
 MAX_REPS = 20_000
 # The clock that does not decide is measured on one round in this many: its median is shown beside the
-# deciding one, and it still gets MIN_REPS / 3 repetitions.
-OTHER_CLOCK_EVERY = 4
+# deciding one (about MIN_REPS / 7 repetitions of each kernel). Where the GPU clock decides and a kernel leaves
+# work on a side stream, the call clock becomes the one analysed (judge.audits.samples), and from the check that
+# finds it on it is measured on one round in SIDE_STREAM_OTHER_EVERY.
+OTHER_CLOCK_EVERY = 8
+SIDE_STREAM_OTHER_EVERY = 2
 # A runner measures the null tail (judge.audits.side_stream_work's yardstick) before one GPU-clock call in this
 # many of its own: the pooled median needs no more, and each one is a spin and two syncs.
 NULL_TAIL_EVERY = 4
@@ -159,6 +163,7 @@ class _Session:
         self.last_who = "candidate"
         self.timed: dict[int, set[int]] = {}
         self.gpu_calls: dict[int, int] = {}
+        self.other_every = OTHER_CLOCK_EVERY
 
     @property
     def workers(self) -> list[tuple[str, Worker]]:
@@ -231,6 +236,7 @@ class _Session:
         rounds, next_check, stopped = 0, MIN_REPS, "max-reps"
         self.timed.clear()
         self.gpu_calls.clear()
+        self.other_every = OTHER_CLOCK_EVERY
         while len(series[("base", deciding)]) < MAX_REPS:
             clock = self.clock_of(rounds)
             rounds += 1
@@ -250,7 +256,9 @@ class _Session:
             done = len(series[("base", deciding)])
             if done >= next_check:
                 next_check = done + max(50, done // 4)
-                base_us, cand_us, _ = audits.samples(series, deciding)
+                base_us, cand_us, method = audits.samples(series, deciding)
+                if method == "device-wide":  # side-stream work: the call clock's samples decide from here on
+                    self.other_every = SIDE_STREAM_OTHER_EVERY
                 ratio, low, high = stats.ratio_ci(base_us, cand_us, resamples=400)
                 if stats.precise_enough(ratio, low, high, HALF_WIDTH):
                     stopped = "precise"
@@ -300,11 +308,12 @@ class _Session:
         return f"separate (a {'base' if name == 'base' else 'candidate'} runner could not map the shared slots: {why})"
 
     def clock_of(self, round_index: int) -> str:
-        """The clock of a round: the deciding one, and the other one on one round in OTHER_CLOCK_EVERY."""
+        """The clock of a round: the deciding one, and the other one on one round in `other_every`."""
         deciding = self.target.deciding_clock
         others = [c for c in self.clocks if c != deciding]
-        if others and round_index % OTHER_CLOCK_EVERY == OTHER_CLOCK_EVERY - 1:
-            return others[(round_index // OTHER_CLOCK_EVERY) % len(others)]
+        every = self.other_every
+        if others and round_index % every == every - 1:
+            return others[(round_index // every) % len(others)]
         return deciding
 
 

@@ -126,12 +126,16 @@ def test_an_answer_kept_for_an_input_object_is_caught_in_timing(tmp_path, small_
 
 
 @pytest.mark.parametrize("deciding, other", [("gpu", "call"), ("call", "gpu")])
-def test_the_clock_that_does_not_decide_gets_one_round_in_four(deciding, other):
+def test_the_clock_that_does_not_decide_gets_one_round_in_eight(deciding, other):
     target = load_target(FIXTURE)
     target.clock = deciding
     session = timing._Session.__new__(timing._Session)
     session.target, session.clocks = target, ["gpu", "call"]
-    assert [session.clock_of(n) for n in range(8)] == [deciding] * 3 + [other] + [deciding] * 3 + [other]
+    session.other_every = timing.OTHER_CLOCK_EVERY
+    assert [session.clock_of(n) for n in range(16)] == [deciding] * 7 + [other] + [deciding] * 7 + [other]
+    # Once a kernel is found leaving work on a side stream, the call clock decides: every other round.
+    session.other_every = timing.SIDE_STREAM_OTHER_EVERY
+    assert [session.clock_of(n) for n in range(4)] == [deciding, other, deciding, other]
     target.arch = "cpu"
     session.clocks = ["host"]
     target.clock = "host"

@@ -32,8 +32,8 @@ TIMING = [
     "significant digits (whole us from 1000 us up). The deciding clock is the target's: gpu (the call queued "
     "behind a short GPU spin, so the host's launch time is excluded), call (the GPU idle at the start, events "
     "around the whole call, launch included, as GPU MODE times), or host (CPU targets). GPU targets measure both "
-    "GPU clocks, the one that does not decide on one round in four; a kernel that leaves work on a side stream "
-    "is compared on the call clock.",
+    "GPU clocks, the one that does not decide on one round in eight; a kernel that leaves work on a side stream "
+    "is compared on the call clock, then measured every other round.",
     "% of SoL = speed of light / after, 1 decimal (100% is the hardware bound).",
     "trust: every timed call's output is checked against the oracle (a process that never imported contestant "
     "code); the parent's wall clock must account for the times a process reports (wall-clock excess: how much "
