@@ -58,3 +58,22 @@ def test_probe_on_a_gpu():
     assert found.arch == "sm_" + found.capability.replace(".", "")
     assert found.torch
     print(found.to_dict())
+
+
+@pytest.mark.gpu
+def test_nvml_reads_what_nvidia_smi_reads():
+    """The clocks are read through NVML in the oracle's process; nvidia-smi (a process per read) is the fallback,
+    and both must say the same of the same GPU."""
+    import shutil
+
+    from judge import devices
+
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("no nvidia-smi to compare with")
+    nvml = devices._nvml_clocks(0)
+    smi = devices._smi_clocks(0)
+    assert nvml is not None, "NVML did not load on a machine with an NVIDIA driver"
+    assert nvml["driver"] == smi["driver"]
+    assert nvml["sm_clock_max_mhz"] == smi["sm_clock_max_mhz"]
+    assert abs(nvml["temperature_c"] - smi["temperature_c"]) <= 3
+    assert set(nvml) == set(smi)
