@@ -84,15 +84,20 @@ def _run_case(evaluator: Evaluator, worker: Worker, workspace: Path, case: Case,
     dump.unlink(missing_ok=True)
     entry = CheckedCase(kind=case.kind, test=case.index, label=spec_label(case.spec), call=case.call,
                         seed=case.spec.get("seed"), distribution=case.distribution)
+    outbox = evaluator.outbox(plan)
     try:
         ran = worker.call("case", time_left(deadline), spec=case.spec, distribution=case.distribution,
-                          slots=plan["slots"], dump=str(dump)).value
+                          slots=plan["slots"], dump=str(dump), outbox=outbox).value
     except CommandFailed as error:
         raise CommandFailed(f"{error.error} ({_where(entry)})", error.log_tail) from None
     entry = entry.updated(poisoned=ran["poisoned"], kernel_s=ran["kernel_s"])
     if ran["problem"]:
         return entry.updated(passed=False, reason=ran["problem"])
-    verdict = evaluator.ask("verify", spec=case.spec, distribution=case.distribution, dump=str(dump))
+    # The runner's word on where it put its output decides only where the oracle looks: what it finds there is
+    # judged as it is, and an outbox the runner did not fill holds zeros.
+    received = outbox["layouts"] if outbox and ran.get("placed") == "outbox" else None
+    verdict = evaluator.ask("verify", spec=case.spec, distribution=case.distribution, dump=str(dump),
+                            outbox=received)
     verdict.pop("phases_us", None)  # the oracle's account of its time: tallied by judge.worker, not recorded
     dump.unlink(missing_ok=True)
     return entry.updated(**verdict)  # the oracle's verdict: passed, reason, outputs[, check_implementation]

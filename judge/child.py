@@ -22,7 +22,7 @@ from pathlib import Path
 # The exit code of a child whose reply channel was swapped in its own process (judge.worker reads it).
 REPLY_TAMPERED_EXIT = 86
 RUNNER_OPS = {"load", "case", "audit", "setup_benchmark", "prepare_set", "warm_up", "timed"}
-ORACLE_OPS = {"plan", "verify", "expect", "facts", "share"}
+ORACLE_OPS = {"plan", "verify", "expect", "facts", "share", "outbox"}
 
 
 def _clean(value):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .cuda_ipc import layout_bytes
 from .errors import JudgeError
 from .oracle import oracle_dir
 from .targets import Target
@@ -86,6 +87,7 @@ class Evaluator:
             self.processes = default_processes(self.target)
         self._plans: dict[tuple, dict] = {}
         self._expect: dict[int, list] = {}
+        self._outbox: dict | None = None  # the oracle's answer to "outbox": its handle and size, or an error
 
     # ---- cases and seeds -------------------------------------------------------------------------------
 
@@ -142,6 +144,20 @@ class Evaluator:
         if case.key not in self._plans:
             self._plans[case.key] = self.ask("plan", spec=case.spec, distribution=case.distribution)
         return self._plans[case.key]
+
+    def outbox(self, plan: dict) -> dict | None:
+        """Where a runner hands a case's outputs to the oracle in device memory ({"handle", "layouts"}), or None:
+        a CPU target, outputs that are not all CUDA tensors, or an oracle that cannot export memory here (the
+        runner then saves a file, as it always may)."""
+        layouts = plan.get("outputs")
+        if self.target.on_cpu or not layouts:
+            return None
+        needed = max(layout["offset"] + layout_bytes(layout) for layout in layouts)
+        if self._outbox is None or ("bytes" in self._outbox and self._outbox["bytes"] < needed):
+            self._outbox = self.ask("outbox", nbytes=needed)
+        if "error" in self._outbox:
+            return None
+        return {"handle": self._outbox["handle"], "layouts": layouts}
 
     def sets_for(self, index: int) -> int:
         return max(MIN_SETS, min(MAX_SETS, SET_MEMORY_BYTES // self._input_bytes(index)))

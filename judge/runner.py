@@ -50,6 +50,7 @@ class Runner:
         self.kernel = None
         self.bench: dict[str, Any] = {}
         self.imported: cuda_ipc.Imported | None = None  # the oracle's timing slots, mapped here
+        self.outbox: tuple[str, cuda_ipc.Imported] | None = None  # the oracle's outbox (handle, mapping)
         self._save = torch.save
         if self.cuda:
             self._sync = torch.cuda.synchronize
@@ -62,16 +63,17 @@ class Runner:
         self.baseline = tamper.Baseline(self.own_functions(), str(self.workspace.resolve()))
         # What this object holds that measures or makes inputs; audit() checks they are still the same objects.
         self._bound = {name: id(value) for name, value in vars(self).items()
-                       if name not in ("bench", "kernel", "imported")}
+                       if name not in ("bench", "kernel", "imported", "outbox")}
         self._generators = {name: tamper.fingerprint(fn) for name, fn in self.generators.items()}
 
     def own_functions(self) -> dict[str, tuple[Any, str]]:
         """Everything of judge's that measures, copies, poisons or hands over outputs in this process."""
         places = {f"Runner.{name}": (Runner, name) for name in (
             "case", "timed", "arm", "fire", "report", "warm_up", "load", "audit", "setup_benchmark", "prepare_set",
-            "null_tail", "_gpu_time", "_call_time", "_host_time", "_flush", "_content", "_generate", "_shared_copies")}
+            "null_tail", "_gpu_time", "_call_time", "_host_time", "_flush", "_content", "_generate", "_shared_copies",
+            "_hand_over")}
         places.update({f"tensors.{name}": (tensors, name) for name in (
-            "copy_into", "poison", "poisoned_slots", "scrub", "plain_tensors", "leaves", "sync", "clone_data", "rebuild")})
+            "copy_into", "poison", "poisoned_slots", "fits_layouts", "scrub", "plain_tensors", "leaves", "sync", "clone_data", "rebuild")})
         places.update({f"tensors.Projector.{name}": (tensors.Projector, name) for name in ("project", "values", "weights", "_dot")})
         places.update({f"runner.{name}": (sys.modules[__name__], name) for name in ("_perf", "_monotonic")})
         return places
@@ -84,9 +86,11 @@ class Runner:
         self.kernel = module.custom_kernel
         return {"threads_after_import": len(self.baseline.threads)}
 
-    def case(self, spec: dict, distribution: str, slots: list[str], dump: str) -> dict:
+    def case(self, spec: dict, distribution: str, slots: list[str], dump: str, outbox: dict | None = None) -> dict:
         """One correctness call: fresh inputs from the spec's (secret) seed, outputs poisoned, the kernel's output
-        saved to `dump` for the oracle; the verdict is the oracle's, never this process's."""
+        handed to the oracle: copied into the oracle's outbox where it is shaped as the reference's outputs
+        (`placed`: outbox), else saved to `dump` (`placed`: file); the verdict is the oracle's, never this
+        process's."""
         t0 = _perf()
         data = self.generators[distribution](**spec)
         tensors.sync()
@@ -96,11 +100,34 @@ class Runner:
         tensors.sync()  # every stream: work left on a side stream must be finished before the output is taken
         seconds = _perf() - start
         problem = tensors.plain_tensors(output)
+        placed = None
         if problem is None:
-            self._save([t.detach().cpu() for _, t in tensors.leaves(output)], dump)
+            placed = "outbox" if outbox and self._hand_over(output, outbox) else "file"
+            if placed == "file":
+                self._save([t.detach().cpu() for _, t in tensors.leaves(output)], dump)
         phases = {"inputs": round((start - t0) * 1e6, 1), "kernel": round(seconds * 1e6, 1),
                   "save": round((_perf() - start - seconds) * 1e6, 1)}
-        return {"poisoned": poisoned, "kernel_s": round(seconds, 6), "problem": problem, "phases_us": phases}
+        return {"poisoned": poisoned, "kernel_s": round(seconds, 6), "problem": problem, "placed": placed,
+                "phases_us": phases}
+
+    def _hand_over(self, output, outbox: dict) -> bool:
+        """Copy the output into the oracle's outbox when its tensors are CUDA tensors shaped and typed as the
+        reference's outputs; False (the caller saves a file, and the oracle names what is wrong) otherwise."""
+        got = [t for _, t in tensors.leaves(output)]
+        if not self.cuda or not tensors.fits_layouts(got, outbox["layouts"]):
+            return False
+        try:
+            if self.outbox is None or self.outbox[0] != outbox["handle"]:
+                if self.outbox is not None:
+                    self.outbox[1].close()
+                    self.outbox = None
+                self.outbox = (outbox["handle"], cuda_ipc.Imported(outbox["handle"]))
+        except cuda_ipc.IpcError:
+            return False
+        for tensor, layout in zip(got, outbox["layouts"]):
+            cuda_ipc.view(self.outbox[1].pointer, layout).copy_(tensor)
+        tensors.sync()
+        return True
 
     def audit(self) -> list[str]:
         """What the kernel changed of judge's in this process: tamper.Baseline's list, and this object's own

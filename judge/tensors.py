@@ -72,6 +72,15 @@ def poisoned_slots(data, slots: list[str]) -> set[str]:
             if path in slots and isinstance(tensor, torch.Tensor) and tensor.is_floating_point()}
 
 
+def fits_layouts(tensors: list, layouts: list[dict]) -> bool:
+    """Whether `tensors` are CUDA tensors of the shapes and dtypes of `layouts` (judge.cuda_ipc's), one for one."""
+    import torch
+
+    return len(tensors) == len(layouts) and all(
+        isinstance(t, torch.Tensor) and t.is_cuda and list(t.shape) == layout["shape"]
+        and str(t.dtype).removeprefix("torch.") == layout["dtype"] for t, layout in zip(tensors, layouts))
+
+
 def output_slots(original, after_reference, returned) -> list[str]:
     """Paths of the input tensors that are outputs: those the reference wrote into or returned a view of."""
     import torch

@@ -5,6 +5,7 @@ oracle processes included, is tested everywhere; the `gpu` tests run the same ta
 """
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,40 @@ def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
         worker.close()
     assert result.status == "passed", result.summary
     assert result.summary == "3 of 3 checks passed (1 tests x 2 seeds + 1 benchmarks)"
+
+
+@pytest.mark.gpu
+def test_outputs_reach_the_oracle_in_device_memory_and_are_wiped_there(tmp_path):
+    """On a GPU a case's output is copied into the oracle's outbox, not saved to a file; the oracle zeroes what
+    it read, so a second look (or the next runner) finds no answer there. An output not shaped as the
+    reference's goes through a file, and the oracle names what is wrong with it."""
+    target = load_target(FIXTURE)
+    correct = target.assemble(tmp_path / "correct", (VARIANTS / "correct.py").read_text())
+    short = target.assemble(tmp_path / "short", (VARIANTS / "correct.py").read_text().replace(
+        "def custom_kernel(data: input_t) -> output_t:",
+        "def custom_kernel(data: input_t) -> output_t:\n    return _full(data)[:-1]\n\n\ndef _full(data):"))
+    with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
+        case = evaluator.cases()[-1]  # the largest benchmark
+        plan = evaluator.plan(case)
+        outbox = evaluator.outbox(plan)
+        assert outbox is not None and len(outbox["layouts"]) == 1
+        args = dict(spec=case.spec, distribution=case.distribution)
+        for workspace, placed in ((correct, "outbox"), (short, "file")):
+            dump = workspace / ".judge" / "output.pt"  # where check.py has a runner save it: its workspace
+            worker = evaluator.runner(workspace)
+            try:
+                worker.call("load", 60)
+                ran = worker.call("case", 60, **args, slots=plan["slots"], dump=str(dump), outbox=outbox).value
+            finally:
+                worker.close()
+            assert ran["placed"] == placed
+            assert dump.exists() == (placed == "file")
+            received = outbox["layouts"] if placed == "outbox" else None
+            verdict = evaluator.ask("verify", **args, dump=str(dump), outbox=received)
+            if placed == "outbox":
+                assert verdict["passed"], verdict
+                again = evaluator.ask("verify", **args, dump=str(dump), outbox=received)
+                assert not again["passed"] and re.match(r"output: \d{8} of 16777216 elements differ", again["reason"])
+            else:
+                assert not verdict["passed"]
+                assert verdict["reason"] == "output has shape (16777215,), expected (16777216,)"
