@@ -81,3 +81,27 @@ def test_a_slow_start_is_not_taken_for_replays():
     audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): replays}, "gpu")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 10.0}
     assert audit["reasons"][-1].startswith("calls on input sets it had seen before ran 10.00x faster")
+
+
+def test_side_stream_kernels_are_checked_for_replays_on_the_call_clock():
+    # A kernel leaving its work on a side stream: 1-2 us of stream time on the GPU clock, its first calls on a set
+    # 30 us there (as an honest one's did on an H100); its call clock holds the work, flat.
+    cold = {0, 1, 3, 4, 6, 7, 9, 10}
+
+    def gpu(us_cold, us_warm, tail):
+        return [{**_rep(us_cold if i in cold else us_warm, 400.0, cold=i in cold), "tail_us": tail,
+                 "null_tail_us": 20.0} for i in range(100)]
+
+    def call(first, later):
+        return [_rep(first if i in {0, 1, 2, 3} else later, 400.0, cold=i in {0, 1, 2, 3}) for i in range(30)]
+
+    series = {("base", "gpu"): gpu(40.0, 40.0, 20.0), ("cand", "gpu"): gpu(30.0, 1.5, 60.0),
+              ("base", "call"): call(60.0, 60.0), ("cand", "call"): call(62.0, 62.0)}
+    audit = audits.audit(series, "gpu")
+    assert audit["replay_ratio"] == {"base": 1.0, "cand": 1.0}
+    assert audit["reasons"] == []
+    # Replaying answers shows on the call clock all the same: 200 us on a new set, 62 us after.
+    series[("cand", "call")] = call(200.0, 62.0)
+    audit = audits.audit(series, "gpu")
+    assert audit["replay_ratio"] == {"base": 1.0, "cand": 3.226}
+    assert audit["reasons"][-1].startswith("calls on input sets it had seen before ran 3.23x faster")
