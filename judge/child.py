@@ -153,6 +153,11 @@ def _import_heavy() -> None:
 
     from . import runner  # noqa: F401
 
+    try:  # finding libseccomp runs ldconfig: done here, not while a candidate waits for its runner's bind
+        import pyseccomp  # noqa: F401
+    except (ImportError, OSError, RuntimeError):
+        pass  # judge.confine says so in the runner's confinement
+
 
 def _init_cuda() -> None:
     """The CUDA context (a fraction of a second): only when the parent says, never while another runner is
