@@ -41,8 +41,8 @@ from .worker import CommandFailed, Worker, WorkerError, time_left
 STAGE = "timing"
 BUDGET_PER_BENCHMARK_S = 5.0
 # Per kernel, on the deciding clock. On an H100 identical kernels' error is set by constant per-process offsets
-# more than by repetitions: worst self |geomean - 1| over five comparisons was 0.46% at 100, 0.29% at 150 and
-# 0.32% at 200 (2026-11-25, docs/judge_performance.md), and each 50 more cost 0.25-0.5 s per candidate.
+# more than by repetitions: at 200 the worst self |geomean - 1| was 0.12-0.47% per self-check, at 150 0.21-0.61%
+# in five (2026-11-25, docs/judge_performance.md), and every 50 more cost about 460 timed calls, 0.6 s, per candidate.
 MIN_REPS = 150
 MAX_REPS = 20_000
 # The clock that does not decide is measured on one round in this many: its median is shown beside the
