@@ -119,6 +119,10 @@ def main() -> None:
           f"CUDA {facts.cuda}, torch {facts.torch}, CuTe DSL {facts.cutedsl}")
     print(f"clocks: SM {(calib.detail.to_json()['device'] or {}).get('sm_clock_mhz')} MHz before the first timing, "
           f"{device_after['sm_clock_mhz']} MHz after the last; spin rate {rate:.0f} cycles/us")
+    confinement = calib.detail.to_json().get("confinement") or {}
+    print(f"runners' confinement: syscalls: {confinement.get('syscalls', 'not reported')}")
+    if not str(confinement.get("syscalls", "")).startswith("seccomp"):
+        print("WARNING: the runners ran without seccomp (is pyseccomp installed?): not every defence was on")
     print(f"fixture: vecadd float32, benchmarks {', '.join(b['label'] for b in calib.detail.to_json()['benchmarks'])}; "
           f"base times {', '.join(f'{t:.1f}' for t in times)} us")
     print()
