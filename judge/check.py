@@ -48,6 +48,7 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
         runner_start_s = round(time.monotonic() - started, 3)  # a warm spare's bind, or a cold start
         confinement = worker.hello.get("confinement")
         worker.call("load", time_left(deadline))
+        evaluator.clear_outbox()
         cases = [_run_case(evaluator, worker, workspace, case, deadline) for case in evaluator.cases()]
         changes = worker.call("audit", time_left(deadline)).value
     except WorkerError as error:

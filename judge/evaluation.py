@@ -159,6 +159,11 @@ class Evaluator:
             return None
         return {"handle": self._outbox["handle"], "layouts": layouts}
 
+    def clear_outbox(self) -> None:
+        """Zero the outbox before a candidate's cases: whatever an earlier runner left there is not this one's."""
+        if self._outbox is not None and "handle" in self._outbox:
+            self._outbox = self.ask("outbox", nbytes=self._outbox["bytes"], clear=True)
+
     def sets_for(self, index: int) -> int:
         return max(MIN_SETS, min(MAX_SETS, SET_MEMORY_BYTES // self._input_bytes(index)))
 

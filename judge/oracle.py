@@ -66,10 +66,12 @@ class Oracle:
                                    if isinstance(t, torch.Tensor)),
                 "outputs": _outbox_layouts(expected)}
 
-    def outbox(self, nbytes: int) -> dict:
+    def outbox(self, nbytes: int, clear: bool = False) -> dict:
         """An allocation of at least `nbytes` that runners map to hand their correctness outputs over in device
         memory (a 64 MB output took 33 ms to save to a file and 13 ms to load on an H100), zeroed: memory the
-        driver hands out again can hold what this process freed, the reference's answers among it."""
+        driver hands out again can hold what this process freed, the reference's answers among it. With `clear`
+        an existing one is zeroed whole: a runner of an earlier candidate kept the handle and could have written
+        an answer there after its own cases."""
         import torch
 
         from . import cuda_ipc
@@ -84,6 +86,8 @@ class Oracle:
                 self._outbox = cuda_ipc.Exported(nbytes)
             except cuda_ipc.IpcError as error:
                 return {"error": str(error)}
+            self._scrub_outbox(self._outbox.nbytes)
+        elif clear:
             self._scrub_outbox(self._outbox.nbytes)
         return {"handle": self._outbox.handle, "bytes": self._outbox.nbytes}
 

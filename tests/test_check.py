@@ -226,8 +226,9 @@ def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
 @pytest.mark.gpu
 def test_outputs_reach_the_oracle_in_device_memory_and_are_wiped_there(tmp_path):
     """On a GPU a case's output is copied into the oracle's outbox, not saved to a file; the oracle zeroes what
-    it read, so a second look (or the next runner) finds no answer there. An output not shaped as the
-    reference's goes through a file, and the oracle names what is wrong with it."""
+    it read, and the whole outbox before a candidate's cases, so a second look (or the next runner) finds no
+    answer there. An output not shaped as the reference's goes through a file, and the oracle names what is
+    wrong with it."""
     target = load_target(FIXTURE)
     correct = target.assemble(tmp_path / "correct", (VARIANTS / "correct.py").read_text())
     short = target.assemble(tmp_path / "short", (VARIANTS / "correct.py").read_text().replace(
@@ -244,6 +245,11 @@ def test_outputs_reach_the_oracle_in_device_memory_and_are_wiped_there(tmp_path)
             worker = evaluator.runner(workspace)
             try:
                 worker.call("load", 60)
+                if placed == "outbox":  # an answer an earlier runner left there is gone once the next check starts
+                    worker.call("case", 60, **args, slots=plan["slots"], dump=str(dump), outbox=outbox)
+                    evaluator.clear_outbox()
+                    left = evaluator.ask("verify", **args, dump=str(dump), outbox=outbox["layouts"])
+                    assert not left["passed"] and re.match(r"output: \d{8} of 16777216 elements differ", left["reason"])
                 ran = worker.call("case", 60, **args, slots=plan["slots"], dump=str(dump), outbox=outbox).value
             finally:
                 worker.close()
