@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cuda_ipc import layout_bytes
 from .errors import JudgeError
 from .oracle import oracle_dir
 from .targets import Target
@@ -149,15 +148,14 @@ class Evaluator:
         """Where a runner hands a case's outputs to the oracle in device memory ({"handle", "layouts"}), or None:
         a CPU target, outputs that are not all CUDA tensors, or an oracle that cannot export memory here (the
         runner then saves a file, as it always may)."""
-        layouts = plan.get("outputs")
-        if self.target.on_cpu or not layouts:
+        wanted = plan.get("outbox")
+        if self.target.on_cpu or not wanted:
             return None
-        needed = max(layout["offset"] + layout_bytes(layout) for layout in layouts)
-        if self._outbox is None or ("bytes" in self._outbox and self._outbox["bytes"] < needed):
-            self._outbox = self.ask("outbox", nbytes=needed)
+        if self._outbox is None or ("bytes" in self._outbox and self._outbox["bytes"] < wanted["bytes"]):
+            self._outbox = self.ask("outbox", nbytes=wanted["bytes"])
         if "error" in self._outbox:
             return None
-        return {"handle": self._outbox["handle"], "layouts": layouts}
+        return {"handle": self._outbox["handle"], "layouts": wanted["layouts"]}
 
     def clear_outbox(self) -> None:
         """Zero the outbox before a candidate's cases: whatever an earlier runner left there is not this one's."""

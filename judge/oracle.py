@@ -64,7 +64,7 @@ class Oracle:
                 "shapes": [list(t.shape) for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor)],
                 "input_bytes": sum(t.numel() * t.element_size() for _, t in tensors.leaves(data)
                                    if isinstance(t, torch.Tensor)),
-                "outputs": _outbox_layouts(expected)}
+                "outbox": _outbox_layouts(expected)}
 
     def outbox(self, nbytes: int, clear: bool = False) -> dict:
         """An allocation of at least `nbytes` that runners map to hand their correctness outputs over in device
@@ -86,8 +86,8 @@ class Oracle:
                 self._outbox = cuda_ipc.Exported(nbytes)
             except cuda_ipc.IpcError as error:
                 return {"error": str(error)}
-            self._scrub_outbox(self._outbox.nbytes)
-        elif clear:
+            clear = True
+        if clear:
             self._scrub_outbox(self._outbox.nbytes)
         return {"handle": self._outbox.handle, "bytes": self._outbox.nbytes}
 
@@ -237,9 +237,9 @@ def _mismatches(comparisons: list[dict], strict: bool) -> list[str]:
     return reasons
 
 
-def _outbox_layouts(expected) -> list[dict] | None:
-    """Where each output of the reference goes in the outbox (contiguous, each on its own boundary), or None
-    where an output is not a CUDA tensor (the runner then saves its outputs to a file)."""
+def _outbox_layouts(expected) -> dict | None:
+    """Where each output of the reference goes in the outbox (contiguous, each on its own boundary) and the bytes
+    they take, or None where an output is not a CUDA tensor (the runner then saves its outputs to a file)."""
     import torch
 
     from . import cuda_ipc
@@ -248,7 +248,8 @@ def _outbox_layouts(expected) -> list[dict] | None:
     if not outputs or not all(isinstance(t, torch.Tensor) and t.is_cuda for t in outputs):
         return None
     shapes = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in outputs]
-    return cuda_ipc.layouts(shapes, 1)[0][0]
+    slots, nbytes = cuda_ipc.layouts(shapes, 1)
+    return {"layouts": slots[0], "bytes": nbytes}
 
 
 def _release() -> None:

@@ -35,30 +35,30 @@ def evaluator(tmp_path, answers: list[dict], arch: str = "any") -> tuple[Evaluat
 def test_the_outbox_is_asked_for_once_and_again_only_when_a_case_needs_more(tmp_path):
     ev, oracle = evaluator(tmp_path, [{"handle": "aa", "bytes": 4096}, {"handle": "bb", "bytes": 12288},
                                       {"handle": "bb", "bytes": 12288}])
-    small = {"outputs": [layout(0, 1000)]}
-    large = {"outputs": [layout(0, 1000), layout(4096, 2000)]}
-    assert ev.outbox(small) == {"handle": "aa", "layouts": small["outputs"]}
-    assert ev.outbox(small) == {"handle": "aa", "layouts": small["outputs"]}
-    assert ev.outbox(large) == {"handle": "bb", "layouts": large["outputs"]}
-    assert ev.outbox(small) == {"handle": "bb", "layouts": small["outputs"]}
+    small = {"outbox": {"layouts": [layout(0, 1000)], "bytes": 4096}}
+    large = {"outbox": {"layouts": [layout(0, 1000), layout(4096, 2000)], "bytes": 12288}}
+    assert ev.outbox(small) == {"handle": "aa", "layouts": small["outbox"]["layouts"]}
+    assert ev.outbox(small) == {"handle": "aa", "layouts": small["outbox"]["layouts"]}
+    assert ev.outbox(large) == {"handle": "bb", "layouts": large["outbox"]["layouts"]}
+    assert ev.outbox(small) == {"handle": "bb", "layouts": small["outbox"]["layouts"]}
     ev.clear_outbox()
-    assert oracle.asked == [("outbox", {"nbytes": 4000}), ("outbox", {"nbytes": 12096}),
+    assert oracle.asked == [("outbox", {"nbytes": 4096}), ("outbox", {"nbytes": 12288}),
                             ("outbox", {"nbytes": 12288, "clear": True})]
 
 
 def test_outputs_that_are_not_all_cuda_tensors_and_cpu_targets_use_files(tmp_path):
     ev, oracle = evaluator(tmp_path, [])
-    assert ev.outbox({"outputs": None}) is None
+    assert ev.outbox({"outbox": None}) is None
     ev.clear_outbox()  # nothing to clear before any outbox exists
     ev, oracle = evaluator(tmp_path, [], arch="cpu")
-    assert ev.outbox({"outputs": [layout(0, 1000)]}) is None
+    assert ev.outbox({"outbox": {"layouts": [layout(0, 1000)], "bytes": 4096}}) is None
     assert oracle.asked == []
 
 
 def test_an_oracle_that_cannot_export_memory_sends_every_case_to_files_and_is_not_asked_again(tmp_path):
     ev, oracle = evaluator(tmp_path, [{"error": "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2)"}])
-    case = {"outputs": [layout(0, 1000)]}
+    case = {"outbox": {"layouts": [layout(0, 1000)], "bytes": 4096}}
     assert ev.outbox(case) is None
     assert ev.outbox(case) is None
     ev.clear_outbox()
-    assert oracle.asked == [("outbox", {"nbytes": 4000})]
+    assert oracle.asked == [("outbox", {"nbytes": 4096})]
