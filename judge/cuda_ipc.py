@@ -123,14 +123,6 @@ def span(shape: list[int], stride: list[int], itemsize: int) -> int:
     return (1 + sum((size - 1) * step for size, step in zip(shape, stride))) * itemsize
 
 
-def layout_bytes(layout: dict) -> int:
-    """The bytes a layout (as `layouts` writes it) reaches from its offset."""
-    import torch
-
-    itemsize = torch.empty(0, dtype=getattr(torch, layout["dtype"])).element_size()
-    return span(layout["shape"], layout["stride"], itemsize)
-
-
 def view(pointer: int, layout: dict) -> Any:
     """The tensor of `layout` (offset, dtype, shape, stride, as `layouts` writes it) in mapped memory."""
     import torch

@@ -98,15 +98,14 @@ class Oracle:
         tensors.sync()
 
     def _received(self, layouts: list[dict]) -> list:
-        """A runner's outputs from the outbox, copied out at once; the outbox is zeroed after, so that the next
-        runner to map it finds no answer there."""
+        """A runner's outputs from the outbox, copied out at once; the whole outbox is zeroed after, so that the
+        next runner to map it finds no answer there."""
         from . import cuda_ipc
 
         if self._outbox is None:
             raise ValueError("the kernel's process said it handed its output over, and nothing was asked for")
         got = [cuda_ipc.view(self._outbox.pointer, layout).clone() for layout in layouts]
-        end = max(layout["offset"] + cuda_ipc.layout_bytes(layout) for layout in layouts) if layouts else 0
-        self._scrub_outbox(min(end, self._outbox.nbytes))
+        self._scrub_outbox(self._outbox.nbytes)
         return got
 
     def verify(self, spec: dict, distribution: str, dump: str, outbox: list[dict] | None = None) -> dict:

@@ -66,10 +66,14 @@ def copy_into(dest, source, skip: frozenset[str] | set[str] = frozenset()) -> No
 
 def poisoned_slots(data, slots: list[str]) -> set[str]:
     """The paths among `slots` that `poison` fills (floating tensors): their content before a call never counts."""
+    return {path for path, tensor in leaves(data) if _poisonable(path, tensor, slots)}
+
+
+def _poisonable(path: str, tensor, slots: list[str]) -> bool:
+    """The one rule of what `poison` fills: a floating tensor at an output slot."""
     import torch
 
-    return {path for path, tensor in leaves(data)
-            if path in slots and isinstance(tensor, torch.Tensor) and tensor.is_floating_point()}
+    return path in slots and isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
 
 
 def fits_layouts(tensors: list, layouts: list[dict]) -> bool:
@@ -111,11 +115,9 @@ def same_bytes(before, after) -> bool:
 
 def poison(data, slots: list[str]) -> list[str]:
     """Fill the floating output tensors at `slots` with NaN, so that elements the kernel never writes fail."""
-    import torch
-
     poisoned = []
     for path, tensor in leaves(data):
-        if path in slots and isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
+        if _poisonable(path, tensor, slots):
             tensor.fill_(float("nan"))
             poisoned.append(path)
     return poisoned
