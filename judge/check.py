@@ -34,9 +34,11 @@ def run_correctness(target: Target, workspace: Path, *, timeout_s: float | None 
         return result
 
 
-def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None) -> tuple[StageResult, Worker | None]:
+def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None,
+          timing_next: bool = False) -> tuple[StageResult, Worker | None]:
     """Start a runner for `workspace`, check every case; return the stage and the runner, still alive (for
-    the timing stage) when it passed, else None."""
+    the timing stage) when it passed, else None. With `timing_next` the timing stage's other runners are bound
+    and loaded while the cases run (Evaluator.prebind)."""
     target = evaluator.target
     workspace = Path(workspace).resolve()  # the runner's cwd is the workspace: paths it gets must be absolute
     limit = timeout_s if timeout_s is not None else target.limits.check_s
@@ -48,16 +50,20 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
         runner_start_s = round(time.monotonic() - started, 3)  # a warm spare's bind, or a cold start
         confinement = worker.hello.get("confinement")
         worker.call("load", time_left(deadline))
+        if timing_next and evaluator.processes > 1:
+            evaluator.prebind(workspace, evaluator.processes - 1)
         evaluator.clear_outbox()
         cases = [_run_case(evaluator, worker, workspace, case, deadline) for case in evaluator.cases()]
         changes = worker.call("audit", time_left(deadline)).value
     except WorkerError as error:
         if worker is not None:
             worker.close()
+        evaluator.discard_prebound()
         return StageResult(STAGE, error.status, f"{error.status}: {error.message}", time.monotonic() - started,
                            CheckDetail(error=error.message), error.log_tail), None
     except CommandFailed as error:
         worker.close()
+        evaluator.discard_prebound()
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
                            CheckDetail(error=error.error), error.log_tail), None
     seconds = time.monotonic() - started
@@ -66,6 +72,8 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
                          confinement=confinement, secret_seeds=True, runner_start_s=runner_start_s,
                          distributions=[d.name for d in target.distributions])
     tail = worker.log_tail()
+    if changes or any(not c.passed for c in cases):
+        evaluator.discard_prebound()  # no timing follows
     if changes:
         worker.close()
         detail = detail.updated(tampered=changes)

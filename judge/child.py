@@ -18,6 +18,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
+from time import perf_counter as _clock  # CLOCK_MONOTONIC on Linux: the parent's clock too
 
 # The exit code of a child whose reply channel was swapped in its own process (judge.worker reads it).
 REPLY_TAMPERED_EXIT = 86
@@ -107,19 +108,27 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
             data = data[_send(reply, data):]
 
     serial = 0
+    phases: dict[str, float] = {}  # a bind's own account of its parts, in microseconds: shown, never trusted
     if setup.get("deferred"):  # a warm spare: the heavy imports now, CUDA when told, the kernel's workspace later
         _import_heavy()
         send({"serial": 0, "ok": True, "value": {"pid": os.getpid(), "ready": True}})
-        serial, setup = _wait_for_bind(commands, send, setup)
+        serial, setup = _wait_for_bind(commands, send, setup, phases)
     try:
+        started = _clock()
         server, allowed = _server(setup)
+        made = _clock()
         confinement = _confine(setup.get("policy"))
+        phases.update(runner=round((made - started) * 1e6, 1), confine=round((_clock() - made) * 1e6, 1))
     except Exception as error:
         traceback.print_exc()
         send({"serial": serial, "ok": False, "error": _error_line(error)})
         os._exit(1)
-    send({"serial": serial, "ok": True, "value": {"pid": os.getpid(), "confinement": confinement}})
+    hello = {"pid": os.getpid(), "confinement": confinement}
+    if setup.get("deferred") is False:  # a bind: how long its parts took
+        hello["phases_us"] = phases
+    send({"serial": serial, "ok": True, "value": hello})
     for line in commands:
+        received = _clock()
         message = json.loads(line)
         if message["op"] == "exit":
             break
@@ -131,6 +140,7 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
         except Exception as error:
             traceback.print_exc()
             answer = {"serial": message["serial"], "ok": False, "error": _error_line(error)}
+        answer["at"] = [received, _clock()]  # when the command arrived and its reply left: shown, never trusted
         send(answer)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -169,8 +179,9 @@ def _init_cuda() -> None:
         torch.empty(1, device="cuda")
 
 
-def _wait_for_bind(commands, send, setup: dict) -> tuple[int, dict]:
-    """A spare's commands before its workspace is known: `cuda` (make the context now), then `bind` or `exit`."""
+def _wait_for_bind(commands, send, setup: dict, phases: dict) -> tuple[int, dict]:
+    """A spare's commands before its workspace is known: `cuda` (make the context now), then `bind` or `exit`.
+    A bind's own account of its CUDA context (none when it was made earlier) goes into `phases`."""
     while True:
         message = json.loads(commands.readline())
         op = message.get("op")
@@ -182,7 +193,9 @@ def _wait_for_bind(commands, send, setup: dict) -> tuple[int, dict]:
             continue
         if op != "bind":
             raise SystemExit(f"judge: a spare worker takes cuda, bind or exit, got {op!r}")
+        started = _clock()
         _init_cuda()
+        phases["cuda"] = round((_clock() - started) * 1e6, 1)
         return _bind(message, setup)
 
 

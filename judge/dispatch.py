@@ -64,7 +64,7 @@ def kernel_stages(session, workspace: Path, budget_s: Optional[float]) -> list[S
     from .check import check
     from .timing import measure
 
-    result, worker = check(session, workspace)
+    result, worker = check(session, workspace, timing_next=True)
     if worker is None:
         return [result]
     try:

@@ -19,7 +19,7 @@ from typing import Any
 from .errors import JudgeError
 from .oracle import oracle_dir
 from .targets import Target
-from .worker import CommandFailed, Worker, WorkerError
+from .worker import POLL_S, CommandFailed, Worker, WorkerError
 
 # Timing input sets per benchmark: as many as fit in this many bytes per process, within these bounds.
 SET_MEMORY_BYTES = 4 << 30
@@ -78,6 +78,7 @@ class Evaluator:
         self._oracle: Worker | None = None
         self._bases: list[Worker] = []
         self._pool: list[Worker] = []  # spares, oldest first
+        self._prebound: dict[Path, list[Worker]] = {}  # spares bound (and loading) for a workspace's timing
         self._told_cuda: set[int] = set()  # pids of the spares told to make their CUDA context
         self._started = 0
         if self.spares is None:
@@ -112,6 +113,11 @@ class Evaluator:
         return derive(self.secret, "projection", index)
 
     @property
+    def poll_s(self) -> float:
+        """How long the parent polls for a worker's reply before it sleeps (judge.worker.POLL_S on a GPU)."""
+        return 0.0 if self.target.on_cpu else POLL_S
+
+    @property
     def generators(self) -> dict[str, str]:
         return {d.name: d.generator for d in self.target.distributions}
 
@@ -125,7 +131,7 @@ class Evaluator:
                 "oracle",
                 {"directory": str(directory), "generators": self.generators,
                  "rtol": self.target.rtol, "atol": self.target.atol},
-                cwd=directory, log_path=self.root / "oracle.log", env=self.env(),
+                cwd=directory, log_path=self.root / "oracle.log", env=self.env(), poll_s=self.poll_s,
             )
         return self._oracle
 
@@ -215,10 +221,53 @@ class Evaluator:
             except (WorkerError, CommandFailed):
                 spare.close()  # a spare that broke is judge's loss, never the kernel's: the next one, or a cold start
         if worker is None:
-            worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env)
+            worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env,
+                            poll_s=self.poll_s)
         if self.warm:
             self._top_up()
         return worker
+
+    def prebind(self, workspace: Path, count: int) -> None:
+        """Bind up to `count` spares that have loaded torch to `workspace` and have them import its kernel,
+        without waiting: the timing stage's further runners (judge.timing.measure) get ready while the
+        correctness stage runs in the first one (a bind took 106-165 ms on an H100, 2026-11-25). Nothing is
+        timed meanwhile; `prebound` hands them over, and `discard_prebound` closes those not taken."""
+        from .isolation import policy_to_json
+
+        workspace = Path(workspace).resolve()
+        self.discard_prebound()
+        rules, env = self._rules(workspace)
+        policy = policy_to_json(rules) if rules else None
+        init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file, "generators": self.generators}
+        ready = [spare for spare in self._pool if spare.is_ready()][:count]
+        for n, spare in enumerate(ready, start=1):
+            self._pool.remove(spare)
+            try:
+                spare.bind(init, workspace=workspace, log_path=workspace / f"timing-{n}.log", policy=policy, env=env,
+                           wait=False)
+                spare.start("load")
+            except (WorkerError, CommandFailed):
+                spare.close()
+                continue
+            self._prebound.setdefault(workspace, []).append(spare)
+        if ready and self.warm:
+            self._top_up()
+
+    def prebound(self, workspace: Path) -> Worker | None:
+        """A runner `prebind` started for `workspace` (the caller reads its bind and load replies with
+        `finish`, where a failure raises as a cold runner's would), or None when there is none left."""
+        waiting = self._prebound.get(Path(workspace).resolve())
+        if not waiting:
+            return None
+        return waiting.pop(0)
+
+    def discard_prebound(self, keep: Path | None = None) -> None:
+        """Close the runners `prebind` started, except those for `keep`: none may run while another kernel is
+        timed."""
+        keep = Path(keep).resolve() if keep is not None else None
+        for workspace in [w for w in self._prebound if w != keep]:
+            for worker in self._prebound.pop(workspace):
+                worker.close(wait=False)
 
     def _top_up(self) -> None:
         """Start spares until the pool is full, and have those that have imported torch make their CUDA
@@ -263,7 +312,7 @@ class Evaluator:
         self._started += 1
         home = fresh(self.root / "spares" / str(self._started))
         _, env = self._rules(home)
-        return Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env)
+        return Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env, poll_s=self.poll_s)
 
     @property
     def base(self) -> Worker:
@@ -290,6 +339,7 @@ class Evaluator:
         self._bases = []
 
     def close(self) -> None:
+        self.discard_prebound()
         for worker in (self._oracle, *self._bases, *self._pool):
             if worker is not None:
                 worker.close()

@@ -70,6 +70,48 @@ def test_the_spare_is_stopped_while_a_candidate_is_timed(tmp_path):
         assert state(evaluator._pool[0].pid) == "T"  # and the spare started behind it was stopped to time
 
 
+def ready_spares(evaluator: Evaluator, count: int) -> None:
+    """Start runners until `count` spares have imported torch (a CPU target keeps its spares as asked)."""
+    while len(evaluator._pool) < count:
+        evaluator._pool.append(evaluator._new_spare())
+    for spare in evaluator._pool:
+        spare.ready()
+
+
+def test_timings_second_runner_is_bound_and_loaded_while_the_cases_run_and_then_times(tmp_path):
+    target = load_target(TARGET)
+    source = target.kernel_source()
+    base = target.assemble(tmp_path / "base", source)
+    candidate = target.assemble(tmp_path / "candidate", source)
+    with Evaluator(target, tmp_path / "round", base_dir=base, processes=2, spares=2) as evaluator:
+        evaluator.bases  # the base's two runners first, so that the candidate's come from ready spares
+        ready_spares(evaluator, 2)
+        oldest, second = evaluator._pool
+        result, worker = check(evaluator, candidate, timing_next=True)
+        assert result.passed, result.summary
+        assert worker is oldest and evaluator._prebound == {candidate.resolve(): [second]}
+        assert [op for _, op in second._pending] == ["bind", "load"]  # sent, not waited for
+        timing = measure(evaluator, worker, candidate, budget_s=0.5)
+        worker.close()
+        assert timing.passed, timing.summary
+        assert evaluator._prebound == {candidate.resolve(): []}
+        assert second.hello["confinement"] == worker.hello["confinement"]
+        assert (candidate / "timing-1.log").exists()
+        assert timing.detail.benchmarks[0].processes == 2
+
+
+def test_a_candidate_that_fails_its_cases_leaves_no_runner_bound_for_timing(tmp_path):
+    target = load_target(TARGET)
+    wrong = target.kernel_source() + "\n\n_honest = custom_kernel\ncustom_kernel = lambda data: _honest(data) * 2\n"
+    with Evaluator(target, tmp_path / "round", processes=2, spares=2) as evaluator:
+        ready_spares(evaluator, 2)
+        second = evaluator._pool[1]
+        result, worker = check(evaluator, target.assemble(tmp_path / "wrong", wrong), timing_next=True)
+        assert result.status == "failed" and worker is None
+        assert evaluator._prebound == {}
+        assert second.process.wait(timeout=10) is not None  # killed: no candidate process runs on
+
+
 def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
     target = load_target(TARGET)
     source = target.kernel_source()

@@ -1,0 +1,57 @@
+"""The parent's end of a worker (judge/worker.py): replies polled on GPU targets or waited for, the worker's own
+account of when a command arrived and its reply left, and limits that hold while the parent polls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from judge import worker
+from judge.evaluation import Evaluator
+from judge.targets import load_target
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = ROOT / "kernels" / "vecadd_cpu"
+
+
+def test_cpu_targets_never_poll_and_gpu_targets_do(tmp_path):
+    target = load_target(TARGET)
+    with Evaluator(target, tmp_path / "round", warm=False) as ev:
+        assert ev.poll_s == 0.0
+        runner = ev.runner(target.assemble(tmp_path / "cand", target.kernel_source()))
+        assert runner.poll_s == 0.0
+        runner.close()
+    target.arch = "sm_90"  # what the Evaluator reads to tell a GPU target; nothing here touches a GPU
+    assert not target.on_cpu
+    assert Evaluator(target, tmp_path / "gpu", warm=False).poll_s == worker.POLL_S == 0.01
+
+
+@pytest.mark.parametrize("poll_s", [0.0, 0.5])
+def test_a_reply_is_read_polled_or_not_and_both_legs_are_tallied(tmp_path, poll_s):
+    target = load_target(TARGET)
+    with Evaluator(target, tmp_path / "round", warm=False) as ev:
+        runner = ev.runner(target.assemble(tmp_path / "cand", target.kernel_source()))
+        runner.poll_s = poll_s
+        runner.freeze()  # the command waits in the pipe; the thaw after the send wakes the worker to it
+        worker.COMMAND_SECONDS.clear()
+        reply = runner.call("load", 60)
+        runner.close()
+    assert reply.value is not None and not runner.frozen
+    tally = worker.COMMAND_SECONDS
+    assert tally["load"][0] == tally["load.to the worker (its own account)"][0] == 1
+    assert tally["load.back from the worker (its own account)"][0] == 1
+    legs = tally["load.to the worker (its own account)"][1] + tally["load.back from the worker (its own account)"][1]
+    assert 0 <= legs <= reply.wall_s == tally["load"][1]
+
+
+def test_a_command_that_hangs_is_timed_out_while_the_parent_polls(tmp_path):
+    target = load_target(TARGET)
+    source = "import time\ntime.sleep(30)\n" + target.kernel_source()
+    with Evaluator(target, tmp_path / "round", warm=False) as ev:
+        runner = ev.runner(target.assemble(tmp_path / "cand", source))
+        runner.poll_s = 5.0  # longer than the limit: the limit still holds
+        with pytest.raises(worker.WorkerError) as caught:
+            runner.call("load", 0.5)
+        runner.close()
+    assert (caught.value.status, caught.value.message) == ("timed-out", "killed after 0.5 s")
