@@ -362,14 +362,17 @@ def default_processes(target: Target) -> int:
 
 
 def default_spares(target: Target) -> int:
-    """Spare runners to keep loading ahead: on a GPU host, enough to cover torch's import (3.6-5.5 s on the
-    H100 machine) while each candidate takes a few seconds, as the cores allow; on a CPU target one, which
-    timing waits for (it would take a core from the measurement)."""
+    """Spare runners to keep loading ahead: on a GPU host, as many as half the cores allow, up to six. A
+    candidate takes two spares and a few seconds, and a spare is told to make its CUDA context only when a
+    runner is started after its torch import (3.6-5.5 s on the H100 machine) is done: with four, the spare a
+    correctness stage took had rarely been told, and its bind made the context then (a bind took 204-287 ms,
+    of which the context 250 ms, H100, 2026-11-25). On a CPU target one, which timing waits for (it would take
+    a core from the measurement)."""
     import os
 
     if target.on_cpu:
         return 1
-    return max(1, min(MAX_SPARES * default_processes(target), (os.cpu_count() or 1) // 4))
+    return max(1, min(MAX_SPARES * default_processes(target), (os.cpu_count() or 1) // 2))
 
 
 def _not_dumpable() -> None:

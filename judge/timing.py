@@ -260,8 +260,8 @@ class _Session:
         self.other_every = OTHER_CLOCK_EVERY
         while len(series[("base", deciding)]) < MAX_REPS:
             clock = self.clock_of(rounds)
+            set_index = set_for(order, rounds, sets)
             rounds += 1
-            set_index = order.randrange(sets)
             turns = list(self.pair(len(series[("base", clock)])).items())
             if len(series[("base", clock)]) % 2:  # each clock alternates who goes first
                 turns.reverse()
@@ -334,6 +334,18 @@ class _Session:
         if others and round_index % every == every - 1:
             return others[(round_index // every) % len(others)]
         return deciding
+
+
+def set_for(order: random.Random, round_index: int, sets: int) -> int:
+    """The input set of a round: set k is first used at round k * (MIN_REPS // sets), every other round draws
+    among the sets already in use. First calls on a set, which the replay check compares with the calls around
+    them, are then spread over the series instead of bunching at its start: on an H100 a process's first calls
+    of a benchmark ran up to 1.75x slower now and then (2026-11-25), which read as a replay when they were
+    mostly first calls."""
+    spacing = max(1, MIN_REPS // sets)
+    if round_index % spacing == 0 and round_index // spacing < sets:
+        return round_index // spacing
+    return order.randrange(min(sets, 1 + round_index // spacing))
 
 
 def summarise(benchmarks: list[dict], target: Target, confinement: dict | None) -> TimingDetail:

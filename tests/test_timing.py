@@ -142,6 +142,19 @@ def test_the_clock_that_does_not_decide_gets_one_round_in_eight(deciding, other)
     assert {session.clock_of(n) for n in range(8)} == {"host"}
 
 
+def test_first_calls_on_each_input_set_are_spread_over_the_minimum_series():
+    import random
+
+    order = random.Random(7)
+    rounds = [timing.set_for(order, n, 8) for n in range(timing.MIN_REPS)]
+    spacing = timing.MIN_REPS // 8  # 18
+    first = {s: rounds.index(s) for s in range(8)}
+    assert first == {s: s * spacing for s in range(8)}  # set k first at round 18k, never before
+    assert all(s <= n // spacing for n, s in enumerate(rounds))
+    assert set(rounds[spacing * 7:]) == set(range(8))  # later rounds draw among all of them
+    assert [timing.set_for(order, n, 1) for n in range(5)] == [0] * 5
+
+
 def test_every_runner_spins_the_cycles_the_base_runners_rate_gives():
     target = load_target(FIXTURE)
     session = timing._Session.__new__(timing._Session)
