@@ -66,6 +66,21 @@ def test_replay_of_seen_inputs_is_caught():
                                     "ones (the base: 1.00x): it replays answers it kept")
 
 
+def test_a_replay_that_costs_more_than_the_kernel_is_still_caught():
+    # A content hash read back to the host costs 150 us a call; a first call also computes and keeps the answer
+    # (+50 us): 1.33x, slower than the base's 20 us everywhere, and a replay all the same.
+    base = [_rep(20.0, 120.0, cold=i % 12 == 0) for i in range(120)]
+    cand = [_rep(200.0 if i % 12 == 0 else 150.0, 300.0, cold=i % 12 == 0) for i in range(120)]
+    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): cand}, "gpu")
+    assert audit["replay_ratio"] == {"base": 1.0, "cand": 1.333}
+    assert audit["reasons"] == ["calls on input sets it had seen before ran 1.33x faster than calls on new ones "
+                                "(the base: 1.00x): it replays answers it kept"]
+    # The most an honest kernel's ratio strayed on an H100 (1.015) is not a replay.
+    honest = [_rep(20.3 if i % 12 == 0 else 20.0, 120.0, cold=i % 12 == 0) for i in range(120)]
+    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): honest}, "gpu")
+    assert audit["reasons"] == [] and audit["replay_ratio"]["cand"] == 1.015
+
+
 def test_a_slow_start_is_not_taken_for_replays():
     # First calls on the 8 input sets fall in the first 11 calls, among calls on sets seen already; the
     # candidate's first 16 calls all run 3x slower (on an H100: a kernel that waits on the host, early in a
