@@ -28,17 +28,17 @@ HOST_RESIDUAL_SLACK_FRACTION = 0.5
 HOST_REPLAY_FACTOR = 3.0
 # Replay: calls on input sets seen before may not be this much faster than calls on new ones, beyond the base.
 # With first uses of the sets spread over the series (judge.timing.set_for), honest kernels' ratios on an H100
-# were 0.980-1.015 for base and candidate alike over 72 benchmarks of identical kernels (2026-11-25); with first
-# uses bunched at the start they reached 1.10-1.75 now and then, so the factor had been 1.5. A replay whose own
-# lookup costs more than the kernel (a content hash read back to the host on vecadd) is slower than honest code
-# and barely faster than its first calls: 1.2 still names it.
+# were 0.980-1.015 for base and candidate alike over 72 benchmarks of identical and calibrated kernels
+# (2026-11-25); with first uses bunched at the start they reached 1.10-1.75 now and then, so the factor had been
+# 1.5. A replay whose own lookup costs more than the kernel (a content hash read back to the host on vecadd) is
+# slower than honest code and barely faster than its first calls: 1.2 still names it.
 REPLAY_FACTOR = 1.2
 # ... and by at least this many microseconds: a first touch of new memory costs a CPU kernel a little.
 REPLAY_FLOOR_US = 20.0
 # A first call is compared with the later calls of the same kernel and clock within this many calls of it, not
-# with the whole series: first calls bunch at the start of a benchmark, which on an H100 ran up to 7x slower for
-# both kernels now and then (2026-11-25), and a kernel that waits on the host inside its call was 1.1-2x slower
-# there than later; against the whole series that read as replays.
+# with the whole series: the start of a benchmark, where first calls bunched before judge.timing.set_for spread
+# them, ran up to 7x slower for both kernels on an H100 now and then (2026-11-25), and a kernel that waits on the
+# host inside its call was 1.1-2x slower there than later; against the whole series that read as replays.
 REPLAY_WINDOW = 12
 
 
