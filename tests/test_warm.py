@@ -54,11 +54,15 @@ def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
         taken.close()
 
 
-def test_the_spare_is_stopped_while_a_candidate_is_timed(tmp_path):
+def base_and_candidate(tmp_path):
+    """The CPU target, and its base kernel assembled twice: as the round's base and as a candidate."""
     target = load_target(TARGET)
     source = target.kernel_source()
-    base = target.assemble(tmp_path / "base", source)
-    candidate = target.assemble(tmp_path / "candidate", source)
+    return target, target.assemble(tmp_path / "base", source), target.assemble(tmp_path / "candidate", source)
+
+
+def test_the_spare_is_stopped_while_a_candidate_is_timed(tmp_path):
+    target, base, candidate = base_and_candidate(tmp_path)
     with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
         result, worker = check(evaluator, candidate)
         assert result.passed, result.summary
@@ -79,10 +83,7 @@ def ready_spares(evaluator: Evaluator, count: int) -> None:
 
 
 def test_timings_second_runner_is_bound_and_loaded_while_the_cases_run_and_then_times(tmp_path):
-    target = load_target(TARGET)
-    source = target.kernel_source()
-    base = target.assemble(tmp_path / "base", source)
-    candidate = target.assemble(tmp_path / "candidate", source)
+    target, base, candidate = base_and_candidate(tmp_path)
     with Evaluator(target, tmp_path / "round", base_dir=base, processes=2, spares=2) as evaluator:
         evaluator.bases  # the base's two runners first, so that the candidate's come from ready spares
         ready_spares(evaluator, 2)
