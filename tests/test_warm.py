@@ -101,6 +101,25 @@ def test_timings_second_runner_is_bound_and_loaded_while_the_cases_run_and_then_
         assert timing.detail.benchmarks[0].processes == 2
 
 
+def test_a_kernel_whose_second_runner_fails_to_load_it_crashes_in_timing(tmp_path):
+    target, base, _ = base_and_candidate(tmp_path)
+    # The first process to import it leaves a mark; the second (bound while the cases ran) raises on it.
+    once = ("import os as _os\n"
+            "if _os.path.exists('.imported'):\n"
+            "    raise RuntimeError('second import refused')\n"
+            "open('.imported', 'w').close()\n")
+    candidate = target.assemble(tmp_path / "once", once + target.kernel_source())
+    with Evaluator(target, tmp_path / "round", base_dir=base, processes=2, spares=2) as evaluator:
+        evaluator.bases
+        ready_spares(evaluator, 2)
+        result, worker = check(evaluator, candidate, timing_next=True)
+        assert result.passed, result.summary
+        timing = measure(evaluator, worker, candidate, budget_s=0.5)
+        worker.close()
+    assert (timing.stage, timing.status) == ("timing", "crashed")
+    assert timing.summary.startswith("crashed: RuntimeError: second import refused"), timing.summary
+
+
 def test_a_candidate_that_fails_its_cases_leaves_no_runner_bound_for_timing(tmp_path):
     target = load_target(TARGET)
     wrong = target.kernel_source() + "\n\n_honest = custom_kernel\ncustom_kernel = lambda data: _honest(data) * 2\n"
