@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from judge import devices, stats, worker  # noqa: E402
+from judge import audits, devices, stats, worker  # noqa: E402
 from judge.evaluation import Evaluator  # noqa: E402
 from judge.rounds import Stages  # noqa: E402
 from judge.targets import load_target  # noqa: E402
@@ -167,6 +167,11 @@ def main() -> None:
         print(f"smallest slowdown reported significant (interval below 1): {smallest[0]:.2%} intended "
               f"(measured geomean {smallest[1]:.4f}); not significant: "
               f"{', '.join(f'{m:.2%}' for m in missed) or 'none'}")
+    ratios = [r for row in rows for b in row[3].detail.to_json()["benchmarks"]
+              for r in b["audit"]["replay_ratio"].values() if r is not None]
+    print(f"replay ratios (first calls on a set over the calls around them), every kernel and benchmark: "
+          f"{min(ratios):.3f}-{max(ratios):.3f}; a candidate is named a replay above "
+          f"{audits.REPLAY_FACTOR}x the base's")
     if args.json:
         args.json.write_text(json.dumps({
             "device": facts.to_dict(), "spin_cycles_per_us": rate, "round_wall_s": round_wall,
