@@ -29,6 +29,9 @@ START_TIMEOUT_S = 300.0
 # H100 host the wake-up from select after a timed call's 1.4 ms took 189 us on average (2026-11-25), against
 # 4-8 us polled. CPU targets never poll: a spinning parent would take a core from the kernel being timed.
 POLL_S = 0.01
+# A command is sent to a stopped worker before it is continued (it wakes once, to the command) only when it fits
+# in a pipe's buffer with room to spare (Linux's is 64 KiB); a longer one is sent after.
+FROZEN_SEND_BYTES = 16 << 10
 # The parent's wall seconds and count per command name (the op), over every worker of this process: where a
 # round's time goes, for judge's own benchmarks (benchmarks/judge_selfcheck.py); reset by whoever reads it.
 COMMAND_SECONDS: dict[str, list] = {}
@@ -199,6 +202,8 @@ class Worker:
     def _send(self, op: str, args: dict) -> int:
         self._serial += 1
         message = json.dumps({"serial": self._serial, "op": op, "args": args}).encode() + b"\n"
+        if self.frozen and len(message) > FROZEN_SEND_BYTES:
+            self.thaw()  # a stopped worker cannot drain the pipe: the write would wait for it forever
         try:
             os.write(self._cmd, message)
         except (BrokenPipeError, OSError):

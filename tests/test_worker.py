@@ -55,3 +55,14 @@ def test_a_command_that_hangs_is_timed_out_while_the_parent_polls(tmp_path):
             runner.call("load", 0.5)
         runner.close()
     assert (caught.value.status, caught.value.message) == ("timed-out", "killed after 0.5 s")
+
+
+def test_a_command_longer_than_a_pipe_holds_reaches_a_stopped_worker(tmp_path):
+    target = load_target(TARGET)
+    with Evaluator(target, tmp_path / "round", warm=False) as ev:
+        runner = ev.runner(target.assemble(tmp_path / "cand", target.kernel_source()))
+        runner.freeze()
+        with pytest.raises(worker.CommandFailed) as caught:  # 256 KiB of arguments: sent after the thaw
+            runner.call("load", 30, padding="x" * (256 << 10))
+        runner.close()
+    assert caught.value.error == "TypeError: Runner.load() got an unexpected keyword argument 'padding'"
