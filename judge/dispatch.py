@@ -19,6 +19,10 @@ from typing import Any, Iterator, Optional
 from .errors import JudgeError
 from .stages import StageResult, not_run
 
+# How many times Ray starts a dead evaluation actor again (and resends the evaluation it held) before the round
+# stops with the error; what was recorded stays, and `judge run` again resumes.
+ACTOR_RESTARTS = 3
+
 
 def parse_gpus(text: str) -> list[int]:
     """`--gpus`: 'all' (every GPU nvidia-smi lists) or a comma-separated list of indices."""
@@ -123,7 +127,10 @@ class RayDispatch:
                              "kernels on (start its workers with GPUs, or run without --ray)")
         target = run.target
         files = target_files(target)
-        actor = ray.remote(num_gpus=1, num_cpus=1)(EvaluationActor)
+        # An actor that dies (its process killed, its machine gone) is started again and the evaluation it held
+        # is sent again: the driver records only what comes back, so nothing is lost or recorded twice.
+        actor = ray.remote(num_gpus=1, num_cpus=1, max_restarts=ACTOR_RESTARTS,
+                           max_task_retries=ACTOR_RESTARTS)(EvaluationActor)
         base_source = (run.base_dir / target.kernel_file).read_text()
         self.actors = [actor.remote(files, target.name, base_source, run.settings.timing_budget_s)
                        for _ in range(count)]
@@ -203,7 +210,7 @@ class EvaluationActor:
 
     def where(self) -> dict:
         return {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                "device": self.facts, "gate": self.gate_reason}
+                "device": self.facts, "gate": self.gate_reason, "pid": os.getpid()}
 
     def warm(self) -> None:
         """Start what every candidate here needs (the oracle, and the base's timing runner with its kernel

@@ -72,6 +72,30 @@ def test_ray_actors_give_the_local_verdicts_and_say_where_they_ran(local_ray, tm
     assert all(d["gpus"] in ("0", "1") and d["host"] for d in devices)
 
 
+def test_a_worker_killed_mid_round_loses_nothing_and_the_round_completes(local_ray, tmp_path):
+    import os
+    import signal
+
+    ledger = submit(tmp_path)
+    settings = Settings(kernels_dir=ROOT / "kernels", work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
+                        timing_budget_s=1.0, ray=True)
+    killed = []
+
+    def on_event(kind, **info):
+        if kind == "workers":
+            killed.append(info["places"][0]["pid"])
+        elif kind == "verdict" and len(killed) == 1:  # the first verdict: the next candidate is on its way
+            os.kill(killed[0], signal.SIGKILL)
+            killed.append("done")
+
+    [summary] = run_round(ledger, 1, settings=settings, on_event=on_event)
+    assert killed[1:] == ["done"]
+    assert {v.proposal_id: v.outcome for v in summary.verdicts} == EXPECTED
+    rows = ledger.query("select subject from evaluations order by id")
+    assert [r["subject"] for r in rows] == ["base"] + ["candidate"] * 3  # each recorded once
+    assert ledger.query("select status from runs")[0]["status"] == "finished"
+
+
 def test_a_ray_cluster_without_gpus_is_refused(tmp_path):
     import ray
 
