@@ -206,13 +206,9 @@ class Evaluator:
     def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
         """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported: the
         oldest spare when there is one (new spares start loading behind it), else a cold start."""
-        from .isolation import policy_to_json
-
         workspace = Path(workspace).resolve()
         (workspace / ".judge").mkdir(exist_ok=True)
-        rules, env = self._rules(workspace)
-        policy = policy_to_json(rules) if rules else None
-        init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file, "generators": self.generators}
+        init, policy, env = self._runner_setup(workspace)
         worker = None
         while worker is None and self._pool:
             spare = self._pool.pop(0)
@@ -232,13 +228,9 @@ class Evaluator:
         without waiting: the timing stage's further runners (judge.timing.measure) get ready while the
         correctness stage runs in the first one (a bind took 106-165 ms on an H100, 2026-11-25). Nothing is
         timed meanwhile; `prebound` hands them over, and `discard_prebound` closes those not taken."""
-        from .isolation import policy_to_json
-
         workspace = Path(workspace).resolve()
         self.discard_prebound()
-        rules, env = self._rules(workspace)
-        policy = policy_to_json(rules) if rules else None
-        init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file, "generators": self.generators}
+        init, policy, env = self._runner_setup(workspace)
         ready = [spare for spare in self._pool if spare.is_ready()][:count]
         for n, spare in enumerate(ready, start=1):
             self._pool.remove(spare)
@@ -296,6 +288,15 @@ class Evaluator:
             except (WorkerError, CommandFailed):
                 spare.close()
                 self._pool.remove(spare)
+
+    def _runner_setup(self, workspace: Path) -> tuple[dict, dict | None, dict[str, str]]:
+        """What a runner for `workspace` is given, cold or bound from a spare: its init, its confinement policy
+        (JSON, None when unconfined) and its environment."""
+        from .isolation import policy_to_json
+
+        rules, env = self._rules(workspace)
+        init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file, "generators": self.generators}
+        return init, policy_to_json(rules) if rules else None, env
 
     def _rules(self, workspace: Path):
         """The confinement of a runner in `workspace` (None when unconfined) and its environment."""
