@@ -268,39 +268,35 @@ class Worker:
             pass
 
     def _line_waiting(self) -> bool:
-        """Whether a whole reply line can be read now (reads what the pipe holds, never waits)."""
+        """Whether a whole reply line, or the end of the pipe, can be read now (reads what the pipe holds, never
+        waits); a worker that floods the channel is killed here."""
         while b"\n" not in self._buffer:
             try:
                 chunk = os.read(self._reply, 1 << 20)
             except BlockingIOError:
                 return False
             if not chunk:
-                return True  # end of file: the next _read says how the worker died
+                return True  # end of file: _read says how the worker died
             self._buffer += chunk
+            if len(self._buffer) > MAX_REPLY_BYTES:
+                self._kill()
+                raise WorkerError("tampered", "wrote more than 64 MiB to judge's reply channel", self.log_tail())
         return True
 
     def _read(self, serial: int, timeout_s: float) -> Reply:
         deadline = time.monotonic() + timeout_s
         poll_until = time.perf_counter() + min(self.poll_s, timeout_s)
-        while b"\n" not in self._buffer:
-            try:
-                chunk = os.read(self._reply, 1 << 20)
-            except BlockingIOError:
-                if time.perf_counter() < poll_until:
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self._hung(timeout_s) from None
-                ready, _, _ = select.select([self._reply], [], [], min(left, 1.0))
-                if not ready and self.process.poll() is not None:
-                    raise self._died() from None
+        while not self._line_waiting():
+            if time.perf_counter() < poll_until:
                 continue
-            if not chunk:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._hung(timeout_s)
+            ready, _, _ = select.select([self._reply], [], [], min(left, 1.0))
+            if not ready and self.process.poll() is not None:
                 raise self._died()
-            self._buffer += chunk
-            if len(self._buffer) > MAX_REPLY_BYTES:
-                self._kill()
-                raise WorkerError("tampered", "wrote more than 64 MiB to judge's reply channel", self.log_tail())
+        if b"\n" not in self._buffer:
+            raise self._died()
         line, _, self._buffer = self._buffer.partition(b"\n")
         try:
             message = json.loads(line)
