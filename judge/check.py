@@ -56,14 +56,11 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
         cases = [_run_case(evaluator, worker, workspace, case, deadline) for case in evaluator.cases()]
         changes = worker.call("audit", time_left(deadline)).value
     except WorkerError as error:
-        if worker is not None:
-            worker.close()
-        evaluator.discard_prebound()
+        _no_timing_follows(evaluator, worker)
         return StageResult(STAGE, error.status, f"{error.status}: {error.message}", time.monotonic() - started,
                            CheckDetail(error=error.message), error.log_tail), None
     except CommandFailed as error:
-        worker.close()
-        evaluator.discard_prebound()
+        _no_timing_follows(evaluator, worker)
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
                            CheckDetail(error=error.error), error.log_tail), None
     seconds = time.monotonic() - started
@@ -72,19 +69,24 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
                          confinement=confinement, secret_seeds=True, runner_start_s=runner_start_s,
                          distributions=[d.name for d in target.distributions])
     tail = worker.log_tail()
-    if changes or any(not c.passed for c in cases):
-        evaluator.discard_prebound()  # no timing follows
     if changes:
-        worker.close()
+        _no_timing_follows(evaluator, worker)
         detail = detail.updated(tampered=changes)
         return StageResult(STAGE, "tampered", f"tampered: {'; '.join(changes)}", seconds, detail, tail), None
     failed = [c for c in cases if not c.passed]
     if failed:
-        worker.close()
+        _no_timing_follows(evaluator, worker)
         summary = f"{len(failed)} of {len(cases)} checks failed; first: {describe_failure(failed[0])}"
         return StageResult(STAGE, "failed", summary, seconds, detail, tail), None
     return StageResult(STAGE, "passed", f"{len(cases)} of {len(cases)} checks passed ({_counts(target)})",
                        seconds, detail, tail), worker
+
+
+def _no_timing_follows(evaluator: Evaluator, worker: Worker | None) -> None:
+    """The kernel failed its check: its runner and any bound for its timing (Evaluator.prebind) are closed."""
+    if worker is not None:
+        worker.close()
+    evaluator.discard_prebound()
 
 
 def _run_case(evaluator: Evaluator, worker: Worker, workspace: Path, case: Case, deadline: float) -> CheckedCase:
