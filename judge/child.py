@@ -108,7 +108,7 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
             data = data[_send(reply, data):]
 
     serial = 0
-    phases: dict[str, float] = {}  # a bind's own account of its parts, in microseconds: shown, never trusted
+    phases: dict[str, float] = {}  # the start's (or bind's) own account of its parts, in us: shown, never trusted
     if setup.get("deferred"):  # a warm spare: the heavy imports now, CUDA when told, the kernel's workspace later
         _import_heavy()
         send({"serial": 0, "ok": True, "value": {"pid": os.getpid(), "ready": True}})
@@ -123,10 +123,7 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
         traceback.print_exc()
         send({"serial": serial, "ok": False, "error": _error_line(error)})
         os._exit(1)
-    hello = {"pid": os.getpid(), "confinement": confinement}
-    if setup.get("deferred") is False:  # a bind: how long its parts took
-        hello["phases_us"] = phases
-    send({"serial": serial, "ok": True, "value": hello})
+    send({"serial": serial, "ok": True, "value": {"pid": os.getpid(), "confinement": confinement, "phases_us": phases}})
     for line in commands:
         received = _clock()
         message = json.loads(line)

@@ -90,12 +90,14 @@ class Oracle:
                 return {"error": str(error)}
             clear = True
         if clear:
-            self._scrub_outbox(self._outbox.nbytes)
+            self._scrub_outbox()
         return {"handle": self._outbox.handle, "bytes": self._outbox.nbytes}
 
-    def _scrub_outbox(self, nbytes: int) -> None:
+    def _scrub_outbox(self) -> None:
+        """Zero the whole outbox."""
         from . import cuda_ipc
 
+        nbytes = self._outbox.nbytes
         cuda_ipc.view(self._outbox.pointer, {"offset": 0, "dtype": "uint8", "shape": [nbytes], "stride": [1]}).zero_()
         tensors.sync()
 
@@ -107,7 +109,7 @@ class Oracle:
         if self._outbox is None:
             raise ValueError("the kernel's process said it handed its output over, and nothing was asked for")
         got = [cuda_ipc.view(self._outbox.pointer, layout).clone() for layout in layouts]
-        self._scrub_outbox(self._outbox.nbytes)
+        self._scrub_outbox()
         return got
 
     def verify(self, spec: dict, distribution: str, dump: str, outbox: list[dict] | None = None) -> dict:

@@ -286,7 +286,7 @@ class Runner:
         return self._elapsed(stream_end, end) * 1e3
 
     def prepare_set(self, set_index: int) -> dict:
-        """Generate input set `set_index`, in a turn of its own, before the benchmark's warm-up."""
+        """Generate input set `set_index` before the benchmark's warm-up (sent to every runner at once)."""
         self.bench["sets"][set_index] = self._generate(self.bench["seeds"][1 + set_index])
         return {"set": set_index}
 
