@@ -7,6 +7,10 @@ each, then a GPU spin longer than either's launch overhead (so the events time t
 CUDA events around each call, warm-up excluded. The host's launch overhead per call is reported beside.
 
     python benchmarks/peer_fp8_group_gemm.py [--ceilings] [--reps 200] [--set NUM_STAGES=6] [--kernel FILE]
+    python benchmarks/peer_fp8_group_gemm.py --ledger docs/examples/fp8-contest/fp8-contest.db --round 5
+
+With --ledger and --round the kernel is that round's base as judge builds it (judge.rounds.base_for: the
+round-1 kernel with each earlier winner's patch applied), written to a temporary file.
 """
 
 from __future__ import annotations
@@ -136,6 +140,22 @@ def bootstrap_ratio_ci(ours: list[float], theirs: list[float], n: int = 2000, se
     return float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))
 
 
+def round_base(ledger_path: Path, round_: int) -> Path:
+    """Write round `round_`'s base of this target, as judge builds it from the ledger, to a temporary file."""
+    import tempfile
+
+    sys.path.insert(0, str(TARGET.parent.parent))
+    from judge.ledger import Ledger
+    from judge.rounds import base_for
+    from judge.targets import load_target
+
+    source, origin = base_for(Ledger(ledger_path, create=False), load_target(TARGET), round_)
+    path = Path(tempfile.mkdtemp()) / "submission.py"
+    path.write_text(source)
+    print(f"round {round_} base: {origin}")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernel", type=Path, default=TARGET / "submission.py")
@@ -146,7 +166,13 @@ def main() -> int:
     parser.add_argument("--only", type=int, nargs="*", help="benchmark indices to run")
     parser.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE",
                         help="override a knob of the kernel file, e.g. NUM_STAGES=6 or CLUSTER_SHAPE_MN=(1,1)")
+    parser.add_argument("--ledger", type=Path, help="a contest's ledger: time the base of --round from it")
+    parser.add_argument("--round", type=int, help="with --ledger: the round whose base is timed")
     args = parser.parse_args()
+    if (args.ledger is None) != (args.round is None):
+        parser.error("--ledger and --round go together")
+    if args.ledger is not None:
+        args.kernel = round_base(args.ledger, args.round)
 
     sys.path.insert(0, str(TARGET))
     reference = load_module("reference", TARGET / "reference.py")
