@@ -4,7 +4,7 @@
 # the round's base (round 1's kernel, then each winner applied in turn), then its scorecard, the leaderboard
 # and the brief for the next round.
 #
-#   ROUNDS="1 2 3" bash scripts/device_contest.sh
+#   ROUNDS="1 2 3 4" bash scripts/device_contest.sh
 #
 # The ledger is $LEDGER (default $OUT/fp8-contest.db): to go on in a later call, put the earlier ledger there
 # and name the remaining rounds. Reports go to $OUT/reports, workspaces and compile caches to $WORK.
@@ -20,7 +20,7 @@ judge() { python3 -m judge.cli --ledger "$LEDGER" "$@"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 judge init
 judge shark add sharks/performance-oracle.toml sharks/measured-referee.toml
-for round in ${ROUNDS:-1 2 3}; do
+for round in ${ROUNDS:-1 2 3 4}; do
   proposals=proposals/$TARGET
   [ "$round" -gt 1 ] && proposals=$proposals/round-$round
   echo "== round $round: $(date -u '+%Y-%m-%d %H:%M') UTC"
