@@ -120,3 +120,35 @@ def test_side_stream_kernels_are_checked_for_replays_on_the_call_clock():
     audit = audits.audit(series, "gpu")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 3.226}
     assert audit["reasons"][-1].startswith("calls on input sets it had seen before ran 3.23x faster")
+
+
+def test_one_or_two_first_calls_are_not_evidence_of_a_replay():
+    # GPU MODE's matmul_py on an H100 (2026-11-25): the problem's own code against itself, judged on the call
+    # clock's two first calls per kernel (the GPU clock's were set aside), 150 us calls whose launches jitter by
+    # tens of microseconds. The candidate's first calls read 1.57x its later ones, the base's 1.26x.
+    def call(first):
+        return [_rep(first if i in (3, 40) else 150.0, 400.0, cold=i in (3, 40)) for i in range(60)]
+
+    audit = audits.audit({("base", "call"): call(189.0), ("cand", "call"): call(235.5)}, "call")
+    assert audit["replay_ratio"] == {"base": 1.26, "cand": 1.57}
+    assert audit["reasons"] == []
+
+
+def test_noisy_first_calls_of_identical_kernels_are_not_a_replay_but_a_replay_in_the_same_noise_is():
+    # Sixteen first calls per kernel drawn from the same heavy-tailed noise (a 10 us kernel whose single calls
+    # ran 0.3-7x its median on an H100): medians of such ratios stray far apart, their ranks do not.
+    import random
+
+    noise = random.Random(7)
+    cold = set(range(0, 160, 10))
+
+    def series(first_factor):
+        return [_rep(10.0 * noise.lognormvariate(0.0, 0.6) * (first_factor if i in cold else 1.0), 400.0,
+                     cold=i in cold) for i in range(160)]
+
+    base, same = series(1.0), series(1.0)
+    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): same}, "gpu")
+    assert audit["reasons"] == []
+    replays = series(8.0)  # 80 us to compute and keep an answer, 10 us to hand a kept one back
+    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): replays}, "gpu")
+    assert audit["reasons"][-1].endswith("it replays answers it kept")
