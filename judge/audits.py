@@ -74,9 +74,11 @@ def audit(series: dict, deciding: str) -> dict[str, Any]:
                 f"what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the times it "
                 "reported are not the times its work took")
     clocks = _clocks_with_the_work(series)
-    ratios = {w: _replay_ratios([series[(w, c)] for c in clocks]) for w in ("base", "cand")}
+    first = {w: _first_calls([series[(w, c)] for c in clocks]) for w in ("base", "cand")}
+    ratios = {w: [cold / max(MIN_US, typical) for cold, typical in pairs] for w, pairs in first.items()}
     replay = {w: round(stats.median(r), 3) if r else None for w, r in ratios.items()}
-    cold_excess = _cold_excess([series[("cand", c)] for c in clocks])
+    # How many microseconds a candidate's first call on a set takes beyond the later calls around it.
+    cold_excess = stats.median([cold - typical for cold, typical in first["cand"]]) if first["cand"] else 0.0
     factor = HOST_REPLAY_FACTOR if clocks == ["host"] else REPLAY_FACTOR
     if (replay["cand"] is not None and replay["base"] is not None and replay["cand"] > factor * replay["base"]
             and cold_excess > REPLAY_FLOOR_US and stats.rank_sum_p(ratios["cand"], ratios["base"]) < REPLAY_P):
@@ -111,17 +113,6 @@ def _first_calls(per_clock: list[list[dict]]) -> list[tuple[float, float]]:
                 if near:
                     pairs.append((rep["us"], stats.median(near)))
     return pairs
-
-
-def _cold_excess(per_clock: list[list[dict]]) -> float:
-    """How many microseconds a first call on a set takes beyond the later calls around it (median)."""
-    excess = [cold - typical for cold, typical in _first_calls(per_clock)]
-    return stats.median(excess) if excess else 0.0
-
-
-def _replay_ratios(per_clock: list[list[dict]]) -> list[float]:
-    """Per first call on an input set, the call's time over the later calls around it."""
-    return [cold / max(MIN_US, typical) for cold, typical in _first_calls(per_clock)]
 
 
 def side_stream_work(stream_us: list[float], tail_us: list[float], null_tail_us: list[float]) -> bool:

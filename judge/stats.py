@@ -131,18 +131,9 @@ def rank_sum_p(higher: Sequence[float], lower: Sequence[float]) -> float:
     if not n1 or not n2:
         return 1.0
     values = np.concatenate([np.asarray(higher, dtype=float), np.asarray(lower, dtype=float)])
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values))
-    ordered = values[order]
-    start, ties = 0, 0.0
-    while start < len(values):
-        end = start
-        while end + 1 < len(values) and ordered[end + 1] == ordered[start]:
-            end += 1
-        ranks[order[start:end + 1]] = (start + end) / 2 + 1
-        count = end - start + 1
-        ties += count ** 3 - count
-        start = end + 1
+    _, where, counts = np.unique(values, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[where]  # tied values share their mean rank
+    ties = float((counts.astype(float) ** 3 - counts).sum())
     u = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2
     n = n1 + n2
     variance = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))

@@ -1,6 +1,8 @@
 """judge/audits.py: the parent's checks of what runners report, on made-up series: the wall-clock audit, the
 replay check and side-stream work."""
 
+import random
+
 from judge import audits
 
 
@@ -137,8 +139,6 @@ def test_one_or_two_first_calls_are_not_evidence_of_a_replay():
 def test_noisy_first_calls_of_identical_kernels_are_not_a_replay_but_a_replay_in_the_same_noise_is():
     # Sixteen first calls per kernel drawn from the same heavy-tailed noise (a 10 us kernel whose single calls
     # ran 0.3-7x its median on an H100): medians of such ratios stray far apart, their ranks do not.
-    import random
-
     noise = random.Random(7)
     cold = set(range(0, 160, 10))
 
