@@ -145,11 +145,20 @@ def round_base(ledger_path: Path, round_: int) -> Path:
     import tempfile
 
     sys.path.insert(0, str(TARGET.parent.parent))
+    from judge.errors import JudgeError
     from judge.ledger import Ledger
     from judge.rounds import base_for
     from judge.targets import load_target
 
-    source, origin = base_for(Ledger(ledger_path, create=False), load_target(TARGET), round_)
+    try:
+        ledger = Ledger(ledger_path, create=False)
+    except JudgeError as error:
+        raise SystemExit(f"--ledger: {error}") from None
+    latest = ledger.latest_round_number() or 0
+    if not 1 <= round_ <= latest + 1:
+        raise SystemExit(f"--round {round_}: {ledger_path} has rounds 1-{latest}; "
+                         f"a base exists for rounds 1-{latest + 1}")
+    source, origin = base_for(ledger, load_target(TARGET), round_)
     path = Path(tempfile.mkdtemp()) / "submission.py"
     path.write_text(source)
     print(f"round {round_} base: {origin}")
