@@ -252,7 +252,7 @@ def time_line(spent: dict) -> str:
 
 def _no_winner(verdicts: list[dict]) -> str:
     """Why a round has no winner, in the report's words: nothing timed, or nothing significantly faster."""
-    timed = {"faster", "slower", "unchanged", "implausible"}
+    timed = {"faster", "slower", "inconclusive", "unchanged", "implausible"}
     if not any(v["outcome"] in timed for v in verdicts):
         return "none (nothing was timed in this round)"
     return "none (no proposal was significantly faster than the base)"

@@ -26,6 +26,7 @@ class Outcome(str, enum.Enum):
     TAMPERED = "tampered"
     IMPLAUSIBLE = "implausible"
     SLOWER = "slower"
+    INCONCLUSIVE = "inconclusive"
     UNCHANGED = "unchanged"
     FASTER = "faster"
     NOT_RUN = "not-run"
@@ -46,6 +47,7 @@ OUTCOME_MEANING = {
     Outcome.TAMPERED: "the kernel's process changed what judge measures or checks with, or reported times its wall clock does not support",
     Outcome.IMPLAUSIBLE: "timed below the speed of light or beyond the target's speedup bound: held until a person clears it",
     Outcome.SLOWER: "correct, and slower than the base: the geomean's 95% interval lies below 1 and the geomean is at least 1% slower",
+    Outcome.INCONCLUSIVE: "correct, and no verdict either way after the most process pairs judge runs: the geomean's 95% interval reaches past the noise floor on one side and across 1 on the other",
     Outcome.UNCHANGED: "correct, and no verdict: the geomean's 95% interval contains 1, or the change is under 1% (run-to-run drift)",
     Outcome.FASTER: "correct, and faster than the base: the geomean's 95% interval lies above 1 and the geomean is at least 1.01x",
     Outcome.NOT_RUN: "a stage could not run here (e.g. needs sm_100, this machine has none); the proposal stays pending",

@@ -3,15 +3,10 @@ slower, unchanged), held as implausible when the measurement cannot be true."""
 
 from __future__ import annotations
 
+from .noise import MIN_EFFECT
 from .records import Outcome
 from .stage_details import TimingDetail
 from .stages import StageResult, not_run_reason
-
-
-MIN_EFFECT = 0.01
-"""The smallest geomean change that earns 'faster' or 'slower'. The 95% interval covers the noise within one
-run only: the same H100 round run twice on two machines (2026-11-23) measured one candidate at 1.006x
-[1.005, 1.007] and then 0.998x [0.997, 0.999]; batch medians drift 0.2-0.8% between runs."""
 
 
 def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
