@@ -1,9 +1,11 @@
 """Correctness stage: every test (twice, on two secret seeds) and every benchmark shape, under every input
 distribution the target declares, each output poisoned before the call and judged by the oracle.
 
-The kernel runs in its confined runner; the runner only saves what the kernel returned. The oracle, in a
-process where no candidate code was ever imported, regenerates the inputs from the same seed, runs the
-reference and compares: nothing the candidate does in its own process can change a verdict.
+The kernel runs in its confined runner, called in judge.callframe as a timed call is: the oracle writes the
+case's inputs (with NaN in the outputs) into memory the runner maps only once the runner waits in that frame,
+and reads the output back from the outbox. The oracle, in a process where no candidate code was ever
+imported, made the inputs and runs the reference: nothing the candidate does in its own process can change a
+verdict, and no hook of its sees a case's inputs before its call.
 """
 
 from __future__ import annotations
@@ -11,14 +13,20 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from . import callframe
 from .devices import gate
 from .evaluation import Case, Evaluator, fresh
 from .stage_details import CheckDetail, CheckedCase
 from .stages import StageResult, not_run
 from .targets import Target, spec_label
+from .turns import frame_flags
 from .worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "correctness"
+
+
+class Tampered(Exception):
+    """What a call's reply or the frame's entry showed of the kernel's changes (the stage is tampered)."""
 
 
 def run_correctness(target: Target, workspace: Path, *, timeout_s: float | None = None) -> StageResult:
@@ -28,89 +36,108 @@ def run_correctness(target: Target, workspace: Path, *, timeout_s: float | None 
         return not_run(STAGE, reason)
     workspace = Path(workspace).resolve()
     with Evaluator(target, fresh(workspace.parent / f".{workspace.name}-oracle")) as evaluator:
-        result, worker = check(evaluator, workspace, timeout_s=timeout_s)
-        if worker is not None:
-            worker.close()
-        return result
+        return check(evaluator, workspace, timeout_s=timeout_s)
 
 
-def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None,
-          timing_next: bool = False) -> tuple[StageResult, Worker | None]:
-    """Start a runner for `workspace`, check every case; return the stage and the runner, still alive (for
-    the timing stage) when it passed, else None. With `timing_next` the timing stage's other runners are bound
-    and loaded while the cases run (Evaluator.prebind)."""
+def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None, timing_next: bool = False,
+          nonce: int | None = None) -> StageResult:
+    """Start a runner for `workspace`, check every case, close the runner. With `timing_next` the timing stage's
+    first process pairs are bound and loaded while the cases run (Evaluator.prebind), base and candidate alike."""
     target = evaluator.target
     workspace = Path(workspace).resolve()  # the runner's cwd is the workspace: paths it gets must be absolute
     limit = timeout_s if timeout_s is not None else target.limits.check_s
     started = time.monotonic()
     deadline = started + limit
+    nonce = evaluator.nonce() if nonce is None else nonce
     worker = None
     try:
         worker = evaluator.runner(workspace)
         runner_start_s = round(time.monotonic() - started, 3)  # a warm spare's bind, or a cold start
         confinement = worker.hello.get("confinement")
         worker.call("load", time_left(deadline))
-        if timing_next and evaluator.processes > 1:
-            evaluator.prebind(workspace, evaluator.processes - 1)
-        evaluator.clear_outbox()
-        cases = [_run_case(evaluator, worker, workspace, case, deadline) for case in evaluator.cases()]
+        if timing_next and evaluator.base_dir is not None:
+            from .timing import MIN_PAIRS
+
+            evaluator.prebind(evaluator.base_dir, MIN_PAIRS, "timing-base")
+            evaluator.prebind(workspace, MIN_PAIRS)
+        cases = [_run_case(evaluator, worker, case, n, nonce, deadline)
+                 for n, case in enumerate(evaluator.cases(nonce))]
         changes = worker.call("audit", time_left(deadline)).value
+    except Tampered as found:
+        _no_timing_follows(evaluator, worker)
+        message = str(found)
+        return StageResult(STAGE, "tampered", f"tampered: {message}", time.monotonic() - started,
+                           CheckDetail(tampered=message.split("; ")), worker.log_tail() if worker else "")
     except WorkerError as error:
         _no_timing_follows(evaluator, worker)
         return StageResult(STAGE, error.status, f"{error.status}: {error.message}", time.monotonic() - started,
-                           CheckDetail(error=error.message), error.log_tail), None
+                           CheckDetail(error=error.message), error.log_tail)
     except CommandFailed as error:
         _no_timing_follows(evaluator, worker)
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
-                           CheckDetail(error=error.error), error.log_tail), None
+                           CheckDetail(error=error.error), error.log_tail)
     seconds = time.monotonic() - started
     detail = CheckDetail(cases=cases, tolerance=_tolerance(target),
                          check_implementation=any(c.check_implementation is not None for c in cases),
                          confinement=confinement, secret_seeds=True, runner_start_s=runner_start_s,
                          distributions=[d.name for d in target.distributions])
     tail = worker.log_tail()
+    evaluator.close_runner(worker)
+    evaluator.collect()
     if changes:
-        _no_timing_follows(evaluator, worker)
+        evaluator.discard_prebound()
         detail = detail.updated(tampered=changes)
-        return StageResult(STAGE, "tampered", f"tampered: {'; '.join(changes)}", seconds, detail, tail), None
+        return StageResult(STAGE, "tampered", f"tampered: {'; '.join(changes)}", seconds, detail, tail)
     failed = [c for c in cases if not c.passed]
     if failed:
-        _no_timing_follows(evaluator, worker)
+        evaluator.discard_prebound()
         summary = f"{len(failed)} of {len(cases)} checks failed; first: {describe_failure(failed[0])}"
-        return StageResult(STAGE, "failed", summary, seconds, detail, tail), None
+        return StageResult(STAGE, "failed", summary, seconds, detail, tail)
     return StageResult(STAGE, "passed", f"{len(cases)} of {len(cases)} checks passed ({_counts(target)})",
-                       seconds, detail, tail), worker
+                       seconds, detail, tail)
 
 
 def _no_timing_follows(evaluator: Evaluator, worker: Worker | None) -> None:
     """The kernel failed its check: its runner and any bound for its timing (Evaluator.prebind) are closed."""
     if worker is not None:
-        worker.close()
+        evaluator.close_runner(worker)
     evaluator.discard_prebound()
+    evaluator.collect()
 
 
-def _run_case(evaluator: Evaluator, worker: Worker, workspace: Path, case: Case, deadline: float) -> CheckedCase:
-    plan = evaluator.plan(case)
-    dump = workspace / ".judge" / "output.pt"
-    dump.unlink(missing_ok=True)
+def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: int, deadline: float) -> CheckedCase:
+    """One case: the oracle lays out its inputs, the runner builds its data and enters its call frame, the
+    oracle writes the inputs in while the runner is stopped, one call, then the oracle's verdict."""
     entry = CheckedCase(kind=case.kind, test=case.index, label=spec_label(case.spec), call=case.call,
                         seed=case.spec.get("seed"), distribution=case.distribution)
-    outbox = evaluator.outbox(plan)
+    key = f"c{nonce}-{n}"
+    made = evaluator.ask("case", key=key, spec=case.spec, distribution=case.distribution, runner=worker.pid)
     try:
-        ran = worker.call("case", time_left(deadline), spec=case.spec, distribution=case.distribution,
-                          slots=plan["slots"], dump=str(dump), outbox=outbox).value
-    except CommandFailed as error:
-        raise CommandFailed(f"{error.error} ({_where(entry)})", error.log_tail) from None
-    entry = entry.updated(poisoned=ran["poisoned"], kernel_s=ran["kernel_s"])
-    if ran["problem"]:
-        return entry.updated(passed=False, reason=ran["problem"])
-    # The runner's word on where it put its output decides only where the oracle looks: what it finds there is
-    # judged as it is, and an outbox the runner did not fill holds zeros.
-    received = outbox["layouts"] if outbox and ran.get("placed") == "outbox" else None
-    verdict = evaluator.ask("verify", spec=case.spec, distribution=case.distribution, dump=str(dump),
-                            outbox=received)
-    verdict.pop("phases_us", None)  # the oracle's account of its time: tallied by judge.worker, not recorded
-    dump.unlink(missing_ok=True)
+        worker.call("build", time_left(deadline), plan=made["plan"])
+        serial, entered = worker.enter("calls", time_left(deadline))
+        worker.freeze()
+        found = entered.value.get("found") or []
+        if found:
+            raise Tampered("; ".join(found))
+        evaluator.ask("stage", key=key, name="case", copies=[0], runners=[worker.pid])
+        reply = worker.record(lambda s: callframe.command(s, callframe.OP_CALL), time_left(deadline), "case")
+        value = reply.value
+        if value.get("status") == callframe.RAISED:
+            error = worker.read_reply(serial, time_left(deadline)).value.get("error", "the kernel raised")
+            raise CommandFailed(f"{error} ({_where(entry)})", worker.log_tail())
+        worker.leave(callframe.command(0, callframe.OP_STOP), serial, time_left(deadline))
+    except BaseException:
+        evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])  # the oracle drops the case
+        raise
+    flags = frame_flags(value)
+    if flags:
+        evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])
+        raise Tampered("; ".join(flags))
+    entry = entry.updated(poisoned=made["poisoned"], kernel_s=round(value["us"] * 1e-6, 6))
+    if value.get("status") == callframe.BAD_OUTPUT:
+        evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])
+        return entry.updated(passed=False, reason=value["problem"])
+    verdict = evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=value["leaves"])
     return entry.updated(**verdict)  # the oracle's verdict: passed, reason, outputs[, check_implementation]
 
 
@@ -142,4 +169,3 @@ def _tolerance(target: Target) -> dict | None:
     if target.rtol is None and target.atol is None:
         return None
     return {"rtol": target.rtol, "atol": target.atol}
-

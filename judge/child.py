@@ -22,8 +22,10 @@ from time import perf_counter as _clock  # CLOCK_MONOTONIC on Linux: the parent'
 
 # The exit code of a child whose reply channel was swapped in its own process (judge.worker reads it).
 REPLY_TAMPERED_EXIT = 86
-RUNNER_OPS = {"load", "case", "audit", "setup_benchmark", "prepare_set", "warm_up", "timed"}
-ORACLE_OPS = {"plan", "verify", "expect", "facts", "share", "outbox"}
+RUNNER_OPS = {"load", "build", "warm_up", "calls", "audit"}
+ORACLE_OPS = {"plan", "attach", "detach", "collect", "case", "stage", "verify_case", "benchmark", "turn", "release",
+              "facts"}
+ERROR_CHARS = 2000
 
 
 def _clean(value):
@@ -45,7 +47,7 @@ def _write(path: Path, text: str) -> None:
 
 def _error_line(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")[:ERROR_CHARS]
 
 
 def _start() -> str:
@@ -116,6 +118,8 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
     try:
         started = _clock()
         server, allowed = _server(setup)
+        if setup["role"] == "runner":
+            server.channel = (commands.fileno(), reply)  # judge.callframe reads and answers records on them
         made = _clock()
         confinement = _confine(setup.get("policy"))
         phases.update(runner=round((made - started) * 1e6, 1), confine=round((_clock() - made) * 1e6, 1))

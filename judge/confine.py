@@ -312,8 +312,10 @@ def _seccomp(lib, policy: Policy) -> tuple[str, str]:
         for name in ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
             for arg in _outside(lib, [0, os.getpid()]):
                 deny(name, arg)
-        # Nor may it pin, renice, reschedule or re-limit another process (the base's runner is one).
-        for name in ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr", "prlimit64"):
+        # Nor may it move itself to other cores than judge gave it (the base has the same), nor pin, renice,
+        # reschedule or re-limit another process (the base's runner is one).
+        deny("sched_setaffinity")
+        for name in ("sched_setscheduler", "sched_setparam", "sched_setattr", "prlimit64"):
             for arg in _outside(lib, [0, os.getpid()]):
                 deny(name, arg)
         for name, who_index in (("setpriority", 1), ("ioprio_set", 1)):
@@ -331,8 +333,8 @@ def _seccomp(lib, policy: Policy) -> tuple[str, str]:
     except OSError as error:
         return f"not confined: seccomp filter failed ({error.strerror})", ""
     missed = f"; unknown to libseccomp, so allowed: {', '.join(unknown)}" if unknown else ""
-    return ("seccomp: ptrace, process_vm_*, signals to, scheduling and limits of other processes, non-unix "
-            "sockets, setsid, "
+    return ("seccomp: ptrace, process_vm_*, changing its own cores, signals to, scheduling and limits of other "
+            "processes, non-unix sockets, setsid, "
             "namespaces, mount, chroot, bpf, perf_event_open, keys, io_uring, userfaultfd, modules, reboot, "
             f"kexec, swap, clock setting denied{missed}",
             "" if policy.network else "non-unix sockets denied (seccomp)")

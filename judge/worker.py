@@ -24,6 +24,8 @@ from .child import REPLY_TAMPERED_EXIT
 from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, session_members, tail
 
 MAX_REPLY_BYTES = 64 << 20
+# A child's error line is its own text: judge keeps this much of it (the log holds the rest).
+MAX_ERROR_CHARS = 2000
 START_TIMEOUT_S = 300.0
 # On GPU targets the parent polls a reply pipe without sleeping for this long before it waits in select: on an
 # H100 host the wake-up from select after a timed call's 1.4 ms took 189 us on average (2026-11-25), against
@@ -54,6 +56,13 @@ class CommandFailed(Exception):
         super().__init__(error)
         self.error = error
         self.log_tail = log_tail
+
+
+def capped(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """A child's text as judge keeps it: at most `limit` characters, saying how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} ({len(text) - limit} more characters)"
 
 
 def tally(name: str, seconds: float) -> None:
@@ -199,6 +208,49 @@ class Worker:
                     tally(f"{op}.{phase} (its own account)", us * 1e-6)
         return reply
 
+    def enter(self, op: str, timeout_s: float, **args) -> tuple[int, Reply]:
+        """Send a command that puts the worker into a stretch of binary records (judge.callframe): its serial
+        and the worker's first line, which says it entered (and what it found on entry)."""
+        serial = self._serial + 1
+        self.finish()
+        if self._send(op, dict(args, entered_serial=serial)) != serial:
+            raise AssertionError("a command was sent in between")
+        if self.frozen:
+            self.thaw()
+        return serial, self._read(serial, timeout_s)
+
+    def record(self, record_for, timeout_s: float, name: str = "call") -> Reply:
+        """One binary record to a worker in its stretch (`record_for(serial)` makes it) and its reply line,
+        timed by the parent's clock like `call`."""
+        start = time.perf_counter()
+        self._serial += 1
+        try:
+            os.write(self._cmd, record_for(self._serial))
+        except (BrokenPipeError, OSError):
+            raise self._died() from None
+        if self.frozen:
+            self.thaw()
+        reply = self._read(self._serial, timeout_s)
+        reply.wall_s = time.perf_counter() - start
+        tally(name, reply.wall_s)
+        return reply
+
+    def leave(self, stop_record: bytes, serial: int, timeout_s: float) -> Reply:
+        """End a stretch: the stop record, then the reply of the command that began it (`serial`)."""
+        try:
+            os.write(self._cmd, stop_record)
+        except (BrokenPipeError, OSError):
+            raise self._died() from None
+        if self.frozen:
+            self.thaw()
+        return self._read(serial, timeout_s)
+
+    def read_reply(self, serial: int, timeout_s: float) -> Reply:
+        """The reply of an earlier command (a stretch that ended on its own)."""
+        if self.frozen:
+            self.thaw()
+        return self._read(serial, timeout_s)
+
     def _send(self, op: str, args: dict) -> int:
         self._serial += 1
         message = json.dumps({"serial": self._serial, "op": op, "args": args}).encode() + b"\n"
@@ -309,7 +361,7 @@ class Worker:
             raise WorkerError("tampered", "answered out of turn on judge's reply channel (a forged reply)",
                               self.log_tail())
         if not message.get("ok"):
-            raise CommandFailed(str(message.get("error", "unknown error")), self.log_tail())
+            raise CommandFailed(capped(str(message.get("error", "unknown error"))), self.log_tail())
         return Reply(message.get("value"), 0.0, message.get("at"))
 
     def _hung(self, timeout_s: float) -> WorkerError:

@@ -436,6 +436,8 @@ NOISE_BUG = "judge bug: timing noise: honest code (the base's own kernel) was ju
 
 def check_verdict(what: str, outcome: str, reason: str, geomean: float | None, expect: tuple[str, ...],
                   reason_part: str = "", honest: bool = False, identical: bool = False) -> None:
+    if outcome == "inconclusive" and "unchanged" in expect:
+        outcome = "unchanged"  # no verdict either way: what an honest kernel may get where the noise is large
     if outcome not in expect and honest and outcome == "tampered" and reason.startswith("timing: tampered:"):
         pytest.xfail(NOISE_BUG.format(outcome=outcome, reason=reason))
     if outcome not in expect and identical and outcome in ("faster", "slower") and geomean is not None \
