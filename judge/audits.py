@@ -14,8 +14,8 @@ SIDE_WORK_US = 3.0
 SIDE_WORK_FRACTION = 0.05
 # The wall-clock audit: a candidate's turns may take at most this much longer, beyond the time it reports,
 # than the base's turns do beyond theirs (medians of paired turns). A turn also holds judge's own work around
-# the call (copying the set in, poison, projections), which two processes do at slightly different speeds:
-# a fraction of the base's share is allowed for that too.
+# the call (the frame's syncs and the output's copy), which two processes do at slightly different speeds: a
+# fraction of the base's share is allowed for that too.
 WALL_SLACK_US = 50.0
 WALL_SLACK_FRACTION = 0.10
 RESIDUAL_SLACK_FRACTION = 0.15
@@ -48,16 +48,23 @@ REPLAY_P = 0.01
 REPLAY_WINDOW = 12
 
 
-def audit(series: dict, deciding: str) -> dict[str, Any]:
-    """The wall-clock audit and the replay check of one benchmark, with the reasons they failed, if any."""
+def audit(pairs: list[dict], deciding: str) -> dict[str, Any]:
+    """The wall-clock audit and the replay check of one benchmark over its process pairs (each a series dict:
+    (who, clock) -> repetitions), with the reasons they failed, if any."""
     reasons = []
     excess, overhead = {}, {}
-    for clock in sorted({c for _, c in series}):
-        count = min(len(series[("base", clock)]), len(series[("cand", clock)]))
-        if not count:
+    clocks_seen = sorted({c for series in pairs for _, c in series})
+    for clock in clocks_seen:
+        unexplained = {"base": [], "cand": []}
+        claimed_all = []
+        for series in pairs:
+            count = min(len(series.get(("base", clock), [])), len(series.get(("cand", clock), [])))
+            for w in ("base", "cand"):
+                unexplained[w] += [_residual(r) for r in series[(w, clock)][:count]]
+            claimed_all += [r["us"] for r in series.get(("base", clock), [])[:count]]
+        if not claimed_all:
             continue
-        claimed = stats.median([r["us"] for r in series[("base", clock)]])
-        unexplained = {w: [_residual(r) for r in series[(w, clock)][:count]] for w in ("base", "cand")}
+        claimed = stats.median(claimed_all)
         judges_own = stats.median(unexplained["base"])
         if clock == "host":
             slack = max(HOST_WALL_SLACK_US, HOST_WALL_SLACK_FRACTION * claimed, HOST_RESIDUAL_SLACK_FRACTION * judges_own)
@@ -65,7 +72,7 @@ def audit(series: dict, deciding: str) -> dict[str, Any]:
             slack = max(WALL_SLACK_US, WALL_SLACK_FRACTION * claimed, RESIDUAL_SLACK_FRACTION * judges_own)
         key = f"{clock} call"
         overhead[key] = {w: round(stats.median(v), 2) for w, v in unexplained.items()}
-        # Paired by repetition: both ran the same input set at nearly the same moment.
+        # Paired by repetition: both ran the same input set at nearly the same moment, in the same pair.
         point, low, _ = stats.median_ci([c - b for b, c in zip(unexplained["base"], unexplained["cand"])])
         excess[key] = round(point, 2)
         if low > slack:
@@ -73,18 +80,22 @@ def audit(series: dict, deciding: str) -> dict[str, Any]:
                 f"its timed calls took {point:.1f} us longer on the parent's wall clock than the base's, beyond "
                 f"what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the times it "
                 "reported are not the times its work took")
-    clocks = _clocks_with_the_work(series)
-    first = {w: _first_calls([series[(w, c)] for c in clocks]) for w in ("base", "cand")}
-    ratios = {w: [cold / max(MIN_US, typical) for cold, typical in pairs] for w, pairs in first.items()}
+    first = {"base": [], "cand": []}
+    for series in pairs:
+        clocks = _clocks_with_the_work(series)
+        for w in ("base", "cand"):
+            first[w] += _first_calls([series[(w, c)] for c in clocks])
+    ratios = {w: [cold / max(MIN_US, typical) for cold, typical in found] for w, found in first.items()}
     replay = {w: round(stats.median(r), 3) if r else None for w, r in ratios.items()}
     # How many microseconds a candidate's first call on a set takes beyond the later calls around it.
     cold_excess = stats.median([cold - typical for cold, typical in first["cand"]]) if first["cand"] else 0.0
-    factor = HOST_REPLAY_FACTOR if clocks == ["host"] else REPLAY_FACTOR
+    factor = HOST_REPLAY_FACTOR if clocks_seen == ["host"] else REPLAY_FACTOR
     if (replay["cand"] is not None and replay["base"] is not None and replay["cand"] > factor * replay["base"]
             and cold_excess > REPLAY_FLOOR_US and stats.rank_sum_p(ratios["cand"], ratios["base"]) < REPLAY_P):
         reasons.append(f"calls on input sets it had seen before ran {replay['cand']:.2f}x faster than calls on new "
                        f"ones (the base: {replay['base']:.2f}x): it replays answers it kept")
-    return {"wall_excess_us": excess, "wall_overhead_us": overhead, "replay_ratio": replay, "reasons": reasons}
+    return {"wall_excess_us": excess, "wall_overhead_us": overhead, "replay_ratio": replay,
+            "first_calls": {w: len(r) for w, r in ratios.items()}, "reasons": reasons}
 
 
 def _clocks_with_the_work(series: dict) -> list[str]:

@@ -63,18 +63,17 @@ class Job:
     workspace: Path  # where it is assembled on this machine
 
 
-def kernel_stages(session, workspace: Path, budget_s: Optional[float]) -> list[StageResult]:
-    """Correctness, then timing against the base, in one confined runner for the candidate."""
+def kernel_stages(session, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
+    """Correctness in a runner of the candidate's, then timing against the base in process pairs (both with
+    inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower."""
     from .check import check
     from .timing import measure
 
-    result, worker = check(session, workspace, timing_next=True)
-    if worker is None:
+    nonce = session.nonce()
+    result = check(session, workspace, timing_next=True, nonce=nonce)
+    if not result.passed:
         return [result]
-    try:
-        return [result, measure(session, worker, Path(workspace), budget_s=budget_s)]
-    finally:
-        worker.close(wait=False)
+    return [result, measure(session, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce)]
 
 
 class LocalDispatch:
@@ -97,7 +96,8 @@ class LocalDispatch:
                 yield job, [not_run("correctness", run.gate), not_run("timing", run.gate)], None
                 continue
             run.on_event("stage", proposal=job.name, stage="correctness and timing")
-            yield job, run.settings.stages.evaluate(run.open_session(), job.workspace, run.settings.timing_budget_s), None
+            yield job, run.settings.stages.evaluate(run.open_session(), job.workspace, run.settings.timing_budget_s,
+                                                    run.floor), None
 
     def close(self) -> None:
         self.run.close()
@@ -152,8 +152,10 @@ class RayDispatch:
         by_key = {str(i): job for i, job in enumerate(jobs)}
         for job in jobs:
             self.run.on_event("stage", proposal=job.name, stage="correctness and timing (queued on Ray)")
+        floor = self.run.floor.to_json() if self.run.floor else None
         results = self.pool.map_unordered(
-            lambda actor, item: actor.evaluate.remote(item[0], item[1].name, item[1].source), list(by_key.items()))
+            lambda actor, item: actor.evaluate.remote(item[0], item[1].name, item[1].source, floor),
+            list(by_key.items()))
         for key, stages, place in results:
             yield by_key[key], stages, place
 
@@ -164,6 +166,13 @@ class RayDispatch:
             except Exception:  # an actor already gone has nothing left to close
                 pass
             self.ray.kill(actor)
+
+
+def _gpu_index() -> int:
+    """Which of the host's GPUs Ray gave this actor (its first visible one), for the cores its pairs run on."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    first = visible.split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
 
 
 def target_files(target) -> dict[str, bytes]:
@@ -206,7 +215,8 @@ class EvaluationActor:
         facts = probed()
         self.facts = facts_dict(facts)
         self.gate_reason = arch_gate(self.target.arch, facts)
-        self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir)
+        self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir,
+                                 gpu_index=_gpu_index())
 
     def where(self) -> dict:
         return {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
@@ -220,27 +230,25 @@ class EvaluationActor:
             return
         try:
             self.session.oracle
-            self.session.bases
         except Exception:  # noqa: BLE001 - judge's stages report it where it matters
-            self.session.drop_base()
+            pass
 
     def check_base(self) -> tuple[StageResult, dict]:
         from .check import check
 
         if self.gate_reason:
             return not_run("correctness", self.gate_reason), self.where()
-        result, worker = check(self.session, self.base_dir)
-        if worker is not None:
-            worker.close()
-        return result, self.where()
+        return check(self.session, self.base_dir), self.where()
 
-    def evaluate(self, key: str, name: str, source: str) -> tuple[str, list[StageResult], dict]:
+    def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None
+                 ) -> tuple[str, list[StageResult], dict]:
         from .evaluation import fresh
+        from .noise import Floor
 
         if self.gate_reason:
             return key, [not_run("correctness", self.gate_reason), not_run("timing", self.gate_reason)], self.where()
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
-        return key, kernel_stages(self.session, workspace, self.budget_s), self.where()
+        return key, kernel_stages(self.session, workspace, self.budget_s, Floor.from_json(floor)), self.where()
 
     def close(self) -> None:
         self.session.close()

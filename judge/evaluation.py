@@ -1,15 +1,19 @@
 """One round's trusted state for the stages that run kernels: the secret the inputs come from, the oracle
-worker, the base's runner worker, and how candidate runners are started and confined.
+worker, the spare runners, how runners are started, confined and placed on the CPU's cores.
 
-Every process that holds contestant code (candidates, and the base, which a past round's winner wrote) is
-a confined runner of its own; the oracle holds only the task's files and is the one judge believes. The
-secret is drawn fresh for each run: seeds in task.yml are public, the ones used are not until the run is
-over (they are recorded with the results).
+Every process that holds contestant code (candidates, and the base, which a past round's winner wrote) is a
+confined runner of its own; the oracle holds only the task's files and is the one judge believes. The secret is
+drawn fresh for each run: seeds in task.yml are public, the ones used are not. Each candidate's inputs come from
+seeds of its own (a nonce per evaluation), so nothing one candidate saw or left behind fits another's.
+
+Base and candidate are treated alike: the timing stage takes both runners of each process pair from the same
+spares, binds them the same way, pins them to the same cores, and neither ran the correctness cases.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import shutil
 from dataclasses import dataclass, field
@@ -21,16 +25,18 @@ from .oracle import oracle_dir
 from .targets import Target
 from .worker import POLL_S, CommandFailed, Worker, WorkerError
 
-# Timing input sets per benchmark: as many as fit in this many bytes per process, within these bounds.
+# Timing input sets per benchmark: as many as fit in this many bytes (the oracle keeps them), within these bounds.
 SET_MEMORY_BYTES = 4 << 30
 MIN_SETS, MAX_SETS = 2, 8
-# Physical copies the timed calls run on in turn (each set is copied into one before its call): as many as fit
-# in this many bytes per process, within these bounds. More copies average out where buffers land in memory,
-# which moved one vecadd's time by up to 1.6% among eight allocations in one process on an H100.
+# Physical copies the timed calls run on in turn (the oracle writes each call's set into one): as many as fit in
+# this many bytes, within these bounds. More copies average out where buffers land in memory, which moved one
+# vecadd's time by up to 1.6% among eight allocations in one process on an H100.
 COPY_MEMORY_BYTES = 2 << 30
 MIN_COPIES, MAX_COPIES = 2, 8
 ORACLE_LIMIT_S = 600.0
-MAX_SPARES = 3
+MAX_SPARES = 6
+# The offsets of a pair's inputs move by a multiple of this, below a page: where buffers land is drawn per pair.
+SHIFT_STEP = 256
 
 
 def derive(secret: int, *parts: Any) -> int:
@@ -61,7 +67,7 @@ class Case:
 
 @dataclass
 class Evaluator:
-    """Starts and keeps the oracle and the base runner for one round run; see the module docstring."""
+    """Starts and keeps the oracle and the spare runners for one round run; see the module docstring."""
 
     target: Target
     root: Path
@@ -70,47 +76,53 @@ class Evaluator:
     confine: bool = True
     warm: bool = True  # keep spare runners that have loaded torch before their kernel is known
     spares: int | None = None  # how many; None: default_spares(target)
-    processes: int | None = None  # runner processes per kernel in timing; None: default_processes(target)
+    gpu_index: int = 0  # which of the host's GPUs this evaluator's runners use (for their cores)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
         _not_dumpable()
         self._oracle: Worker | None = None
-        self._bases: list[Worker] = []
         self._pool: list[Worker] = []  # spares, oldest first
-        self._prebound: dict[Path, list[Worker]] = {}  # spares bound (and loading) for a workspace's timing
-        self._told_cuda: set[int] = set()  # pids of the spares told to make their CUDA context
+        self._prebound: dict[Path, list[Worker]] = {}  # spares bound (and loading) ahead of their use
+        self._told_cuda: set[int] = set()
         self._started = 0
+        self._nonces = 0
         if self.spares is None:
             self.spares = default_spares(self.target)
-        if self.processes is None:
-            self.processes = default_processes(self.target)
         self._plans: dict[tuple, dict] = {}
-        self._expect: dict[int, list] = {}
-        self._outbox: dict | None = None  # the oracle's answer to "outbox": its handle and size, or an error
+        self.cores = placement(self.target, self.gpu_index)
 
     # ---- cases and seeds -------------------------------------------------------------------------------
 
-    def cases(self) -> list[Case]:
+    def nonce(self) -> int:
+        """A number of one evaluation's own, from which its seeds are derived."""
+        self._nonces += 1
+        return derive(self.secret, "evaluation", self._nonces)
+
+    def cases(self, nonce: int = 0) -> list[Case]:
         """Every test twice (two seeds: a kernel that keeps an answer fails the second) and every benchmark
         once, under every input distribution of the target."""
         out = []
         for dist in self.target.distributions:
             for i, spec in enumerate(self.target.tests):
                 for call in (1, 2):
-                    seed = derive(self.secret, "test", i, call, dist.name)
+                    seed = derive(self.secret, nonce, "test", i, call, dist.name)
                     out.append(Case("test", i, call, dist.name, with_seed(spec, seed)))
             for j, spec in enumerate(self.target.benchmarks):
-                seed = derive(self.secret, "benchmark", j, dist.name)
+                seed = derive(self.secret, nonce, "benchmark", j, dist.name)
                 out.append(Case("benchmark", j, 1, dist.name, with_seed(spec, seed)))
         return out
 
-    def timing_seeds(self, index: int, sets: int) -> list[int]:
-        """The warm-up seed, then one seed per timing input set of benchmark `index`."""
-        return [derive(self.secret, "timing", index, n) for n in range(sets + 1)]
+    def timing_seeds(self, index: int, nonce: int, pair: int, sets: int) -> list[int]:
+        """The warm-up seed, then one seed per timing input set of benchmark `index` in one process pair."""
+        return [derive(self.secret, nonce, "timing", pair, index, n) for n in range(sets + 1)]
 
-    def projection_seed(self, index: int) -> int:
-        return derive(self.secret, "projection", index)
+    def projection_seed(self, index: int, nonce: int, pair: int) -> int:
+        return derive(self.secret, nonce, "projection", pair, index)
+
+    def shift(self, nonce: int, pair: int, index: int) -> int:
+        """Where a pair's inputs start below a page (drawn): both kernels of the pair share it."""
+        return SHIFT_STEP * (derive(self.secret, nonce, "shift", pair, index) % (4096 // SHIFT_STEP))
 
     @property
     def poll_s(self) -> float:
@@ -133,6 +145,8 @@ class Evaluator:
                  "rtol": self.target.rtol, "atol": self.target.atol},
                 cwd=directory, log_path=self.root / "oracle.log", env=self.env(), poll_s=self.poll_s,
             )
+            if self.cores:
+                pin(self._oracle.pid, self.cores["others"])
         return self._oracle
 
     def ask(self, op: str, **args) -> Any:
@@ -145,28 +159,10 @@ class Evaluator:
                              f"see {self.root / 'oracle.log'}") from None
 
     def plan(self, case: Case) -> dict:
-        """Output slots and shapes of a case's spec, from the oracle, once per spec and distribution."""
+        """Output slots, shapes and input bytes of a case's spec, from the oracle, once per spec and distribution."""
         if case.key not in self._plans:
             self._plans[case.key] = self.ask("plan", spec=case.spec, distribution=case.distribution)
         return self._plans[case.key]
-
-    def outbox(self, plan: dict) -> dict | None:
-        """Where a runner hands a case's outputs to the oracle in device memory ({"handle", "layouts"}), or None:
-        a CPU target, outputs that are not all CUDA tensors, or an oracle that cannot export memory here (the
-        runner then saves a file, as it always may)."""
-        wanted = plan.get("outbox")
-        if self.target.on_cpu or not wanted:
-            return None
-        if self._outbox is None or ("bytes" in self._outbox and self._outbox["bytes"] < wanted["bytes"]):
-            self._outbox = self.ask("outbox", nbytes=wanted["bytes"])
-        if "error" in self._outbox:
-            return None
-        return {"handle": self._outbox["handle"], "layouts": wanted["layouts"]}
-
-    def clear_outbox(self) -> None:
-        """Zero the outbox before a candidate's cases: whatever an earlier runner left there is not this one's."""
-        if self._outbox is not None and "handle" in self._outbox:
-            self._outbox = self.ask("outbox", nbytes=self._outbox["bytes"], clear=True)
 
     def sets_for(self, index: int) -> int:
         return max(MIN_SETS, min(MAX_SETS, SET_MEMORY_BYTES // self._input_bytes(index)))
@@ -179,35 +175,22 @@ class Evaluator:
         plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))
         return max(1, plan.get("input_bytes", 1))
 
-    def expectations(self, index: int, sets: int) -> list:
-        """For each timing input set of benchmark `index`: the reference's projections and their bounds."""
-        if index not in self._expect:
-            spec = self.target.benchmarks[index]
-            self._expect[index] = self.ask(
-                "expect", spec=spec, distribution=self.target.distributions[0].name,
-                seeds=self.timing_seeds(index, sets)[1:], projection_seed=self.projection_seed(index))
-        return self._expect[index]
-
     # ---- runners ---------------------------------------------------------------------------------------
 
     def env(self) -> dict[str, str]:
         """The children's environment: what torch and CUDA need, none of the user's other variables (a kernel
-        could read the oracle's). CPU targets never touch a GPU and run single-threaded, so that base and
-        candidate do not fight over the cores."""
-        import os
-
+        could read the oracle's). CPU targets never touch a GPU."""
         from .confine import minimal_env
 
         env = minimal_env(dict(os.environ))
         if self.target.on_cpu:
-            env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+            env.update(CUDA_VISIBLE_DEVICES="")
         return env
 
     def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
-        """A confined runner for the kernel assembled in `workspace`, with its kernel not yet imported: the
-        oldest spare when there is one (new spares start loading behind it), else a cold start."""
+        """A confined runner for the kernel assembled in `workspace`, its kernel not yet imported, attached to
+        the oracle: the oldest spare when there is one (new spares start loading behind it), else a cold start."""
         workspace = Path(workspace).resolve()
-        (workspace / ".judge").mkdir(exist_ok=True)
         init, policy, env = self._runner_setup(workspace)
         worker = None
         while worker is None and self._pool:
@@ -221,22 +204,20 @@ class Evaluator:
                             poll_s=self.poll_s)
         if self.warm:
             self._top_up()
+        self._attach(worker, workspace)
         return worker
 
-    def prebind(self, workspace: Path, count: int) -> None:
-        """Bind up to `count` spares that have loaded torch to `workspace` and have them import its kernel,
-        without waiting: the timing stage's further runners (judge.timing.measure) get ready while the
-        correctness stage runs in the first one (a bind took 106-165 ms on an H100, 2026-11-25). Nothing is
-        timed meanwhile; `prebound` hands them over, and `discard_prebound` closes those not taken."""
+    def prebind(self, workspace: Path, count: int, prefix: str = "timing") -> int:
+        """Bind up to `count` ready spares to `workspace` and have them import its kernel, without waiting, while
+        something untimed runs (a correctness stage); `prebound` hands them over. How many were bound."""
         workspace = Path(workspace).resolve()
-        self.discard_prebound()
         init, policy, env = self._runner_setup(workspace)
         ready = [spare for spare in self._pool if spare.is_ready()][:count]
-        for n, spare in enumerate(ready, start=1):
+        for spare in ready:
             self._pool.remove(spare)
+            log = workspace / f"{prefix}-{spare.pid}.log"
             try:
-                spare.bind(init, workspace=workspace, log_path=workspace / f"timing-{n}.log", policy=policy, env=env,
-                           wait=False)
+                spare.bind(init, workspace=workspace, log_path=log, policy=policy, env=env, wait=False)
                 spare.start("load")
             except (WorkerError, CommandFailed):
                 spare.close()
@@ -244,22 +225,65 @@ class Evaluator:
             self._prebound.setdefault(workspace, []).append(spare)
         if ready and self.warm:
             self._top_up()
+        return len(ready)
 
     def prebound(self, workspace: Path) -> Worker | None:
-        """A runner `prebind` started for `workspace` (the caller reads its bind and load replies with
-        `finish`, where a failure raises as a cold runner's would), or None when there is none left."""
+        """A runner `prebind` started for `workspace`, its bind and load read (a failure raises as a cold
+        runner's would) and attached, or None when there is none left."""
         waiting = self._prebound.get(Path(workspace).resolve())
         if not waiting:
             return None
-        return waiting.pop(0)
+        worker = waiting.pop(0)
+        worker.finish()
+        self._attach(worker, Path(workspace).resolve())
+        return worker
 
-    def discard_prebound(self, keep: Path | None = None) -> None:
+    def loaded(self, workspace: Path, log_name: str, deadline_s: float) -> Worker:
+        """A runner for `workspace` with its kernel imported: a prebound one, else a new one that loads now."""
+        worker = self.prebound(workspace)
+        if worker is None:
+            worker = self.runner(workspace, log_name)
+            worker.call("load", deadline_s)
+        return worker
+
+    def discard_prebound(self, keep: tuple[Path, ...] = ()) -> None:
         """Close the runners `prebind` started, except those for `keep`: none may run while another kernel is
         timed."""
-        keep = Path(keep).resolve() if keep is not None else None
-        for workspace in [w for w in self._prebound if w != keep]:
+        keep_paths = {Path(k).resolve() for k in keep}
+        for workspace in [w for w in self._prebound if w not in keep_paths]:
             for worker in self._prebound.pop(workspace):
-                worker.close(wait=False)
+                self.close_runner(worker)
+
+    def close_runner(self, worker: Worker) -> None:
+        """End a runner and drop its files at the oracle (its device memory is freed at the next collect)."""
+        worker.close(wait=False)
+        if self._oracle is not None:
+            try:
+                self.ask("detach", runner=worker.pid)
+            except JudgeError:
+                pass
+
+    def collect(self) -> None:
+        """Free the oracle's retired device memory: every runner that mapped it has been closed."""
+        if self._oracle is not None:
+            self.ask("collect")
+
+    def _attach(self, worker: Worker, workspace: Path) -> None:
+        """The runner's own directory of host files, made by the oracle and owned by the runner's user."""
+        directory = workspace / ".judge" / "x" / str(worker.pid)
+        directory.mkdir(parents=True, exist_ok=True)
+        owner = workspace.stat()
+        if os.geteuid() == 0 and owner.st_uid != 0:
+            for path in (directory.parent, directory):
+                os.chown(path, owner.st_uid, owner.st_gid)
+        self.ask("attach", runner=worker.pid, directory=str(directory))
+
+    def pin_timing(self, *workers: Worker) -> None:
+        """Put the runners of a timed pair on the same cores (their threads too), the same for base and
+        candidate; a kernel cannot widen its own (judge.confine denies sched_setaffinity)."""
+        if self.cores:
+            for worker in workers:
+                pin(worker.pid, self.cores["timing"])
 
     def _top_up(self) -> None:
         """Start spares until the pool is full, and have those that have imported torch make their CUDA
@@ -275,9 +299,9 @@ class Evaluator:
 
     def settle(self) -> None:
         """Before timing: no spare may touch the GPU or, on a CPU target, take a core from a measurement. A
-        spare making its CUDA context finishes it (a fraction of a second); spares that wait are stopped.
-        On a GPU target a spare still importing torch goes on (CPU work, on other cores); on a CPU target it
-        is waited for."""
+        spare making its CUDA context finishes it; spares that wait are stopped. On a GPU target a spare still
+        importing torch goes on (CPU work, on other cores than the timed pair's); on a CPU target it is waited
+        for."""
         for spare in list(self._pool):
             try:
                 if self.target.on_cpu:
@@ -295,7 +319,7 @@ class Evaluator:
         from .isolation import policy_to_json
 
         rules, env = self._rules(workspace)
-        init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file, "generators": self.generators}
+        init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file}
         return init, policy_to_json(rules) if rules else None, env
 
     def _rules(self, workspace: Path):
@@ -313,39 +337,17 @@ class Evaluator:
         self._started += 1
         home = fresh(self.root / "spares" / str(self._started))
         _, env = self._rules(home)
-        return Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env, poll_s=self.poll_s)
-
-    @property
-    def base(self) -> Worker:
-        """The base's first runner."""
-        return self.bases[0]
-
-    @property
-    def bases(self) -> list[Worker]:
-        """The base's runners (`processes` of them), started once per round run and shared by every
-        candidate's timing."""
-        if self.base_dir is None:
-            raise ValueError("this evaluator has no base")
-        while len(self._bases) < self.processes:
-            suffix = f"-{len(self._bases)}" if self._bases else ""
-            worker = self.runner(self.base_dir, f"timing-base{suffix}.log")
-            self._bases.append(worker)
-            worker.call("load", ORACLE_LIMIT_S)
-        return self._bases
-
-    def drop_base(self) -> None:
-        """Forget base runners after one failed, so the next candidate starts fresh ones."""
-        for worker in self._bases:
-            worker.close()
-        self._bases = []
+        worker = Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env, poll_s=self.poll_s)
+        if self.cores:
+            pin(worker.pid, self.cores["others"])
+        return worker
 
     def close(self) -> None:
         self.discard_prebound()
-        for worker in (self._oracle, *self._bases, *self._pool):
+        for worker in (self._oracle, *self._pool):
             if worker is not None:
                 worker.close()
         self._oracle = None
-        self._bases = []
         self._pool = []
 
     def __enter__(self) -> "Evaluator":
@@ -355,25 +357,38 @@ class Evaluator:
         self.close()
 
 
-def default_processes(target: Target) -> int:
-    """Runner processes per kernel in timing: two on a GPU (an identical kernel measured 0.1-0.3 us per call
-    apart in two processes on an H100, even on shared memory; two processes each halve that offset's
-    variance), one for a CPU target, whose cores the processes would share."""
-    return 1 if target.on_cpu else 2
+def placement(target: Target, gpu_index: int = 0) -> dict[str, list[int]] | None:
+    """The cores a timed pair runs on (the target's budget, the last ones this process may use, a block per
+    GPU) and the rest, for the oracle and the spares; None where there are too few cores to set any apart."""
+    allowed = sorted(os.sched_getaffinity(0))
+    need = target.cores_for_timing
+    end = len(allowed) - gpu_index * need
+    if end - need < 1:
+        return None
+    timing = allowed[end - need:end]
+    return {"timing": timing, "others": [c for c in allowed if c not in timing]}
+
+
+def pin(pid: int, cores: list[int]) -> None:
+    """Every thread of process `pid` on `cores` (threads it starts later inherit the main thread's)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for task in tasks:
+        try:
+            os.sched_setaffinity(int(task), cores)
+        except OSError:
+            pass  # a thread that has just ended
 
 
 def default_spares(target: Target) -> int:
-    """Spare runners to keep loading ahead: on a GPU host, as many as half the cores allow, up to six. A
-    candidate takes two spares and a few seconds, and a spare is told to make its CUDA context only when a
-    runner is started after its torch import (3.6-5.5 s on the H100 machine) is done: with four, the spare a
-    correctness stage took had rarely been told, and its bind made the context then (a bind took 204-287 ms,
-    of which the context 250 ms, H100, 2026-11-25). On a CPU target one, which timing waits for (it would take
-    a core from the measurement)."""
-    import os
-
+    """Spare runners to keep loading ahead: on a GPU host, as many as half the cores allow, up to six (a
+    candidate's correctness runner and its first pairs' four runners are bound from them while its cases run);
+    on a CPU target two, which timing waits for (they would take a core from the measurement)."""
     if target.on_cpu:
-        return 1
-    return max(1, min(MAX_SPARES * default_processes(target), (os.cpu_count() or 1) // 2))
+        return 2
+    return max(1, min(MAX_SPARES, (os.cpu_count() or 1) // 2))
 
 
 def _not_dumpable() -> None:

@@ -304,18 +304,18 @@ class CheckDetail(Detail):
 class TimedBenchmark(Detail):
     """One benchmark timed, base against candidate, on the deciding clock; its repetitions are `timings` rows."""
 
-    APART = ("base_us", "cand_us")
+    APART = ("base_us", "cand_us", "rep_pairs")
     index: int  # the benchmark's index in task.yml
     base_median_us: float  # the base's median time on the deciding clock
     cand_median_us: float  # the candidate's median time
-    speedup: float  # base over candidate: the median of paired ratios
-    ci_low: float  # the low end of the speedup's 95% block-bootstrap interval
+    speedup: float  # base over candidate: the geometric mean over process pairs of each pair's ratio of medians
+    ci_low: float  # the low end of the speedup's 95% interval (Student's t over the pairs)
     ci_high: float  # its high end
     significant: bool  # whether the interval excludes 1
     reps: int  # repetitions per kernel on the deciding clock
     label: str = ABSENT  # its spec, as the report names it
     clock: str = ABSENT  # the deciding clock: gpu, call or host
-    stopped: str = ABSENT  # why timing stopped: precise, budget or max-reps
+    stopped: str = ABSENT  # why timing stopped: pairs (the process pairs' decision); earlier: precise, budget, max-reps
     method: str = ABSENT  # stream or device-wide (gpu clock), else the clock
     clocks: dict[str, dict] = ABSENT  # per clock: base and candidate medians, speedup, reps
     audit: dict = ABSENT  # wall_excess_us, wall_overhead_us, replay_ratio
@@ -323,12 +323,14 @@ class TimedBenchmark(Detail):
     sets: int = ABSENT  # input sets the timed calls rotate through
     copies: int = ABSENT  # physical copies of the inputs the timed calls run on in turn (each set copied in)
     placement: str = ABSENT  # shared: both kernels on the same device memory; separate (why): each on its own
-    processes: int = ABSENT  # runner processes per kernel, taken in pairs in turn
-    process_medians_us: dict = ABSENT  # base and cand: the deciding clock's median in each of their processes
+    processes: int = ABSENT  # runner processes per kernel: one per process pair
+    process_medians_us: dict = ABSENT  # base and cand: the analysed clock's median in each of their processes
+    pair_log_ratios: list[float] = ABSENT  # each process pair's log(base median / candidate median)
     measuring_s: float = ABSENT  # seconds spent timing it
     speed_of_light_us: float = ABSENT  # judge.toml's bound for it, where the target gives one
     base_us: list[float] = ABSENT  # every repetition (the `timings` rows, not in the JSON)
     cand_us: list[float] = ABSENT  # the candidate's, paired with base_us by repetition
+    rep_pairs: list[int] = ABSENT  # which process pair each repetition ran in (the `timings` rows' pair)
 
 
 @dataclass(frozen=True)
@@ -348,6 +350,11 @@ class TimingDetail(Detail):
     geomean_ci: list[float] = ABSENT  # its 95% interval
     significant: bool = ABSENT  # whether that interval excludes 1
     measuring_s: float = ABSENT  # seconds spent timing, over the benchmarks
+    pairs: int = ABSENT  # process pairs timed
+    pair_geomeans: list[float] = ABSENT  # each pair's geomean speedup
+    decision: str = ABSENT  # faster, slower, unchanged or inconclusive: the pairs' verdict against the floor
+    floor: dict = ABSENT  # the noise floor the decision used (judge.noise.Floor)
+    cores: list[int] | None = ABSENT  # the CPU cores every timed process pair ran on, null where not pinned
     summary: str = ABSENT  # the geomean line, kept here where the stage failed or was tampered
     audit_reasons: list[str] = ABSENT  # what the audits found, kept here where the stage failed
     tampered: list[str] = ABSENT  # every audit's finding that made it tampered

@@ -9,7 +9,9 @@ independent evidence. Everything is seeded: the same samples give the same inter
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -147,3 +149,162 @@ def _percentiles(replicates: np.ndarray, confidence: float) -> tuple[float, floa
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(replicates, [tail, 100 - tail])
     return float(low), float(high)
+
+
+# ---- the process pair as the unit ---------------------------------------------------------------------------
+#
+# A process is one sample of everything that differs between processes (where its buffers and code landed, its
+# host thread's core, its allocator's state): an identical kernel measured 0.1-0.3 us per call apart in two
+# processes on an H100, and GPU MODE's matmul_py at 128^3 had base processes with medians of 11.06 and 13.47 us.
+# Repetitions inside a process cannot see that, so the interval is built over process pairs (one base process,
+# one candidate process, taking turns): each pair gives one log ratio of medians per benchmark, and the
+# interval is Student's t over the pairs. A bootstrap over three to eight pairs has too few distinct resamples
+# (ten for three pairs) and understates the spread; t is exact for normal offsets and wider where pairs disagree.
+
+
+def pair_log_ratio(base: Sequence[float], cand: Sequence[float]) -> float:
+    """log(median(base) / median(cand)) of one process pair's repetitions on one benchmark."""
+    return math.log(median(base) / median(cand))
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(p: float, dof: int) -> float:
+    """The p-quantile of Student's t with `dof` degrees of freedom (p in (0.5, 1)), by bisection on its CDF."""
+    if dof < 1:
+        raise ValueError("Student's t needs at least one degree of freedom")
+    low, high = 0.0, 1.0
+    while _t_cdf(high, dof) < p:
+        high *= 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        if _t_cdf(mid, dof) < p:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def _t_cdf(t: float, dof: int) -> float:
+    """P(T <= t) for t >= 0, through the regularized incomplete beta function."""
+    x = dof / (dof + t * t)
+    return 1.0 - 0.5 * _betainc(dof / 2, 0.5, x)
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified Lentz)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 400):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f
+
+
+def chi2_low(p: float, dof: int) -> float:
+    """The p-quantile (p < 0.5) of the chi-square distribution with `dof` degrees of freedom, by Wilson and
+    Hilferty's cube-root approximation (within a few percent from two degrees of freedom on)."""
+    z = -math.sqrt(2) * _erfcinv(2 * p)
+    return dof * max(0.0, 1 - 2 / (9 * dof) + z * math.sqrt(2 / (9 * dof))) ** 3
+
+
+def _erfcinv(y: float) -> float:
+    """The inverse of math.erfc, by bisection (0 < y < 2)."""
+    low, high = -10.0, 10.0
+    for _ in range(200):
+        mid = (low + high) / 2
+        if math.erfc(mid) > y:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(mean, low, high): Student's t interval of the mean of `values` (at least two)."""
+    n = len(values)
+    if n < 2:
+        raise ValueError("an interval over pairs needs at least two pairs")
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def geomean_logs(per_pair: Sequence[Sequence[float]]) -> list[float]:
+    """Each pair's geomean log ratio: the mean over benchmarks of its log ratios (one row per pair)."""
+    return [sum(row) / len(row) for row in per_pair]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a comparison stands after some pairs: `outcome` is faster, slower, unchanged or undecided; point
+    and interval are speedups (before / after)."""
+
+    outcome: str
+    point: float
+    low: float
+    high: float
+    pairs: int
+
+
+def decide(logs: Sequence[float], floor: float, confidence: float = CONFIDENCE) -> Decision:
+    """The verdict the pairs' geomean log ratios support against a noise floor (a fraction, 0.01 is 1%):
+    faster (slower) when the interval lies above (below) 1 and the point clears the floor; unchanged when the
+    whole interval lies within the floor; undecided otherwise (more pairs may settle it)."""
+    mean, low, high = t_interval(logs, confidence)
+    edge = math.log1p(floor)
+    point, lo, hi = math.exp(mean), math.exp(low), math.exp(high)
+    if low > 0 and mean >= edge:
+        outcome = "faster"
+    elif high < 0 and mean <= -edge:
+        outcome = "slower"
+    elif low >= -edge and high <= edge:
+        outcome = "unchanged"
+    else:
+        outcome = "undecided"
+    return Decision(outcome, point, lo, hi, len(logs))
+
+
+def final(decision: Decision, floor: float) -> str:
+    """The outcome when no more pairs will run: an undecided comparison is unchanged where its interval excludes
+    1 but its point is within the floor (a real change, too small to count), else inconclusive."""
+    if decision.outcome != "undecided":
+        return decision.outcome
+    edge = math.log1p(floor)
+    significant = decision.low > 1.0 or decision.high < 1.0
+    if significant and abs(math.log(decision.point)) < edge:
+        return "unchanged"
+    return "inconclusive"
+
+
+def settled(logs: Sequence[float], floor: float, min_pairs: int, max_pairs: int) -> bool:
+    """Whether no more pairs are needed: at least `min_pairs` and a decision, or `max_pairs` reached."""
+    if len(logs) >= max_pairs:
+        return True
+    return len(logs) >= min_pairs and decide(logs, floor).outcome != "undecided"
+
+
+def sequential(draw, floor: float, min_pairs: int, max_pairs: int) -> tuple[str, Decision]:
+    """Pairs drawn one at a time (`draw()` gives a pair's geomean log ratio) until `settled`; the final outcome
+    and the decision it rests on. The timing stage runs the same rule with real process pairs."""
+    logs = [draw() for _ in range(min_pairs)]
+    while not settled(logs, floor, min_pairs, max_pairs):
+        logs.append(draw())
+    decision = decide(logs, floor)
+    return final(decision, floor), decision

@@ -84,6 +84,16 @@ class Target:
     min_effect: float | None = None
     static: StaticSpec | None = None
     peer: PeerSpec | None = None
+    cores: int | None = None  # judge.toml [resources] cores; None: judge's default (cores_for_timing)
+
+    @property
+    def cores_for_timing(self) -> int:
+        """The cores each timed process pair gets, base and candidate alike (they take turns on them): the
+        target's budget, else one on a CPU target (one thread of the kernel's, as the base) and two on a GPU
+        (the launching thread and CUDA's own)."""
+        if self.cores is not None:
+            return self.cores
+        return 1 if self.on_cpu else 2
 
     @property
     def on_cpu(self) -> bool:
@@ -205,6 +215,9 @@ def load_target(path: str | Path) -> Target:
     min_effect = meta.get("min_effect")
     if min_effect is not None and not 0 <= float(min_effect) < 1:
         raise JudgeError(f"{where}: field 'min_effect': a fraction in [0, 1), got {min_effect}")
+    cores = (meta.get("resources") or {}).get("cores")
+    if cores is not None and not (type(cores) is int and 1 <= cores <= 64):
+        raise JudgeError(f"{where}: field 'resources.cores': a whole number of CPU cores from 1 to 64, got {cores!r}")
     plausibility = meta.get("plausibility", {})
     max_speedup = float(plausibility.get("max_speedup", DEFAULT_MAX_SPEEDUP))
     if max_speedup <= 1:
@@ -229,6 +242,7 @@ def load_target(path: str | Path) -> Target:
         min_effect=float(min_effect) if min_effect is not None else None,
         static=_static(meta.get("static"), path, where),
         peer=_peer(meta.get("peer"), path, where, kernel_file),
+        cores=cores,
     )
 
 

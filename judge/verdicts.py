@@ -3,7 +3,7 @@ slower, unchanged), held as implausible when the measurement cannot be true."""
 
 from __future__ import annotations
 
-from .noise import MIN_EFFECT
+from .noise import MIN_EFFECT, Floor
 from .records import Outcome
 from .stage_details import TimingDetail
 from .stages import StageResult, not_run_reason
@@ -36,11 +36,21 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
 
 
 def timing_verdict(timing: StageResult, min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
-    """faster, slower or unchanged, from the geomean and its interval; a target may ask for a larger effect
-    (judge.toml `min_effect`) where its clock is noisier."""
-    min_effect = max(min_effect, timing.detail.min_effect or 0.0)
-    low, high = timing.detail.geomean_ci
-    geomean = timing.detail.geomean
+    """faster, slower, unchanged or inconclusive. The timing stage decided against the noise floor it records
+    (judge.noise); an evaluation from before process pairs is read with its interval and `min_effect`."""
+    detail = timing.detail
+    floor = Floor.from_json(detail.floor) if detail.floor else None
+    if detail.decision and floor is not None:
+        outcome = Outcome(detail.decision)
+        if outcome is Outcome.UNCHANGED and detail.significant:
+            return outcome, f"{timing.summary}; a change under the noise floor ({floor.percent()}) counts as none"
+        if outcome is Outcome.INCONCLUSIVE:
+            return outcome, (f"{timing.summary}; undecided after {detail.pairs} process pairs: the interval reaches "
+                             f"past the noise floor ({floor.percent()}) and across 1")
+        return outcome, timing.summary
+    min_effect = max(min_effect, detail.min_effect or 0.0)
+    low, high = detail.geomean_ci
+    geomean = detail.geomean
     if low > 1.0 and geomean >= 1.0 + min_effect:
         return Outcome.FASTER, timing.summary
     if high < 1.0 and geomean <= 1.0 / (1.0 + min_effect):
