@@ -361,3 +361,19 @@ def brief(ledger: Ledger, kernels_dir: Path, target_name: Optional[str], round: 
         round = max(ran) + 1 if ran else 1
     view = brief_view(ledger, target, round)
     return render_brief(view, out_dir), view
+
+
+def calibrate(ledger: Ledger, target: Target, work_dir: Path, *, aa: int, slowdowns: tuple[float, ...],
+              budget_s: Optional[float], on_event) -> dict:
+    """`judge calibrate`: A/A runs and calibrated slowdowns of the base the target's next round would start
+    from (judge.calibrate), kept in the ledger."""
+    from .calibrate import calibrate as run_calibration
+    from .rounds import base_for
+
+    rounds = [row["round"] for row in ledger.rounds(target.name)]
+    next_round = max(rounds) + 1 if rounds else 1
+    source, origin = base_for(ledger, target, next_round)
+    result = run_calibration(ledger, target, source, work_dir, aa=aa, slowdowns=slowdowns, budget_s=budget_s,
+                             on_event=on_event)
+    result["base_origin"] = origin
+    return result

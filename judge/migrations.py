@@ -233,6 +233,20 @@ def m004_benchmark_inputs(db: sqlite_utils.Database) -> None:
     db["benchmark_results"].add_column("processes", int)
 
 
+@migration
+def m007_process_pairs_and_calibrations(db: sqlite_utils.Database) -> None:
+    """Each timed repetition says which process pair it ran in (timing's unit since judge compares processes,
+    not repetitions), and `judge calibrate` keeps its runs: A/A comparisons and calibrated slowdowns per target
+    and device, whose spread sets the noise floor with the rounds' controls."""
+    db["timings"].add_column("pair", int)
+    db["calibrations"].create(
+        {"id": int, "target": str, "device": str, "device_json": str, "base_sha256": str, "result_json": str,
+         "argv_json": str, "created_at": str},
+        pk="id",
+    )
+    db["calibrations"].create_index(["target", "device"])
+
+
 def applied(db: sqlite_utils.Database) -> list[str]:
     if MIGRATIONS_TABLE not in db.table_names():
         return []

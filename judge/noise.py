@@ -70,3 +70,60 @@ def default_floor(target) -> Floor:
     """The floor where no control has been measured: the target's minimum effect."""
     minimum = target_minimum(target)
     return Floor(effect=minimum, min_effect=minimum)
+
+
+# ---- the floor from A/A controls ----------------------------------------------------------------------------
+#
+# Every round times the base against an identical copy of itself, judged as a candidate is (judge.control), and
+# `judge calibrate` does the same several times. Each such comparison gives one geomean log ratio per process
+# pair: what identical code reads in one pair. The floor is how far an identical kernel's estimate can stray:
+# the controls' mean (a bias the design did not remove) plus FLOOR_SIGMAS standard errors of an estimate over
+# the fewest pairs a verdict can rest on, with the target's minimum effect as its lower limit. The standard
+# deviation is taken at the upper end of its own 90% range (few controls know it only roughly: from one control
+# of three pairs it is 0.3-2.2 times the true one), so a lucky quiet start does not set a floor too low.
+# Simulated (tests/test_stats.py), 4,000 comparisons of identical kernels with per-process offsets, order
+# effects and a bias gave no verdict, and 2% slowdowns were found where a process's offset is 0.3% or less.
+
+FLOOR_SIGMAS = 4.0
+SIGMA_BOUND = 0.1  # the lower tail of chi-square that bounds the standard deviation from above
+FLOOR_HISTORY = 20  # the most recent controls of a target and device that set its floor
+
+
+def floor_from(samples: list[list[float]], minimum: float, min_pairs: int, device: Optional[str] = None) -> Floor:
+    """The floor that controls' per-pair log ratios (one list per control) set above `minimum`."""
+    import math
+
+    usable = [s for s in samples[-FLOOR_HISTORY:] if len(s) >= 2]
+    if not usable:
+        return Floor(effect=minimum, min_effect=minimum, device=device)
+    from .stats import chi2_low
+
+    spread = sum(sum((x - sum(s) / len(s)) ** 2 for x in s) for s in usable)
+    dof = sum(len(s) - 1 for s in usable)
+    sd = math.sqrt(spread / chi2_low(SIGMA_BOUND, dof))
+    bias = abs(sum(sum(s) for s in usable) / sum(len(s) for s in usable))
+    effect = math.expm1(bias + FLOOR_SIGMAS * sd / math.sqrt(min_pairs))
+    if effect <= minimum:
+        return Floor(effect=minimum, min_effect=minimum, source="min_effect", controls=len(usable), device=device)
+    return Floor(effect=round(effect, 5), min_effect=minimum, source="controls", controls=len(usable), device=device)
+
+
+def device_name(facts: Optional[dict]) -> str:
+    """What a floor belongs to: the GPU's name, or on a CPU target the CPU's model."""
+    if facts and facts.get("name"):
+        return str(facts["name"])
+    return cpu_model()
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (or the platform's word for it)."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"

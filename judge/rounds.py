@@ -19,6 +19,7 @@ from .dispatch import Job
 from .evaluation import fresh
 from .ledger import Ledger, now, sha256
 from .patching import apply_patch, check_paths, parse_patch
+from .control import evaluate_control, round_floor
 from .peer import evaluate_peer
 from .records import Outcome, Proposal
 from .stage_details import CheckDetail, ScreenDetail, TimingDetail
@@ -84,16 +85,13 @@ class Stages:
     def check_base(self, session, base_dir: Path) -> StageResult:
         from .check import check
 
-        result, worker = check(session, base_dir)
-        if worker is not None:
-            worker.close()
-        return result
+        return check(session, base_dir)
 
-    def evaluate(self, session, workspace: Path, budget_s: Optional[float]) -> list[StageResult]:
-        """Correctness, then timing against the base, in one confined runner for the candidate."""
+    def evaluate(self, session, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
+        """Correctness, then timing against the base in process pairs, against the noise floor `floor`."""
         from .dispatch import kernel_stages
 
-        return kernel_stages(session, workspace, budget_s)
+        return kernel_stages(session, workspace, budget_s, floor)
 
 
 @dataclass
@@ -212,6 +210,7 @@ class RoundRun:
     device: Optional[dict]
     session: object = None
     dispatch: object = None  # judge.dispatch: where correctness and timing run
+    floor: object = None  # judge.noise.Floor: the effect faster and slower must clear in this run
     spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
 
     def stale(self, previous: Optional[dict]) -> bool:
@@ -291,6 +290,10 @@ def _run_target_round(
         run.dispatch = _dispatch(run)
         run.gate = run.dispatch.gate()
         _evaluate_base(run)
+        run.floor = round_floor(run)
+        evaluate_control(run)
+        run.floor = round_floor(run)
+        on_event("floor", target=target.name, floor=run.floor)
         evaluate_peer(run)
         _evaluate_candidates(run, [r for r in revisions if r["patch"]], base_source, summary)
         status = "finished"

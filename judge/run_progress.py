@@ -54,6 +54,10 @@ class RunProgress:
             self.progress.console.print(f"  {info['proposal']}: {info['outcome']} in an earlier run, kept", markup=False)
         elif kind == "probe":
             self.progress.console.print(f"{info['target']}: looking for a GPU ...", markup=False)
+        elif kind == "calibrate":
+            self.progress.console.print(f"  {info['what']} ...", markup=False)
+        elif kind == "floor":
+            self.progress.console.print(f"  noise floor: {info['floor'].words()}", markup=False)
 
 
     def _advance(self, where: str | None) -> None:

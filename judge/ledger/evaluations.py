@@ -250,9 +250,10 @@ def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[TimedBenchmark])
                 "processes": bench.processes or None,
             }
         ).last_pk
+        pairs = bench.rep_pairs or [None] * len(bench.base_us)
         db["timings"].insert_all(
-            {"benchmark_result_id": bench_id, "rep": i, "base_us": b, "cand_us": c}
-            for i, (b, c) in enumerate(zip(bench.base_us, bench.cand_us))
+            {"benchmark_result_id": bench_id, "rep": i, "base_us": b, "cand_us": c, "pair": p}
+            for i, (b, c, p) in enumerate(zip(bench.base_us, bench.cand_us, pairs))
         )
 
 

@@ -1,0 +1,181 @@
+"""`judge calibrate`: how much noise judge sees on this machine for a target, and the smallest slowdown it finds.
+
+For organizers setting up a contest on a new machine or target. It judges the target's current base against
+identical copies of itself (A/A) several times, exactly as a round judges a candidate, and then against copies
+slowed by known fractions of their own time (a GPU spin, or a busy wait on the CPU, after each call). It keeps
+the A/A runs in the ledger, where they set the noise floor with the rounds' controls (judge.noise), and reports
+per benchmark the floor and the smallest slowdown found.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import stats
+from .devices import facts_dict, gate, probed
+from .evaluation import Evaluator, fresh
+from .ledger import Ledger, sha256
+from .noise import Floor, device_name, floor_from, target_minimum
+from .targets import Target
+from .timing import MIN_PAIRS
+
+SLOWDOWNS = (0.005, 0.01, 0.02, 0.05)
+AA_RUNS = 3
+
+DELAY_MIXIN = '''
+
+# --- judge calibrate: the base, slowed by a known fraction of its own time on each benchmark ---
+import time as _judge_cal_time
+
+import torch as _judge_cal_torch
+
+_judge_cal_kernel = custom_kernel
+_JUDGE_CAL_DELAY_US = {delays!r}  # by the bytes of the call's input tensors
+_judge_cal_rate = []
+
+
+def _judge_cal_bytes(data):
+    if isinstance(data, (tuple, list)):
+        return sum(_judge_cal_bytes(x) for x in data)
+    if isinstance(data, dict):
+        return sum(_judge_cal_bytes(x) for x in data.values())
+    if isinstance(data, _judge_cal_torch.Tensor):
+        return data.numel() * data.element_size()
+    return 0
+
+
+def _judge_cal_cycles_per_us():
+    if not _judge_cal_rate:
+        start, end = (_judge_cal_torch.cuda.Event(enable_timing=True) for _ in range(2))
+        rates = []
+        for _ in range(3):
+            start.record()
+            _judge_cal_torch.cuda._sleep(200_000)
+            end.record()
+            end.synchronize()
+            rates.append(200_000 / (start.elapsed_time(end) * 1e3))
+        _judge_cal_rate.append(sorted(rates)[1])
+    return _judge_cal_rate[0]
+
+
+def custom_kernel(data):
+    out = _judge_cal_kernel(data)
+    delay = _JUDGE_CAL_DELAY_US.get(_judge_cal_bytes(data), 0.0)
+    if delay > 0:
+        if _judge_cal_torch.cuda.is_available():
+            _judge_cal_torch.cuda._sleep(int(delay * _judge_cal_cycles_per_us()))
+        else:
+            until = _judge_cal_time.perf_counter() + delay * 1e-6
+            while _judge_cal_time.perf_counter() < until:
+                pass
+    return out
+'''
+
+
+def slowed_source(base_source: str, delays: dict[int, float]) -> str:
+    """The base's source with each call delayed by `delays[input bytes]` microseconds after it returns."""
+    return base_source.rstrip("\n") + "\n" + DELAY_MIXIN.format(delays={k: round(v, 3) for k, v in delays.items()})
+
+
+def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, *, aa: int = AA_RUNS,
+              slowdowns: tuple[float, ...] = SLOWDOWNS, budget_s: Optional[float] = None,
+              on_event: Callable[..., None] = lambda *a, **k: None) -> dict:
+    """A/A runs, then calibrated slowdowns, of `base_source`; the result, also kept in the ledger."""
+    from .dispatch import kernel_stages
+
+    reason = gate(target.arch)
+    if reason:
+        raise_not_run(target, reason)
+    facts = probed()
+    device = device_name(facts_dict(facts))
+    root = fresh(Path(work_dir) / target.name / "calibrate")
+    base_dir = target.assemble(root / "base", base_source)
+    started = time.monotonic()
+    controls, slowed = [], []
+    with Evaluator(target, root / ".judge-round", base_dir=base_dir) as ev:
+        base_check = kernel_stages_check(ev, base_dir)
+        if base_check is not None:
+            raise_not_run(target, f"the base fails its own correctness stage: {base_check}")
+        for n in range(aa):
+            on_event("calibrate", what=f"A/A {n + 1} of {aa}")
+            stages = kernel_stages(ev, target.assemble(root / f"aa-{n + 1}", base_source), budget_s)
+            controls.append(_run_record(stages, f"A/A {n + 1}"))
+        floor = floor_from([c["logs"] for c in controls], target_minimum(target), MIN_PAIRS, device)
+        delays = _delays(ev, target, controls)
+        for fraction in slowdowns:
+            on_event("calibrate", what=f"slowed by {fraction:.1%}")
+            source = slowed_source(base_source, {k: fraction * us for k, us in delays.items()})
+            stages = kernel_stages(ev, target.assemble(root / f"slow-{fraction:g}", source), budget_s, floor)
+            slowed.append(dict(_run_record(stages, f"slowed {fraction:.1%}"), fraction=fraction))
+    result = _summary(target, controls, slowed, floor)
+    result["seconds"] = round(time.monotonic() - started, 1)
+    result["id"] = ledger.record_calibration(target.name, device, facts_dict(facts), sha256(base_source), result,
+                                             sys.argv)
+    return result
+
+
+def kernel_stages_check(ev: Evaluator, base_dir: Path) -> Optional[str]:
+    """None when the base passes its correctness stage, else why not."""
+    from .check import check
+
+    result = check(ev, base_dir)
+    return None if result.passed else result.summary
+
+
+def raise_not_run(target: Target, reason: str):
+    from .errors import JudgeError
+
+    raise JudgeError(f"{target.name}: cannot calibrate here: {reason}")
+
+
+def _run_record(stages: list, name: str) -> dict:
+    """One A/A or slowed run as the result keeps it (a run that did not pass timing says why)."""
+    timing = stages[-1]
+    if timing.stage != "timing" or timing.status != "passed":
+        return {"name": name, "error": timing.summary, "logs": []}
+    detail = timing.detail
+    return {"name": name, "decision": detail.decision, "geomean": detail.geomean, "ci": detail.geomean_ci,
+            "pairs": detail.pairs, "pair_geomeans": detail.pair_geomeans,
+            "logs": [math.log(g) for g in detail.pair_geomeans],
+            "benchmarks": [{"index": b.index, "label": b.label, "base_median_us": b.base_median_us,
+                            "speedup": b.speedup, "ci": [b.ci_low, b.ci_high], "pair_log_ratios": b.pair_log_ratios}
+                           for b in detail.benchmarks]}
+
+
+def _delays(ev: Evaluator, target: Target, controls: list[dict]) -> dict[int, float]:
+    """Each benchmark's median base time (over the A/A runs), keyed as the mixin keys calls: by input bytes."""
+    from .evaluation import Case, with_seed
+
+    times: dict[int, list[float]] = {}
+    for run in controls:
+        for bench in run.get("benchmarks", []):
+            times.setdefault(bench["index"], []).append(bench["base_median_us"])
+    delays = {}
+    for index, values in times.items():
+        spec = with_seed(target.benchmarks[index], 0)
+        plan = ev.plan(Case("benchmark", index, 1, target.distributions[0].name, spec))
+        delays[int(plan["input_bytes"])] = stats.median(values)
+    return delays
+
+
+def _summary(target: Target, controls: list[dict], slowed: list[dict], floor: Floor) -> dict:
+    """Per benchmark: its floor from the A/A runs, and the smallest slowdown whose interval and point found it."""
+    per_benchmark = []
+    for index in range(len(target.benchmarks)):
+        samples = [[r for b in run.get("benchmarks", []) if b["index"] == index for r in b["pair_log_ratios"]]
+                   for run in controls]
+        bench_floor = floor_from(samples, 0.0, MIN_PAIRS)
+        found = [run["fraction"] for run in slowed for b in run.get("benchmarks", [])
+                 if b["index"] == index and b["ci"][1] < 1.0 and b["speedup"] <= bench_floor.slower_at]
+        per_benchmark.append({"index": index, "label": target.benchmark_label(index), "floor": bench_floor.effect,
+                              "smallest_found": min(found) if found else None})
+    found = [run["fraction"] for run in slowed if run.get("decision") == "slower"]
+    aa = [run for run in controls if run.get("logs")]
+    bias = sum(sum(run["logs"]) for run in aa) / max(1, sum(len(run["logs"]) for run in aa)) if aa else None
+    return {"controls": controls, "slowdowns": slowed, "floor": floor.to_json(), "per_benchmark": per_benchmark,
+            "aa_verdicts": [run.get("decision") for run in controls], "bias": bias,
+            "smallest_found": min(found) if found else None}
