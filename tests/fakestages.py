@@ -65,7 +65,7 @@ class FakeStages(Stages):
     def check_base(self, session, base_dir):
         return self.correctness(session.target, base_dir)
 
-    def evaluate(self, session, workspace, budget_s):
+    def evaluate(self, session, workspace, budget_s, floor=None):
         check = self.correctness(session.target, workspace)
         if not check.passed:
             return [check]

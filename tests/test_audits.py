@@ -35,12 +35,12 @@ def test_wall_clock_audit_catches_time_that_was_not_reported():
     # Both runners spend 100 us of judge's own work around each call beyond the call itself.
     honest = [_rep(20.0, 120.0 + (i % 3)) for i in range(60)]
     forged = [_rep(10.0, 100.0 + 50.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 50 us
-    audit = audits.audit({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
+    audit = audits.audit([{("base", "gpu"): honest, ("cand", "gpu"): forged}], "gpu")
     assert audit["wall_excess_us"]["gpu call"] == 40.0
     assert audit["wall_overhead_us"]["gpu call"] == {"base": 101.0, "cand": 141.0}
     assert audit["reasons"] == []  # 40 us is within the 50 us floor
     forged = [_rep(10.0, 100.0 + 260.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 260 us
-    audit = audits.audit({("base", "gpu"): honest, ("cand", "gpu"): forged}, "gpu")
+    audit = audits.audit([{("base", "gpu"): honest, ("cand", "gpu"): forged}], "gpu")
     assert audit["reasons"] == [
         "its timed calls took 250.0 us longer on the parent's wall clock than the base's, beyond what the times "
         "it reported account for (gpu clock; 50 us allowed): the times it reported are not the times its work took"]
@@ -51,9 +51,9 @@ def test_wall_clock_audit_allows_for_judges_own_work_around_the_call():
     # processes doing that work at different speeds, and no more.
     honest = [_rep(20.0, 1020.0 + (i % 3)) for i in range(60)]
     slower = [_rep(20.0, 1020.0 + 120.0 + (i % 3)) for i in range(60)]
-    assert audits.audit({("base", "call"): honest, ("cand", "call"): slower}, "call")["reasons"] == []
+    assert audits.audit([{("base", "call"): honest, ("cand", "call"): slower}], "call")["reasons"] == []
     forged = [_rep(10.0, 1010.0 + 210.0 + (i % 3)) for i in range(60)]  # reports 10 us, took 220 us
-    assert audits.audit({("base", "call"): honest, ("cand", "call"): forged}, "call")["reasons"] == [
+    assert audits.audit([{("base", "call"): honest, ("cand", "call"): forged}], "call")["reasons"] == [
         "its timed calls took 210.0 us longer on the parent's wall clock than the base's, beyond what the times "
         "it reported account for (call clock; 150 us allowed): the times it reported are not the times its work "
         "took"]
@@ -62,7 +62,7 @@ def test_wall_clock_audit_allows_for_judges_own_work_around_the_call():
 def test_replay_of_seen_inputs_is_caught():
     base = [_rep(20.0, 120.0, cold=i < 8) for i in range(100)]
     cand = [_rep(200.0 if i < 8 else 20.0, 300.0 if i < 8 else 120.0, cold=i < 8) for i in range(100)]
-    audit = audits.audit({("base", "call"): base, ("cand", "call"): cand}, "call")
+    audit = audits.audit([{("base", "call"): base, ("cand", "call"): cand}], "call")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 10.0}
     assert audit["reasons"][-1] == ("calls on input sets it had seen before ran 10.00x faster than calls on new "
                                     "ones (the base: 1.00x): it replays answers it kept")
@@ -73,13 +73,13 @@ def test_a_replay_that_costs_more_than_the_kernel_is_still_caught():
     # (+50 us): 1.33x, slower than the base's 20 us everywhere, and a replay all the same.
     base = [_rep(20.0, 120.0, cold=i % 12 == 0) for i in range(120)]
     cand = [_rep(200.0 if i % 12 == 0 else 150.0, 300.0, cold=i % 12 == 0) for i in range(120)]
-    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): cand}, "gpu")
+    audit = audits.audit([{("base", "gpu"): base, ("cand", "gpu"): cand}], "gpu")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 1.333}
     assert audit["reasons"] == ["calls on input sets it had seen before ran 1.33x faster than calls on new ones "
                                 "(the base: 1.00x): it replays answers it kept"]
     # The most an honest kernel's ratio strayed on an H100 (1.015) is not a replay.
     honest = [_rep(20.3 if i % 12 == 0 else 20.0, 120.0, cold=i % 12 == 0) for i in range(120)]
-    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): honest}, "gpu")
+    audit = audits.audit([{("base", "gpu"): base, ("cand", "gpu"): honest}], "gpu")
     assert audit["reasons"] == [] and audit["replay_ratio"]["cand"] == 1.015
 
 
@@ -90,12 +90,12 @@ def test_a_slow_start_is_not_taken_for_replays():
     cold = {0, 1, 3, 4, 6, 7, 9, 10}
     base = [_rep(20.0, 120.0, cold=i in cold) for i in range(100)]
     slow_start = [_rep(60.0 if i < 16 else 20.0, 160.0, cold=i in cold) for i in range(100)]
-    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): slow_start}, "gpu")
+    audit = audits.audit([{("base", "gpu"): base, ("cand", "gpu"): slow_start}], "gpu")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 1.0}
     assert audit["reasons"] == []
     # A kernel that replays answers is still caught in the same slow start: 200 us for a first call, 20 us after.
     replays = [_rep((200.0 if i in cold else 20.0) * (3 if i < 16 else 1), 160.0, cold=i in cold) for i in range(100)]
-    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): replays}, "gpu")
+    audit = audits.audit([{("base", "gpu"): base, ("cand", "gpu"): replays}], "gpu")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 10.0}
     assert audit["reasons"][-1].startswith("calls on input sets it had seen before ran 10.00x faster")
 
@@ -114,12 +114,12 @@ def test_side_stream_kernels_are_checked_for_replays_on_the_call_clock():
 
     series = {("base", "gpu"): gpu(40.0, 40.0, 20.0), ("cand", "gpu"): gpu(30.0, 1.5, 60.0),
               ("base", "call"): call(60.0, 60.0), ("cand", "call"): call(62.0, 62.0)}
-    audit = audits.audit(series, "gpu")
+    audit = audits.audit([series], "gpu")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 1.0}
     assert audit["reasons"] == []
     # Replaying answers shows on the call clock all the same: 200 us on a new set, 62 us after.
     series[("cand", "call")] = call(200.0, 62.0)
-    audit = audits.audit(series, "gpu")
+    audit = audits.audit([series], "gpu")
     assert audit["replay_ratio"] == {"base": 1.0, "cand": 3.226}
     assert audit["reasons"][-1].startswith("calls on input sets it had seen before ran 3.23x faster")
 
@@ -131,7 +131,7 @@ def test_one_or_two_first_calls_are_not_evidence_of_a_replay():
     def call(first):
         return [_rep(first if i in (3, 40) else 150.0, 400.0, cold=i in (3, 40)) for i in range(60)]
 
-    audit = audits.audit({("base", "call"): call(189.0), ("cand", "call"): call(235.5)}, "call")
+    audit = audits.audit([{("base", "call"): call(189.0), ("cand", "call"): call(235.5)}], "call")
     assert audit["replay_ratio"] == {"base": 1.26, "cand": 1.57}
     assert audit["reasons"] == []
 
@@ -147,8 +147,8 @@ def test_noisy_first_calls_of_identical_kernels_are_not_a_replay_but_a_replay_in
                      cold=i in cold) for i in range(160)]
 
     base, same = series(1.0), series(1.0)
-    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): same}, "gpu")
+    audit = audits.audit([{("base", "gpu"): base, ("cand", "gpu"): same}], "gpu")
     assert audit["reasons"] == []
     replays = series(8.0)  # 80 us to compute and keep an answer, 10 us to hand a kept one back
-    audit = audits.audit({("base", "gpu"): base, ("cand", "gpu"): replays}, "gpu")
+    audit = audits.audit([{("base", "gpu"): base, ("cand", "gpu"): replays}], "gpu")
     assert audit["reasons"][-1].endswith("it replays answers it kept")

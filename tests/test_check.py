@@ -34,9 +34,7 @@ def cpu_target():
 def judge_variant(target, variant: str, tmp_path: Path, timeout_s: float = 120, secret: int = 7):
     workspace = target.assemble(tmp_path / variant, (VARIANTS / f"{variant}.py").read_text())
     with Evaluator(target, tmp_path / "round", secret=secret) as evaluator:
-        result, worker = check(evaluator, workspace, timeout_s=timeout_s)
-        if worker is not None:
-            worker.close()
+        result = check(evaluator, workspace, timeout_s=timeout_s, nonce=0)
     return result
 
 
@@ -54,8 +52,8 @@ def test_correct_passes_on_secret_seeds(tmp_path):
     assert result.status == "passed", result.summary + result.log_tail
     assert result.summary == "8 of 8 checks passed (3 tests x 2 seeds + 2 benchmarks)"
     cases = result.detail.cases
-    expected_seeds = [derive(7, "test", i, call, "default") for i in range(3) for call in (1, 2)]
-    expected_seeds += [derive(7, "benchmark", j, "default") for j in range(2)]
+    expected_seeds = [derive(7, 0, "test", i, call, "default") for i in range(3) for call in (1, 2)]
+    expected_seeds += [derive(7, 0, "benchmark", j, "default") for j in range(2)]
     assert [c.seed for c in cases] == expected_seeds
     assert not {4242, 4243, 5236, 1001, 1, 2} & {c.seed for c in cases}  # task.yml's public seeds are not used
     assert [(c.kind, c.test, c.call) for c in cases] == [
@@ -71,7 +69,7 @@ def test_correct_passes_on_secret_seeds(tmp_path):
 def test_wrong_fails_with_mismatches(tmp_path):
     result = judge_variant(cpu_target(), "wrong", tmp_path)
     assert result.status == "failed"
-    seed = derive(7, "test", 0, 1, "default")
+    seed = derive(7, 0, "test", 0, 1, "default")
     assert result.summary.startswith(
         f"8 of 8 checks failed; first: test 0 (size=127), first call (seed {seed}): output: ")
     first = result.detail.cases[0].outputs[0]
@@ -96,7 +94,7 @@ def test_cache_is_stale_on_the_second_call(tmp_path):
     assert result.status == "failed"
     verdicts = [(c.kind, c.call, c.passed) for c in result.detail.cases]
     assert verdicts == [("test", 1, True), ("test", 2, False)] * 3 + [("benchmark", 1, True)] * 2
-    seed = derive(7, "test", 0, 2, "default")
+    seed = derive(7, 0, "test", 0, 2, "default")
     assert result.summary.startswith(f"3 of 8 checks failed; first: test 0 (size=127), second call (seed {seed})")
 
 
@@ -107,9 +105,9 @@ def test_right_on_test_shapes_only_fails_on_a_benchmark_shape(tmp_path):
     workspace = target.assemble(tmp_path / "tests-only", source)
     target.benchmarks = [{"size": 200000, "seed": 1}]
     with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
-        result, _ = check(evaluator, workspace)
+        result = check(evaluator, workspace, nonce=0)
     assert result.status == "failed"
-    seed = derive(7, "benchmark", 0, "default")
+    seed = derive(7, 0, "benchmark", 0, "default")
     assert result.summary == (f"1 of 7 checks failed; first: benchmark 0 (size=200000) (seed {seed}): output has "
                               "99997 NaN/Inf of 200000 elements; check_implementation: mismatch against the reference")
 
@@ -117,7 +115,7 @@ def test_right_on_test_shapes_only_fails_on_a_benchmark_shape(tmp_path):
 def test_exception_crashes(tmp_path):
     result = judge_variant(cpu_target(), "faults", tmp_path)
     assert result.status == "crashed"
-    seed = derive(7, "test", 0, 1, "default")
+    seed = derive(7, 0, "test", 0, 1, "default")
     assert result.summary == (f"crashed: IndexError: index 508 is out of bounds for dimension 0 with size 127 "
                               f"(test 0 (size=127), first call (seed {seed}))")
     assert "Traceback" in result.log_tail
@@ -126,7 +124,9 @@ def test_exception_crashes(tmp_path):
 def test_hang_times_out(tmp_path):
     result = judge_variant(cpu_target(), "hangs", tmp_path, timeout_s=8)
     assert result.status == "timed-out"
-    assert result.summary == "timed-out: killed after 8.0 s" or result.summary.startswith("timed-out: killed after")
+    # killed while it hangs, or found past the stage's limit at its next command on a slow machine
+    assert result.summary.startswith("timed-out: killed after") or result.summary == (
+        "timed-out: ran past the stage's time limit")
     assert result.seconds < 14
 
 
@@ -138,9 +138,9 @@ def test_patching_the_reference_in_its_own_process_changes_nothing(tmp_path):
         "def custom_kernel(data):\n    a, b, out = data\n    out.zero_()\n    return out\n")
     workspace = target.assemble(tmp_path / "patcher", source)
     with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
-        result, _ = check(evaluator, workspace)
-    assert result.status == "tampered"
-    assert result.summary == ("tampered: reference.ref_kernel replaced; reference.check_implementation replaced")
+        result = check(evaluator, workspace, nonce=0)
+    # the runner never imports the reference: the kernel's own copy of it reaches nothing judge uses
+    assert result.status == "failed"
     assert not any(c.passed for c in result.detail.cases)  # the oracle's reference was never touched
 
 
@@ -150,7 +150,7 @@ def test_input_distributions_are_all_checked(tmp_path):
                                               "    torch.add(a, b, out=out)\n    out.clamp_(-12.0, 12.0)")
     workspace = target.assemble(tmp_path / "clamps", clamping)
     with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
-        result, _ = check(evaluator, workspace)
+        result = check(evaluator, workspace, nonce=0)
     assert result.status == "failed"
     failed = {(c.distribution, c.passed) for c in result.detail.cases}
     assert failed == {("randn", True), ("wide", False)}
@@ -217,50 +217,7 @@ def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
     target = load_target(problem)
     workspace = target.assemble(tmp_path / "ws", target.kernel_source())
     with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
-        result, worker = check(evaluator, workspace)
-        worker.close()
+        result = check(evaluator, workspace, nonce=0)
     assert result.status == "passed", result.summary
     assert result.summary == "3 of 3 checks passed (1 tests x 2 seeds + 1 benchmarks)"
 
-
-@pytest.mark.gpu
-def test_outputs_reach_the_oracle_in_device_memory_and_are_wiped_there(tmp_path):
-    """On a GPU a case's output is copied into the oracle's outbox, not saved to a file; the oracle zeroes what
-    it read, and the whole outbox before a candidate's cases, so a second look (or the next runner) finds no
-    answer there. An output not shaped as the reference's goes through a file, and the oracle names what is
-    wrong with it."""
-    target = load_target(FIXTURE)
-    correct = target.assemble(tmp_path / "correct", (VARIANTS / "correct.py").read_text())
-    short = target.assemble(tmp_path / "short", (VARIANTS / "correct.py").read_text().replace(
-        "def custom_kernel(data: input_t) -> output_t:",
-        "def custom_kernel(data: input_t) -> output_t:\n    return _full(data)[:-1]\n\n\ndef _full(data):"))
-    with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
-        case = evaluator.cases()[-1]  # the largest benchmark
-        plan = evaluator.plan(case)
-        outbox = evaluator.outbox(plan)
-        assert outbox is not None and len(outbox["layouts"]) == 1
-        args = dict(spec=case.spec, distribution=case.distribution)
-        for workspace, placed in ((correct, "outbox"), (short, "file")):
-            dump = workspace / ".judge" / "output.pt"  # where check.py has a runner save it: its workspace
-            worker = evaluator.runner(workspace)
-            try:
-                worker.call("load", 60)
-                if placed == "outbox":  # an answer an earlier runner left there is gone once the next check starts
-                    worker.call("case", 60, **args, slots=plan["slots"], dump=str(dump), outbox=outbox)
-                    evaluator.clear_outbox()
-                    left = evaluator.ask("verify", **args, dump=str(dump), outbox=outbox["layouts"])
-                    assert not left["passed"] and re.match(r"output: \d{8} of 16777216 elements differ", left["reason"])
-                ran = worker.call("case", 60, **args, slots=plan["slots"], dump=str(dump), outbox=outbox).value
-            finally:
-                worker.close()
-            assert ran["placed"] == placed
-            assert dump.exists() == (placed == "file")
-            received = outbox["layouts"] if placed == "outbox" else None
-            verdict = evaluator.ask("verify", **args, dump=str(dump), outbox=received)
-            if placed == "outbox":
-                assert verdict["passed"], verdict
-                again = evaluator.ask("verify", **args, dump=str(dump), outbox=received)
-                assert not again["passed"] and re.match(r"output: \d{8} of 16777216 elements differ", again["reason"])
-            else:
-                assert not verdict["passed"]
-                assert verdict["reason"] == "output has shape (16777215,), expected (16777216,)"

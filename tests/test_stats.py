@@ -114,3 +114,80 @@ def test_bootstrap_row_medians_are_numpys_bit_for_bit():
     for n in (1, 2, 3, 150, 200, 201):
         rows = 24 + rng.standard_normal((50, n))
         assert np.array_equal(stats._row_medians(rows), np.median(rows, axis=1))
+
+
+# ---- process pairs --------------------------------------------------------------------------------------------
+
+import math as _math
+import random as _random
+
+from judge.noise import floor_from
+
+
+def test_t_quantiles_match_the_tables():
+    assert stats.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=1e-4)
+    assert stats.t_quantile(0.975, 2) == pytest.approx(4.3027, abs=1e-4)
+    assert stats.t_quantile(0.975, 7) == pytest.approx(2.3646, abs=1e-4)
+    assert stats.t_quantile(0.995, 3) == pytest.approx(5.8409, abs=1e-4)
+    assert stats.t_quantile(0.975, 1000) == pytest.approx(1.9623, abs=1e-4)
+
+
+def test_t_interval_of_three_pairs():
+    mean, low, high = stats.t_interval([0.01, 0.012, 0.008])
+    assert mean == pytest.approx(0.01)
+    assert (low, high) == (pytest.approx(0.005031724576), pytest.approx(0.014968275424))
+    with pytest.raises(ValueError, match="at least two pairs"):
+        stats.t_interval([0.01])
+
+
+def test_a_decision_needs_both_the_interval_and_the_floor():
+    faster = stats.decide([0.02, 0.021, 0.019], 0.01)
+    assert faster.outcome == "faster" and faster.pairs == 3
+    assert faster.point == pytest.approx(_math.exp(0.02))
+    # significant, the point under the floor and the interval reaching past it: undecided while pairs can be
+    # added, unchanged once none will be
+    small = stats.decide([0.009, 0.0095, 0.0085], 0.01)
+    assert small.outcome == "undecided" and small.low > 1
+    assert stats.final(small, 0.01) == "unchanged"
+    assert stats.decide([0.001, -0.002, 0.0005], 0.01).outcome == "unchanged"
+    wide = stats.decide([0.05, -0.04, 0.01], 0.01)
+    assert wide.outcome == "undecided" and stats.final(wide, 0.01) == "inconclusive"
+    assert stats.decide([-0.03, -0.031, -0.029], 0.01).outcome == "slower"
+
+
+def test_pairs_are_added_until_settled_or_the_cap():
+    draws = iter([0.05, -0.04, 0.01, 0.02, -0.03, 0.04, -0.02, 0.03, 99.0])
+    outcome, decision = stats.sequential(lambda: next(draws), 0.01, 3, 8)
+    assert decision.pairs == 8 and outcome == "inconclusive"
+    draws = iter([0.001, -0.001, 0.0005, 99.0])
+    assert stats.sequential(lambda: next(draws), 0.01, 3, 8)[1].pairs == 3
+
+
+def _simulated_pair(rng, true_log, process_sd, order=0.0015, repetition_sd=0.001, bias=0.0):
+    """One process pair's log ratio of medians: the true change, each process's own offset (base and candidate),
+    who went first, and what is left of the repetitions' noise in a median."""
+    return (true_log + bias + rng.gauss(0, process_sd) - rng.gauss(0, process_sd) + rng.choice([order, -order])
+            + rng.gauss(0, repetition_sd))
+
+
+@pytest.mark.parametrize("process_sd, bias", [(0.002, 0.0), (0.004, 0.0), (0.004, 0.003), (0.02, 0.0)])
+def test_identical_kernels_never_get_a_verdict(process_sd, bias):
+    """1,000 simulated comparisons of identical kernels, with per-process offsets, order effects and a bias the
+    controls also saw: no faster, no slower."""
+    rng = _random.Random(20261125)
+    controls = [[_simulated_pair(rng, 0.0, process_sd, bias=bias) for _ in range(3)] for _ in range(5)]
+    floor = floor_from(controls, 0.01, 3).effect
+    outcomes = [stats.sequential(lambda: _simulated_pair(rng, 0.0, process_sd, bias=bias), floor, 3, 8)[0]
+                for _ in range(1000)]
+    assert outcomes.count("faster") == outcomes.count("slower") == 0
+
+
+@pytest.mark.parametrize("change", [0.02, 0.05])
+def test_real_slowdowns_are_found_where_the_noise_allows(change):
+    rng = _random.Random(7)
+    controls = [[_simulated_pair(rng, 0.0, 0.003) for _ in range(3)] for _ in range(5)]
+    floor = floor_from(controls, 0.01, 3).effect
+    assert floor < change
+    outcomes = [stats.sequential(lambda: _simulated_pair(rng, -_math.log1p(change), 0.003), floor, 3, 8)[0]
+                for _ in range(300)]
+    assert outcomes.count("slower") >= 290

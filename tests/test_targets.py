@@ -23,13 +23,15 @@ def test_the_cpu_example_target_reads_as_written():
     target = load_target(CPU_TARGET)
     assert (target.arch, target.on_cpu, target.deciding_clock) == ("cpu", True, "host")
     assert target.distributions == [Distribution("randn"), Distribution("wide", "inputs.py:wide")]
-    assert (target.min_effect, target.max_speedup) == (0.35, 10.0)
+    assert (target.min_effect, target.max_speedup, target.cores_for_timing) == (None, 10.0, 1)  # its floor: the controls
 
 
 @pytest.mark.parametrize("old,new,message", [
     ('arch = "cpu"', 'arch = "cpu"\nclock = "wall"', "field 'clock': 'wall' — 'gpu' (launch hidden) or 'call' (the whole call, launch "
                          "included, as GPU MODE times)"),
-    ("min_effect = 0.35", "min_effect = 1.5", "field 'min_effect': a fraction in [0, 1), got 1.5"),
+    ('arch = "cpu"', 'arch = "cpu"\nmin_effect = 1.5', "field 'min_effect': a fraction in [0, 1), got 1.5"),
+    ('arch = "cpu"', 'arch = "cpu"\n[resources]\ncores = 0', "field 'resources.cores': a whole number of CPU cores from 1 to "
+                                                             "64, got 0"),
     ("[tolerance]", "[plausibility]\nmax_speedup = 1\n\n[tolerance]",
      "field 'plausibility.max_speedup': must be above 1, got 1.0"),
 ])
@@ -78,3 +80,4 @@ def test_a_bad_peer_is_a_one_line_error(target_dir, peer, message):
     with pytest.raises(JudgeError) as caught:
         load_target(target_dir)
     assert caught.value.message == f"{toml}: {message.format(dir=target_dir)}"
+

@@ -1,0 +1,95 @@
+"""judge/exchange.py and judge/staging.py: data as a skeleton, laid out in areas, written by the oracle's side and
+read by a runner's mapping (host files here; device memory in tests/test_cuda_ipc.py)."""
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from judge import exchange, staging  # noqa: E402
+
+
+def test_a_skeleton_keeps_nesting_values_and_tensor_order():
+    a, b = torch.arange(3.0), torch.zeros(2, 2, dtype=torch.int32)
+    data = (a, [b, 7, 2.5, None, "x", float("nan"), torch.float16], {"k": a})
+    tree, tensors = exchange.skeleton(data)
+    assert tensors[0] is a and tensors[1] is b and tensors[2] is a
+    rebuilt = exchange.build(tree, [torch.ones(3), torch.ones(2, 2), torch.full((3,), 2.0)])
+    assert type(rebuilt) is tuple and type(rebuilt[1]) is list and type(rebuilt[2]) is dict
+    assert rebuilt[1][1:5] == [7, 2.5, None, "x"]
+    assert str(rebuilt[1][5]) == "nan" and rebuilt[1][6] is torch.float16
+    assert torch.equal(rebuilt[2]["k"], torch.full((3,), 2.0))
+
+
+def test_data_judge_cannot_hand_over_is_named_with_its_place():
+    with pytest.raises(exchange.ExchangeError, match=r"input\[1\]\['k'\] is a builtins.set"):
+        exchange.skeleton((torch.zeros(1), {"k": {1}}))
+    with pytest.raises(exchange.ExchangeError, match="keys that are not strings"):
+        exchange.skeleton({1: torch.zeros(1)})
+
+
+def test_layouts_keep_strides_and_start_each_tensor_on_its_own_page():
+    t = torch.zeros(4, 6).t()  # a transposed view: strides (1, 6)
+    copies, ends = exchange.plan([t, torch.zeros(3, dtype=torch.float64)], 2, {"device": 0, "host": 512})
+    first, second = copies
+    assert first[0] == {"area": "host", "offset": 512, "dtype": "float32", "shape": [6, 4], "stride": [1, 6]}
+    assert first[1]["offset"] == 512 + 4096 and second[0]["offset"] == 512 + 2 * 4096
+    assert ends == {"device": 0, "host": 512 + 4 * 4096}
+
+
+def test_what_the_oracle_writes_the_runner_reads_and_the_other_way(tmp_path):
+    host = exchange.HostFile(tmp_path / "inbox")
+    host.reserve(3 * 4096)
+    value = torch.arange(24.0).reshape(4, 6).t()
+    layout = exchange.plan([value], 1, {"device": 0, "host": 4096})[0][0][0]
+    host.write(layout, value)
+    mapped = exchange.MappedFile(str(tmp_path / "inbox"), host.nbytes)
+    seen = mapped.view(layout)
+    assert seen.stride() == (1, 6) and torch.equal(seen, value)
+    seen.mul_(2)  # the runner writes in place: the oracle reads what it wrote
+    assert torch.equal(host.read(layout), value * 2)
+
+
+def test_a_runner_that_cuts_its_file_short_cannot_fault_the_oracle(tmp_path):
+    host = exchange.HostFile(tmp_path / "outbox")
+    host.reserve(8192)
+    layout = {"area": "host", "offset": 4096, "dtype": "float32", "shape": [1024], "stride": [1]}
+    os.truncate(tmp_path / "outbox", 100)
+    with pytest.raises(exchange.ExchangeError, match="cut short in the kernel's process"):
+        host.read(layout)
+
+
+def test_the_oracle_never_follows_a_link_planted_where_its_file_goes(tmp_path):
+    os.symlink(tmp_path / "elsewhere", tmp_path / "inbox")
+    with pytest.raises(FileExistsError):
+        exchange.HostFile(tmp_path / "inbox")
+
+
+def test_an_output_description_that_reaches_past_the_outbox_is_refused(tmp_path):
+    files = staging.RunnerFiles(exchange.HostFile(tmp_path / "in"), exchange.HostFile(tmp_path / "out"))
+    files.outbox.reserve(4096)
+    past = [["host", 0, 2048, [1024], [1]]]  # float32 x 1024 from byte 2048: 2 KiB past the end
+    with pytest.raises(exchange.ExchangeError, match="reaches past the outbox"):
+        staging.received(past, files, None)
+    with pytest.raises(exchange.ExchangeError, match="does not write"):
+        staging.received([["host", 99, 0, [1], [1]]], files, None)
+    with pytest.raises(exchange.ExchangeError, match="shape or strides"):
+        staging.received([["host", 0, 0, [-1], [1]]], files, None)
+
+
+def test_staging_writes_the_set_poisons_the_outputs_and_reading_zeroes_what_was_read(tmp_path):
+    data = (torch.arange(4.0), torch.ones(4), torch.empty(4))
+    area = staging.lay_out(data, ["[2]"], 2)
+    area.sets["s"] = staging.tensors_of(data)
+    files = staging.RunnerFiles(exchange.HostFile(tmp_path / "in"), exchange.HostFile(tmp_path / "out"))
+    plan = staging.plan_for(area, files, {"device": None, "host": 8192})
+    staging.stage(area, "s", 1, [files], flush=False)
+    mapped = exchange.MappedFile(plan["host"]["path"], plan["host"]["bytes"])
+    a, b, out = (mapped.view(layout) for layout in plan["copies"][1])
+    assert torch.equal(a, data[0]) and torch.equal(b, data[1]) and torch.isnan(out).all()
+    box = exchange.MappedFile(plan["outbox"]["host"]["path"], plan["outbox"]["host"]["bytes"])
+    box.view({"offset": 0, "dtype": "float32", "shape": [4], "stride": [1]}).copy_(a + b)
+    got = staging.received([["host", 0, 0, [4], [1]]], files, None)
+    assert torch.equal(got[0], a + b)
+    assert not box.view({"offset": 0, "dtype": "float32", "shape": [4], "stride": [1]}).any()
