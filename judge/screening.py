@@ -18,7 +18,9 @@ from collections import Counter
 from dataclasses import replace
 
 from .patching import HUNK_HEADER, parse_patch
-from .screening_rules import _CONTAINERS, _FUNCS, RuleVisits, _const_str, _lines, _Scope
+from .screening_flow import _Scope
+from .screening_names import _CONTAINERS, _FUNCS, _const_str, _lines
+from .screening_rules import RuleVisits
 from .stage_details import Flag  # a flag is a part of the screen stage's detail
 
 RULES: dict[str, str] = {
