@@ -21,7 +21,8 @@ from .ledger import Ledger, now, sha256
 from .patching import apply_patch, check_paths, parse_patch
 from .peer import evaluate_peer
 from .records import Outcome, Proposal
-from .stage_details import CheckDetail, ScreenDetail, TimingDetail
+from .screening import screen_stage
+from .stage_details import CheckDetail, TimingDetail
 from .stages import StageResult, not_run
 from .targets import Target, find_target
 from .verdicts import MIN_EFFECT, decide
@@ -358,20 +359,6 @@ def _prepare(run: RoundRun, revision: dict, base_source: str):
     target.assemble(workspace, source)
     patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
     return revision, source, workspace, [patch_stage, screen_stage(base_source, source, revision["patch"])], started
-
-
-def screen_stage(base_source: str, source: str, patch: str) -> StageResult:
-    """The static read of the patch (judge.screening): flags for the sharks, never a verdict."""
-    from .screening import screen_patch
-
-    t0 = time.monotonic()
-    flags = screen_patch(base_source, source, patch)
-    if not flags:
-        summary = "no flags"
-    else:
-        rules = sorted({f.rule for f in flags})
-        summary = f"{len(flags)} flag{'s' if len(flags) != 1 else ''} for the sharks: {', '.join(rules)}"
-    return StageResult("screen", "passed", summary, time.monotonic() - t0, ScreenDetail(flags=flags))
 
 
 def _evaluate_base(run: RoundRun) -> None:

@@ -11,8 +11,7 @@ from fnmatch import fnmatchcase
 # Resolved dotted names per rule, as fnmatch patterns; "p" also matches "p.x" and "p(...)".
 _PATTERNS = {rule: pats.split() for rule, pats in {
     "sys-modules": "sys.modules sys.meta_path sys.path_hooks sys.path_importer_cache importlib.reload imp.reload builtins.__import__",
-    "threads": "threading _thread concurrent multiprocessing torch.multiprocessing asyncio signal.signal signal.setitimer "
-               "signal.alarm atexit weakref.finalize sys.settrace sys.setprofile sys.setswitchinterval sys.addaudithook sys.monitoring",
+    "threads": "threading _thread concurrent multiprocessing torch.multiprocessing asyncio sys.setswitchinterval",
     "subprocess": "subprocess os.system os.popen os.exec* os.spawn* os.fork* os.posix_spawn* os.startfile pty pexpect",
     "file-io": "builtins.open io.open io.FileIO os.open os.fdopen os.remove os.unlink os.rename os.renames os.replace os.mkdir "
                "os.makedirs os.rmdir os.removedirs os.chmod os.chown os.symlink os.link os.listdir os.scandir os.walk os.truncate "
@@ -26,15 +25,38 @@ _PATTERNS = {rule: pats.split() for rule, pats in {
               "torch.cuda.ExternalStream torch.cuda.streams torch.cuda.set_sync_debug_mode torch.profiler torch.autograd.profiler "
               "torch.cuda.profiler *.cuEvent* *.cudaEvent* *.cuStreamCreate* *.cudaStreamCreate* *Synchronize",
     "reference": "reference judge",
-    "introspection": "inspect sys._getframe sys._current_frames gc.get_objects gc.get_referrers gc.get_referents ctypes cffi "
-                     "traceback.walk_stack traceback.extract_stack builtins.globals torch.utils._python_dispatch torch.overrides "
-                     "torch._subclasses torch.library torch._C torch.Tensor._make_*",
+    "introspection": "inspect builtins.globals torch.utils._python_dispatch torch.overrides torch._subclasses torch.library "
+                     "torch._C torch.Tensor._make_*",
     "env": "os.putenv os.unsetenv os.chdir os.fchdir os.getppid os.getpid os.kill os.killpg os.nice os.sched_setaffinity "
            "resource.setrlimit resource.prlimit signal.pthread_kill signal.raise_signal psutil",
     "dynamic-code": "builtins.exec builtins.eval builtins.compile importlib.import_module importlib.util importlib.machinery "
                     "types.FunctionType types.CodeType types.ModuleType marshal pickle.load* pickle.Unpickler dill cloudpickle "
                     "base64 zlib.decompress* lzma bz2 gzip.decompress codecs.decode runpy code torch.utils.cpp_extension",
 }.items()}
+
+
+# Mechanisms with a rule and words of their own, checked before _PATTERNS (a name flags under one of them):
+# (rule, patterns, what it lets a kernel do, in words a shark reads without knowing Python's internals).
+MECHANISMS = [(rule, pats.split(), meaning) for rule, pats, meaning in [
+    ("frames", "sys._getframe sys._current_frames inspect.currentframe inspect.stack inspect.trace inspect.getouterframes "
+     "inspect.getinnerframes inspect.getframeinfo traceback.walk_stack traceback.extract_stack traceback.format_stack "
+     "traceback.print_stack traceback.walk_tb",
+     "reads the call stack: its callers' frames and their locals (judge's runner, the input sets it holds)"),
+    ("hooks", "sys.settrace sys.setprofile sys.monitoring threading.settrace* threading.setprofile*",
+     "installs a trace or profile hook: its code runs inside every later call, judge's own included"),
+    ("hooks", "sys.addaudithook", "installs an audit hook: its code runs on every audited event (imports, opens, exec) "
+     "until the process ends"),
+    ("hooks", "signal.signal signal.setitimer signal.alarm signal.set_wakeup_fd signal.siginterrupt "
+     "faulthandler.dump_traceback_later faulthandler.register",
+     "sets a signal handler or a timer: its code interrupts whatever runs then, judge's timing included"),
+    ("hooks", "atexit os.register_at_fork", "registers code to run at exit or at a fork, after or around judge's measurements"),
+    ("hooks", "weakref.finalize", "registers a finalizer: its code runs when the object is collected, at a moment "
+     "judge does not choose"),
+    ("hooks", "gc.callbacks", "adds a garbage-collection callback: its code runs at every collection, inside judge's own calls"),
+    ("introspection", "gc.get_objects gc.get_referrers gc.get_referents",
+     "walks the process's live objects: reaches judge's runner, its inputs and its outputs"),
+    ("introspection", "ctypes _ctypes cffi", "native calls and raw memory: can read or write any object of the process"),
+]]
 
 
 _ALLOWED = ("torch._C._cuda_getCurrentRawStream",)  # how launch code gets the current stream's handle; no hook
@@ -47,13 +69,22 @@ _CLOCKS = ["time.perf_counter*", "time.time*", "time.monotonic*", "time.process_
 _ATTRS = {
     **dict.fromkeys("read_text read_bytes write_text write_bytes tofile unlink mkdir rmdir touch symlink_to".split(), "file-io"),
     **dict.fromkeys("synchronize elapsed_time wait_stream wait_event record_event".split(), "timing"),
-    **dict.fromkeys("__code__ __closure__ __globals__ __builtins__ __subclasses__ f_back f_locals f_globals f_code gi_frame "
-                    "tb_frame cr_frame".split(), "introspection"),
+    **dict.fromkeys("__code__ __closure__ __globals__ __builtins__ __subclasses__ cell_contents".split(), "introspection"),
+    **dict.fromkeys("f_back f_locals f_globals f_builtins f_code gi_frame tb_frame tb_next cr_frame ag_frame".split(),
+                    "frames"),
     **dict.fromkeys("ref_kernel check_implementation generate_input".split(), "reference"),
 }
 
 
-_DUNDER_WRITES = {"__code__", "__globals__", "__builtins__", "__dict__", "__class__", "__defaults__", "__kwdefaults__"}
+# Attributes whose write changes what a function or an object is, whatever it is: what each write does.
+_DUNDER_WRITES = {
+    "__code__": "swaps the function's code: same name and identity, other behaviour",
+    "__defaults__": "changes the function's default arguments", "__kwdefaults__": "changes the function's default arguments",
+    "__closure__": "replaces the function's closure", "cell_contents": "rewrites a closure's cell: every function that "
+    "closes over it now sees another value",
+    "__class__": "changes the object's class", "__bases__": "changes the class's bases",
+    "__dict__": "replaces the object's namespace", "__globals__": "", "__builtins__": "",
+}
 
 
 _MUTATORS = {"update", "setdefault", "append", "extend", "insert", "clear", "pop", "popitem", "remove", "discard", "add",
@@ -86,6 +117,11 @@ _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 def _matches(name: str, patterns) -> bool:
     return any(fnmatchcase(name, p) or fnmatchcase(name, p + ".*") or fnmatchcase(name, p + "(*") for p in patterns)
+
+
+def _mechanism(name: str) -> tuple[str, str] | None:
+    """The rule and the words of the mechanism a resolved name is, if it is one of MECHANISMS."""
+    return next(((rule, meaning) for rule, pats, meaning in MECHANISMS if _matches(name, pats)), None)
 
 
 def _short(node: ast.AST, width: int = 60) -> str:

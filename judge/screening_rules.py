@@ -6,7 +6,8 @@ from __future__ import annotations
 import ast
 
 from .screening_names import (_ALLOWED, _ATTRS, _CLOCKS, _DUNDER_WRITES, _FUNCS, _IDENTITY, _LOOKUPS, _MODULE_MUTATORS,
-                              _MUTATORS, _PATTERNS, _SETATTRS, _SHAPES, _const_str, _disp, _matches, _root, _short)
+                              _MUTATORS, _PATTERNS, _SETATTRS, _SHAPES, _const_str, _disp, _matches, _mechanism, _root,
+                              _short)
 
 
 class RuleVisits:
@@ -89,8 +90,8 @@ class RuleVisits:
                 targets += t.elts if not isinstance(t, ast.Starred) else [t.value]
                 continue
             base = self.resolve(t.value) if isinstance(t, (ast.Attribute, ast.Subscript)) else None
-            if isinstance(t, ast.Attribute) and (base or t.attr in _DUNDER_WRITES):
-                self.add("monkeypatch", t, f"{verb} {_disp(base) + '.' + t.attr if base else _short(t)}")
+            if isinstance(t, ast.Attribute):
+                self._attr_write(scope, t, verb)
             elif isinstance(t, ast.Subscript):
                 if base == "builtins.globals()":
                     self.add("introspection", t, "writes globals()[...]")
@@ -120,12 +121,7 @@ class RuleVisits:
         func, name, args = node.func, self.resolve(node.func), node.args
         first = self.resolve(args[0]) if args else None
         if name in _SETATTRS and args:
-            attr = _const_str(args[1]) if len(args) > 1 else None
-            if first or attr in _DUNDER_WRITES:
-                what = _disp(first) if first else _short(args[0], 40)
-                self.add("monkeypatch", node, f"calls {_disp(name)} on {what}" + (f".{attr}" if attr else " with a computed name"))
-        elif name == "builtins.getattr" and len(args) >= 2 and not _const_str(args[1]) and first:
-            self.add("introspection", node, f"getattr on {_disp(first)} with a computed name")
+            self._setattr_call(scope, node, name)
         elif name == "builtins.vars" and first:
             self.add("introspection", node, f"calls vars({_disp(first)})")
         if not isinstance(func, ast.Attribute) or func.attr not in _MUTATORS:
@@ -167,7 +163,8 @@ class RuleVisits:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return
         if node.name == "__del__":
-            self.add("threads", node, "defines __del__ (runs at garbage collection)")
+            self.add("hooks", node, "defines __del__: its code runs when the object is collected, at a moment judge "
+                                    "does not choose")
         if node.name in ("__torch_function__", "__torch_dispatch__"):
             self.add("introspection", node, f"defines {node.name} (intercepts torch calls)")
         for dec in node.decorator_list:
@@ -185,6 +182,10 @@ class RuleVisits:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for a in node.names:
                 full = f"{node.module}.{a.name}" if isinstance(node, ast.ImportFrom) and node.module else a.name
+                self.forbid(node, full, "imports")
+                if mechanism := _mechanism(full):
+                    self.add(mechanism[0], node, f"imports {full}: {mechanism[1]}")
+                    continue
                 for rule, pats in _PATTERNS.items():
                     if _matches(full, pats):
                         self.add(rule, node, f"imports {full}")
@@ -209,21 +210,35 @@ class RuleVisits:
         parent, ctx = self.parent.get(node), getattr(node, "ctx", None)
         verb = "calls" if isinstance(parent, ast.Call) and parent.func is node else \
             "assigns" if isinstance(ctx, ast.Store) else "deletes" if isinstance(ctx, ast.Del) else "uses"
-        if name and not (isinstance(parent, ast.Attribute) and parent.value is node):  # torch.cuda.Event, not torch.cuda
+        outermost = not (isinstance(parent, ast.Attribute) and parent.value is node)  # torch.cuda.Event, not torch.cuda
+        if outermost:
+            self._as_value(node, name, verb)
+        if name and outermost:
             if name.startswith(("os.environ", "os.getenv")):
                 self._env(node, name, parent)
             if getattr(node, "attr", "") == "__dict__":
-                self.add("introspection", node, f"reads {_disp(name)}")
-            head = name.split("(")[0]
-            for rule, pats in _PATTERNS.items():
-                if any(name == a or name.startswith((a + ".", a + "(")) for a in _ALLOWED):
-                    break
-                if _matches(name, pats) and not ("(" in name and _matches(head, pats)):  # open().read: open is flagged
-                    self.add(rule, node, f"{verb} {_disp(name)}")
+                self.add("introspection", node, f"reads {name}")
+            self.forbid(node, name, verb)
+            self._patterns(node, name, verb)
         attr = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
         if attr in _ATTRS and (isinstance(node, ast.Attribute) or _ATTRS[attr] == "reference" or attr == "__builtins__"):
             if _ATTRS[attr] != "introspection" or verb in ("uses", "calls"):  # writes are monkeypatch's
-                self.add(_ATTRS[attr], node, f"{verb} {_short(node, 50)}")
+                words = f": {_mechanism('sys._getframe')[1]}" if _ATTRS[attr] == "frames" else ""
+                self.add(_ATTRS[attr], node, f"{verb} {_short(node, 50)}{words}")
+
+    def _patterns(self, node, name: str, verb: str) -> None:
+        """The rules whose patterns a resolved name matches; a mechanism's own rule and words first."""
+        head = name.split("(")[0]
+        if "(" in name and (_mechanism(head) or any(_matches(head, pats) for pats in _PATTERNS.values())):
+            return  # open().read, sys._getframe(1).f_back: the call itself is flagged where it is made
+        if mechanism := _mechanism(name):
+            self.add(mechanism[0], node, f"{verb} {_disp(name)}: {mechanism[1]}")
+            return
+        for rule, pats in _PATTERNS.items():
+            if any(name == a or name.startswith((a + ".", a + "(")) for a in _ALLOWED):
+                break
+            if _matches(name, pats):
+                self.add(rule, node, f"{verb} {_disp(name)}")
 
     def _env(self, node, name: str, parent) -> None:
         def key(expr, write: bool):

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FP8 = ROOT / "kernels/fp8_group_gemm_sm90/submission.py"
 NVFP4 = ROOT / "kernels/nvfp4_group_gemm/submission.py"
 FIXTURES = ROOT / "tests/fixtures/screening"
+FRAMES = "reads the call stack: its callers' frames and their locals (judge's runner, the input sets it holds)"
 
 
 def flags(source: str) -> list[tuple[str, int, str]]:
@@ -170,8 +171,9 @@ def test_flags_round_trip_and_name_known_rules_with_short_text():
     flag = Flag("timing", 3, "t = time.time()", "calls time.time")
     assert Flag.from_json(flag.to_json()) == flag
     assert flag.to_json() == {"rule": "timing", "line": 3, "text": "t = time.time()", "why": "calls time.time"}
-    assert set(RULES) == {"monkeypatch", "sys-modules", "threads", "subprocess", "file-io", "network", "cache-by-identity",
-                          "sleep", "timing", "reference", "introspection", "env", "dynamic-code", "unparsable"}
+    assert set(RULES) == {"monkeypatch", "sys-modules", "threads", "hooks", "subprocess", "file-io", "network",
+                          "cache-by-identity", "sleep", "timing", "reference", "indirection", "frames", "introspection",
+                          "env", "dynamic-code", "forbidden-call", "unparsable"}
     long = "import time\nx = time.time()" + " + 1" * 60 + "\n"
     [only] = screen(long)
     assert len(only.text) == 120 and only.text.startswith("x = time.time() + 1")
@@ -201,7 +203,8 @@ def test_monkeypatch():
         ("monkeypatch", 4, "calls setattr on time.perf_counter"),
         ("monkeypatch", 5, "assigns builtins.print"),
         ("introspection", 6, "uses (lambda *a: (True, '')).__code__"),
-        ("monkeypatch", 6, "assigns reference.check_implementation.__code__"),
+        ("monkeypatch", 6, "assigns reference.check_implementation.__code__: swaps the function's code: same name and "
+                           "identity, other behaviour"),
         ("reference", 6, "assigns reference.check_implementation.__code__"),
         ("introspection", 7, "reads torch.__dict__"),
         ("monkeypatch", 7, "writes torch.__dict__[...]"),
@@ -239,17 +242,13 @@ def test_sys_modules():
 
 def test_threads():
     assert flags("""\
-        import atexit
+        import threading
         from concurrent.futures import ThreadPoolExecutor
-        class Later:
-            def __del__(self):
-                pass
-        atexit.register(print)
+        threading.Thread(target=print).start()
         """) == [
-        ("threads", 1, "imports atexit"),
+        ("threads", 1, "imports threading"),
         ("threads", 2, "imports concurrent.futures.ThreadPoolExecutor"),
-        ("threads", 4, "defines __del__ (runs at garbage collection)"),
-        ("threads", 6, "calls atexit.register"),
+        ("threads", 3, "calls threading.Thread"),
     ]
     assert found("import cutlass\ndef f(pipeline):\n    pipeline.producer_tail(1)\n    cutlass.range(4)\n") == []
 
@@ -432,9 +431,11 @@ def test_introspection():
             pass
         """)[1:] == [
         ("introspection", 2, "imports torch.utils._python_dispatch.TorchDispatchMode"),
-        ("introspection", 4, "uses sys._getframe(1).f_back"),
-        ("introspection", 5, "calls gc.get_objects"),
+        ("frames", 4, "uses sys._getframe(1).f_back: " + FRAMES),
+        ("introspection", 5, "calls gc.get_objects: walks the process's live objects: reaches judge's runner, its inputs "
+                             "and its outputs"),
         ("introspection", 6, "writes globals()[...]"),
+        ("monkeypatch", 6, "writes globals()['custom_kernel']: replaces that name for everyone who reads it"),
         ("introspection", 7, "calls torch._C._set_grad_enabled"),
         ("introspection", 8, "class Lazy subclasses torch.Tensor"),
     ]
@@ -468,8 +469,9 @@ def test_dynamic_code():
         state = pickle.loads(b"")
         """) == [
         ("dynamic-code", 1, "imports base64"),
-        ("dynamic-code", 2, "calls exec"),
+        ("dynamic-code", 2, "calls exec on a string computed at run time: the screen cannot read the code it runs"),
         ("dynamic-code", 3, "calls importlib.import_module"),
+        ("indirection", 3, "imports a module by a name built from pieces ('time')"),
         ("dynamic-code", 4, "calls importlib.import_module"),
         ("sleep", 4, "calls time.sleep"),
         ("dynamic-code", 5, "calls pickle.loads"),
@@ -490,11 +492,14 @@ def test_names_are_resolved_through_aliases_and_getattr():
         nap(1)
         getattr(t, "sleep")(1)
         getattr(t, "sl" + "eep")(1)
+        getattr(t, input())(1)
         """) == [
         ("sleep", 2, "uses time.sleep"),
         ("sleep", 3, "calls time.sleep"),
         ("sleep", 4, "calls time.sleep"),
-        ("introspection", 5, "getattr on time with a computed name"),
+        ("indirection", 5, "getattr on time with a name built from pieces ('sleep')"),
+        ("sleep", 5, "calls time.sleep"),
+        ("indirection", 6, "getattr on time with a name computed at run time"),
     ]
 
 
