@@ -354,11 +354,14 @@ def _prepare(run: RoundRun, revision: dict, base_source: str):
     except JudgeError as error:
         stage = StageResult("patch", "failed", str(error), time.monotonic() - t0)
         return run.record(revision, None, [stage], started)
+    patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
+    screened = screen_stage(base_source, source, revision["patch"], target.forbidden, target.kernel_file)
+    if not screened.passed:  # a forbidden call: the verdict, before anything is compiled
+        return run.record(revision, sha256(source), [patch_stage, screened], started)
     workspace = run.root / revision["proposal_id"]
     fresh(workspace)
     target.assemble(workspace, source)
-    patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
-    return revision, source, workspace, [patch_stage, screen_stage(base_source, source, revision["patch"])], started
+    return revision, source, workspace, [patch_stage, screened], started
 
 
 def _evaluate_base(run: RoundRun) -> None:
