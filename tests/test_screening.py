@@ -1,7 +1,9 @@
 """The static screen flags what a judge should look at in a patched kernel, and stays quiet on honest kernels."""
 
 import glob
+import sqlite3
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from judge.errors import JudgeError
 from judge.patching import apply_patch
 from judge.screening import RULES, Flag, added_lines, screen, screen_patch
+from judge.targets import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
 FP8 = ROOT / "kernels/fp8_group_gemm_sm90/submission.py"
@@ -60,21 +63,47 @@ def test_every_honest_kernel_in_the_repository_screens_clean(path):
     assert [(f.rule, f.line, f.why) for f in screen((ROOT / path).read_text())] == BASE_FLAGS.get(path, [])
 
 
-# The CPU example target ships cheats on purpose: what the sharks see for each.
+# The CPU example target ships cheats on purpose: what the sharks see for each. The Hopper contest's cluster
+# proposals keep the SM count per device in a module-level dict: state a shark should see named.
+CLUSTERS = [("cache-by-identity", 494), ("cache-by-identity", 496)]
 EXAMPLE_FLAGS = {
     "vecadd_cpu/faster-clock": [("timing", 16), ("timing", 17), ("monkeypatch", 18), ("timing", 18)],
     "vecadd_cpu/reuse-answer": [("cache-by-identity", 14), ("cache-by-identity", 15), ("cache-by-identity", 16)],
+    "fp8_group_gemm_sm90/cluster-1x2-multicast-a": [("cache-by-identity", 454), ("cache-by-identity", 456)],
+    "fp8_group_gemm_sm90/cluster-1x2-multicast-a-v2": CLUSTERS,
+    "fp8_group_gemm_sm90/cluster-1x4-multicast-a": CLUSTERS,
 }
+CONTEST = ROOT / "docs/examples/fp8-contest/fp8-contest.db"
 
 
-@pytest.mark.parametrize("patch", sorted(glob.glob(str(ROOT / "proposals/*/*/patch.diff"))))
+def _round_base(target: str, round: int) -> str:
+    """A proposal's base: the target's kernel in round 1, later the Hopper contest's compounded base."""
+    if round == 1:
+        return (ROOT / "kernels" / target / "submission.py").read_text()
+    with sqlite3.connect(CONTEST) as con:
+        [(source,)] = con.execute("select base_source from rounds where target = ? and round = ?", (target, round))
+    return source
+
+
+@pytest.mark.parametrize("patch", sorted(glob.glob(str(ROOT / "proposals/**/patch.diff"), recursive=True)))
 def test_the_example_proposals_flags(patch):
-    target = Path(patch).parent.parent.name
-    base = (ROOT / "kernels" / target / "submission.py").read_text()
+    meta = tomllib.loads((Path(patch).parent / "proposal.toml").read_text())
+    base = _round_base(meta["target"], meta["round"])
     text = Path(patch).read_text()
-    flags = screen_patch(base, apply_patch(base, text, "submission.py"), text)
-    key = f"{target}/{Path(patch).parent.name}"
-    assert [(f.rule, f.line) for f in flags] == EXAMPLE_FLAGS.get(key, [])
+    forbidden = load_target(ROOT / "kernels" / meta["target"]).forbidden
+    flags = screen_patch(base, apply_patch(base, text, "submission.py"), text, forbidden)
+    assert [(f.rule, f.line) for f in flags] == EXAMPLE_FLAGS.get(f"{meta['target']}/{meta['id']}", [])
+
+
+@pytest.mark.parametrize("db", sorted((ROOT / "docs/examples").rglob("*.db")), ids=lambda p: p.name)
+def test_the_patches_of_the_example_ledgers_get_the_flags_of_their_proposals(db):
+    with sqlite3.connect(db) as con:
+        bases = dict(con.execute("select round, base_source from rounds"))
+        rows = con.execute("select proposal_id, target, round, patch from revisions where patch is not null").fetchall()
+    assert rows
+    for proposal, target, round, patch in rows:
+        flags = screen_patch(bases[round], apply_patch(bases[round], patch, "submission.py"), patch)
+        assert [(f.rule, f.line) for f in flags] == EXAMPLE_FLAGS.get(f"{target}/{proposal}", []), proposal
 
 
 def test_a_patch_that_caches_results_on_data_ptr_is_flagged_on_its_added_lines():
