@@ -130,9 +130,17 @@ class _Screen(RuleVisits, IndirectionVisits):
         key, value = static_str(node.slice, self.flow), node.value
         if key is None:
             return None
+        for _ in range(4):  # a name bound once to the namespace: ns = vars(builtins); ns["setattr"]
+            if not isinstance(value, ast.Name) or value.id == "__builtins__" or self.resolve(value):
+                break
+            bound = self.flow.binding(self.flow.scope_of(value), value.id)
+            values = bound.defs.get(value.id, []) if bound else []
+            if len(values) != 1:
+                return None
+            value = values[0]
         if self.resolve(value) == "sys.modules":
             return key
-        if self.resolve(value) == "builtins.globals()":
+        if self.resolve(value) == "builtins.globals()" or getattr(value, "attr", "") in ("__globals__", "f_globals"):
             return self.aliases.get(key) or None
         owner = value.value if isinstance(value, ast.Attribute) and value.attr == "__dict__" else \
             value.args[0] if isinstance(value, ast.Call) and self.resolve(value.func) == "builtins.vars" and value.args \

@@ -30,7 +30,7 @@ REACHING_ATTRS = {
 _INDIRECT = {"builtins.__import__": "a module named at run time", "importlib.import_module": "a module named at run time",
              "importlib.__import__": "a module named at run time", "builtins.globals": "globals()",
              "builtins.locals": "locals()"}
-_DOTTED = re.compile(r"^[\w.]+$")
+_DOTTED = re.compile(r"^[\w.\[\]]+$")  # torch.Tensor, sys.modules[...]: a name the attribute extends
 _ROUNDS = 8  # each round carries holders one step further (an alias of an alias, a helper's return); 8 is ample
 
 
@@ -110,7 +110,7 @@ class Holders:
             return next(filter(None, (self.hold(a, scope, loose) for a in args)), None)
         if isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENT_METHODS \
                 and (held := self.hold(node.func.value, scope, loose)):
-            return held
+            return f"{held}[...]" if held.endswith(("modules", "namespace")) else held
         callee = self._callee(scope, node.func)
         if callee is not None:
             return self.returns.get(id(callee))

@@ -134,6 +134,8 @@ class IndirectionVisits:
         if isinstance(node, ast.Attribute) and node.attr == "__dict__":
             known = self.resolve(node.value) or self.holders.hold(node.value, scope)
             return (_short(node, 40), node.value) if known else None
+        if isinstance(node, ast.Attribute) and node.attr in ("__globals__", "f_globals", "f_locals", "f_builtins"):
+            return _short(node, 40), None  # a function's or a frame's namespace: whose, the screen cannot say
         if isinstance(node, ast.Name) and depth < 4:
             bound = self.flow.binding(scope, node.id)
             values = bound.defs.get(node.id, []) if bound else []

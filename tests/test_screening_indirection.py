@@ -348,3 +348,36 @@ def test_honest_reflection_stays_quiet():
             torch.add(a, b, out=out)
             return out
         """) == []
+
+
+def test_more_routes_to_torch_tensor():
+    assert flags("""\
+        import torch, builtins, sys
+        ns = vars(builtins)
+        ns["setattr"](torch.Tensor, "double", None)
+        def helper():
+            pass
+        helper.__globals__["torch"].Tensor.half = None
+        helper.__globals__["custom_kernel"] = None
+        (T := torch.Tensor).float = None
+        T2, = [torch.Tensor]
+        T2.int = None
+        sys.modules.get("torch").Tensor.bool = None
+        def custom_kernel(data):
+            cls = data[0].__class__
+            setattr(cls, input(), None)
+        """) == [
+        ("introspection", 2, "calls vars(builtins)"),
+        ("monkeypatch", 3, "calls setattr on torch.Tensor.double"),
+        ("introspection", 6, "uses helper.__globals__"),
+        ("monkeypatch", 6, "assigns torch.Tensor.half"),
+        ("introspection", 7, "uses helper.__globals__"),
+        ("monkeypatch", 7, "writes helper.__globals__['custom_kernel']: replaces that name for everyone who reads it"),
+        ("monkeypatch", 8, "assigns (T := torch.Tensor).float ((T := torch.Tensor) holds torch.Tensor)"),
+        ("monkeypatch", 10, "assigns T2.int (T2 holds torch.Tensor)"),
+        ("monkeypatch", 11, "assigns sys.modules.get('torch').Tensor.bool (sys.modules.get('torch').Te... holds "
+                            "sys.modules[...].Tensor)"),
+        ("sys-modules", 11, "calls sys.modules.get"),
+        ("indirection", 14, "setattr on cls (holds the object's class) with a name computed at run time"),
+        ("monkeypatch", 14, "calls setattr on cls (holds the object's class) with a computed name"),
+    ]
