@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from .screening_flow import Scopes, _Scope
+from .screening_flow import Scopes, _Scope, static_str
 from .screening_names import _FUNCS, _const_str
 
 # Builtins that hand back what goes in (an element, or the container itself): their result holds what it did.
@@ -42,11 +42,14 @@ class Holders:
         self.names: dict[tuple[int, str], str] = {}  # (id of the binding scope, name) -> what it holds
         self.attrs: dict[str, str] = {}  # x.NAME = holder anywhere, or NAME = holder in a class body
         self.returns: dict[int, str] = {}  # id of a def or lambda -> what it returns
-        self.funcs: dict[tuple[int, str], ast.AST] = {}
+        self.funcs: dict[tuple[int, str], ast.AST] = {}  # (id of the binding scope, name) -> a def, lambda or class
+        self.methods: dict[str, list[ast.AST]] = {}  # a method's name -> the defs of that name in the file's classes
         for scope in scopes.all:
             for n in scope.nodes:
-                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     self.funcs[(id(scope), n.name)] = n
+                    if isinstance(self.parent.get(n), ast.ClassDef) and not isinstance(n, ast.ClassDef):
+                        self.methods.setdefault(n.name, []).append(n)
                 elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda):
                     for t in n.targets:
                         if isinstance(t, ast.Name):
@@ -66,9 +69,9 @@ class Holders:
         bound = self.scopes.binding(scope, name)
         return self.names.get((id(bound), name)) if bound else None
 
-    def hold(self, node, scope: _Scope, loose: bool = True) -> str | None:
-        """What `node` may hold, named for a reader ("torch.Tensor", "a module", "type(...)"), or None. `loose` also
-        trusts attribute names: after `self.t = torch`, any `x.t` holds torch."""
+    def hold(self, node, scope: _Scope) -> str | None:
+        """What `node` may hold, named for a reader ("torch.Tensor", "the object's class"), or None. Attribute names
+        are trusted too: after `self.t = torch`, any `x.t` holds torch."""
         if isinstance(node, ast.Name):
             resolved = self.resolve(node)
             held = self.name(scope, node.id)
@@ -78,53 +81,60 @@ class Holders:
         if isinstance(node, ast.Attribute):
             if node.attr in REACHING_ATTRS:
                 return REACHING_ATTRS[node.attr]
-            base = self.hold(node.value, scope, loose)
+            base = self.hold(node.value, scope)
             if base:
                 return f"{base}.{node.attr}" if _DOTTED.match(base) else f"{node.attr} of {base.removeprefix('an attribute ')}"
-            return self.attrs.get(node.attr) if loose else None
+            return self.attrs.get(node.attr)
         if isinstance(node, ast.Subscript):
-            base = self.hold(node.value, scope, loose)  # an element of a container that holds base, or a name of it
+            base = self.hold(node.value, scope)  # an element of a container that holds base, or a name of it
             return self.resolve(node) or base and (f"{base}[...]" if base.endswith(("modules", "namespace")) else base)
         if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.BoolOp)):
             parts = node.values if isinstance(node, (ast.Dict, ast.BoolOp)) else node.elts
-            return next(filter(None, (self.hold(p, scope, loose) for p in parts)), None)
+            return next(filter(None, (self.hold(p, scope) for p in parts)), None)
         if isinstance(node, (ast.Starred, ast.NamedExpr, ast.Await)):
-            return self.hold(node.value, scope, loose)
+            return self.hold(node.value, scope)
         if isinstance(node, ast.IfExp):
-            return self.hold(node.body, scope, loose) or self.hold(node.orelse, scope, loose)
+            return self.hold(node.body, scope) or self.hold(node.orelse, scope)
         if isinstance(node, ast.Call):
-            return self._call(node, scope, loose)
+            return self._call(node, scope)
         return None
 
-    def _call(self, node: ast.Call, scope: _Scope, loose: bool) -> str | None:
+    def _call(self, node: ast.Call, scope: _Scope) -> str | None:
         func, args = self.resolve(node.func), node.args
         if func in ("builtins.getattr", "builtins.vars") and args:
-            base = self.hold(args[0], scope, loose)
-            name = _const_str(args[1]) if len(args) > 1 else None
+            base = self.hold(args[0], scope)
+            name = static_str(args[1], self.scopes) if len(args) > 1 else None
             return base and (f"{base}.{name}" if name else f"{base}.<name>" if len(args) > 1 else base)
         if func in _INDIRECT:
             return self.resolve(node) if "(" not in (self.resolve(node) or "(") else _INDIRECT[func]
         if func == "builtins.type" and len(args) == 1:
             return REACHING_ATTRS["__class__"]
         if func in _PASS_THROUGH and args:
-            return next(filter(None, (self.hold(a, scope, loose) for a in args)), None)
+            return next(filter(None, (self.hold(a, scope) for a in args)), None)
         if isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENT_METHODS \
-                and (held := self.hold(node.func.value, scope, loose)):
+                and (held := self.hold(node.func.value, scope)):
             return f"{held}[...]" if held.endswith(("modules", "namespace")) else held
-        callee = self._callee(scope, node.func)
-        if callee is not None:
-            return self.returns.get(id(callee))
+        returned = next(filter(None, (self.returns.get(id(fn)) for fn, _ in self._callees(scope, node.func))), None)
+        if returned:
+            return returned
         resolved = self.resolve(node)
         return resolved if resolved and "(" not in resolved else None
 
-    def _callee(self, scope: _Scope, func) -> ast.AST | None:
-        """The file's own def or lambda that a call's `func` names, if it names one."""
+    def _callees(self, scope: _Scope, func) -> list[tuple[ast.AST, int]]:
+        """The file's own defs or lambdas that a call's `func` may name, each with how many of its parameters the
+        call does not pass (1 for a method's self): a function, a lambda, a class's __init__, a method by name."""
         if isinstance(func, ast.Lambda):
-            return func
+            return [(func, 0)]
         if isinstance(func, ast.Name):
             bound = self.scopes.binding(scope, func.id)
-            return self.funcs.get((id(bound), func.id)) if bound else None
-        return None
+            found = self.funcs.get((id(bound), func.id)) if bound else None
+            if isinstance(found, ast.ClassDef):
+                return [(n, 1) for n in found.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+            return [(found, 0)] if found is not None else []
+        if isinstance(func, ast.Attribute):
+            return [(fn, 0 if any(getattr(d, "id", "") == "staticmethod" for d in fn.decorator_list) else 1)
+                    for fn in self.methods.get(func.attr, [])]
+        return []
 
     @staticmethod
     def _set(table: dict, key, value) -> None:
@@ -191,22 +201,22 @@ class Holders:
 
     def _arguments(self, scope: _Scope, call: ast.Call) -> None:
         """A holder passed to the file's own function: its parameter holds it (decorators with arguments included)."""
-        callee = self._callee(scope, call.func)
-        inner = self.scopes.by_def.get(id(callee)) if callee is not None else None
-        if func_name := self.resolve(call.func):
-            if func_name == "builtins.setattr" and len(call.args) == 3 and (attr := _const_str(call.args[1])):
-                self._set(self.attrs, attr, self.hold(call.args[2], scope))
-        if inner is None:
-            return
-        positional, vararg = self._params(callee)
-        for i, arg in enumerate(call.args):
-            held = self.hold(arg, scope)
-            if isinstance(arg, ast.Starred):
-                names = positional + ([vararg] if vararg else [])
-            else:
-                names = [positional[i]] if i < len(positional) else [vararg] if vararg else []
-            for name in names:
-                self._set(self.names, (id(inner), name), held)
-        for kw in call.keywords:
-            if kw.arg is not None:
-                self._set(self.names, (id(inner), kw.arg), self.hold(kw.value, scope))
+        if self.resolve(call.func) == "builtins.setattr" and len(call.args) == 3 and (attr := _const_str(call.args[1])):
+            self._set(self.attrs, attr, self.hold(call.args[2], scope))
+        for callee, skip in self._callees(scope, call.func):
+            inner = self.scopes.by_def.get(id(callee))
+            if inner is None:
+                continue
+            positional, vararg = self._params(callee)
+            positional = positional[skip:]
+            for i, arg in enumerate(call.args):
+                held = self.hold(arg, scope)
+                if isinstance(arg, ast.Starred):
+                    names = positional + ([vararg] if vararg else [])
+                else:
+                    names = [positional[i]] if i < len(positional) else [vararg] if vararg else []
+                for name in names:
+                    self._set(self.names, (id(inner), name), held)
+            for kw in call.keywords:
+                if kw.arg is not None:
+                    self._set(self.names, (id(inner), kw.arg), self.hold(kw.value, scope))

@@ -8,11 +8,13 @@ from __future__ import annotations
 import ast
 
 from .screening_flow import static_str
-from .screening_names import _DUNDER_WRITES, _SETATTRS, _const_str, _disp, _short
+from .screening_forbidden import spellings
+from .screening_names import _DUNDER_WRITES, _const_str, _disp, _short
 
-_BY_NAME = {"builtins.getattr": 1, "builtins.setattr": 1, "builtins.delattr": 1, "builtins.hasattr": 1,
-            "builtins.object.__setattr__": 1, "builtins.type.__setattr__": 1, "builtins.object.__getattribute__": 1,
-            "builtins.object.__delattr__": 1, "builtins.type.__getattribute__": 1}
+# Calls that name an attribute by their second argument.
+_BY_NAME = {"builtins.getattr", "builtins.setattr", "builtins.delattr", "builtins.hasattr", "builtins.object.__setattr__",
+            "builtins.type.__setattr__", "builtins.object.__getattribute__", "builtins.object.__delattr__",
+            "builtins.type.__getattribute__"}
 _IMPORTS = {"builtins.__import__", "importlib.import_module", "importlib.__import__"}
 _RUN_CODE = {"builtins.exec", "builtins.eval", "builtins.compile"}
 # Builtins whose calls the screen reads: handed around as values, they are called where it cannot see.
@@ -46,8 +48,8 @@ class IndirectionVisits:
         held = self.holders.hold(node, scope)
         return f"{_short(node, 30)} (holds {held})" if held else _short(node, 30)
 
-    def _owner(self, node, scope) -> str:
-        """The dotted name `node` holds, for _reach: '' where the screen knows it holds nothing reaching a call."""
+    def _owner(self, node, scope) -> str | None:
+        """The dotted name `node` holds, for _reach: '' where it holds nothing known, None where it could be any module."""
         name = self.resolve(node)
         held = name if name and "(" not in name else self.holders.hold(node, scope) or ""
         return None if held == "a module named at run time" else held
@@ -55,8 +57,6 @@ class IndirectionVisits:
     def _reach(self, receiver: str | None) -> str:
         """Words naming the target's forbidden calls that an attribute or an import by a computed name could reach
         from `receiver` (a dotted name; None: from anywhere)."""
-        from .screening_forbidden import spellings
-
         calls = [f.call for f in self.forbidden
                  if receiver is None or any(s.startswith(receiver + ".") for s in spellings(f.call))]
         return f"; could reach {', '.join(calls)}, which this target forbids" if calls else ""

@@ -381,3 +381,28 @@ def test_more_routes_to_torch_tensor():
         ("indirection", 14, "setattr on cls (holds the object's class) with a name computed at run time"),
         ("monkeypatch", 14, "calls setattr on cls (holds the object's class) with a computed name"),
     ]
+
+
+def test_methods_and_constructors_pass_what_they_are_given():
+    assert flags("""\
+        import torch
+        class Patcher:
+            def __init__(self, cls):
+                self.cls = cls
+                cls.double = None
+            def install(self, target):
+                target.half = None
+            @staticmethod
+            def put(target):
+                target.float = None
+            def get(self):
+                return self.cls
+        Patcher(torch.Tensor).install(torch.Tensor)
+        Patcher.put(torch.Tensor)
+        Patcher(torch.Tensor).get().int = None
+        """) == [
+        ("monkeypatch", 5, "assigns cls.double (cls holds torch.Tensor)"),
+        ("monkeypatch", 7, "assigns target.half (target holds torch.Tensor)"),
+        ("monkeypatch", 10, "assigns target.float (target holds torch.Tensor)"),
+        ("monkeypatch", 15, "assigns Patcher(torch.Tensor).get().int (Patcher(torch.Tensor).get() holds torch.Tensor)"),
+    ]
