@@ -31,6 +31,7 @@ _INDIRECT = {"builtins.__import__": "a module named at run time", "importlib.imp
              "importlib.__import__": "a module named at run time", "builtins.globals": "globals()",
              "builtins.locals": "locals()"}
 _DOTTED = re.compile(r"^[\w.\[\]]+$")  # torch.Tensor, sys.modules[...]: a name the attribute extends
+ENTRY = "custom_kernel"  # the kernel file's entry point (GPU MODE's convention), called with judge's tensors
 _ROUNDS = 8  # each round carries holders one step further (an alias of an alias, a helper's return); 8 is ample
 
 
@@ -54,6 +55,10 @@ class Holders:
                     for t in n.targets:
                         if isinstance(t, ast.Name):
                             self.funcs[(id(scopes.binding(scope, t.id) or scope), t.id)] = n.value
+        for fn in scopes.module.nodes:  # the tensors judge passes: judge's own code calls their methods later
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == ENTRY and fn.args.args:
+                first = fn.args.args[0].arg
+                self._set(self.names, (id(scopes.by_def[id(fn)]), first), f"the tensors judge passes ({ENTRY}'s {first})")
         for _ in range(_ROUNDS):
             size = (len(self.names), len(self.attrs), len(self.returns))
             for scope in scopes.all:

@@ -406,3 +406,28 @@ def test_methods_and_constructors_pass_what_they_are_given():
         ("monkeypatch", 10, "assigns target.float (target holds torch.Tensor)"),
         ("monkeypatch", 15, "assigns Patcher(torch.Tensor).get().int (Patcher(torch.Tensor).get() holds torch.Tensor)"),
     ]
+
+
+def test_methods_replaced_on_the_tensors_judge_passes():
+    # An instance attribute shadows the method for that tensor only: judge's own out.double() would run it.
+    passed = "the tensors judge passes (custom_kernel's data)"
+    assert flags("""\
+        import torch
+        def _finish(out, a, b):
+            def double():
+                torch.add(a, b, out=out)
+                return out.to(torch.float64)
+            out.double = double
+        def custom_kernel(data):
+            a, b, out = data
+            _finish(out, a, b)
+            data[2].float = None
+            object.__setattr__(out, "half", None)
+            out[0] = 1
+            return out
+        """) == [
+        ("monkeypatch", 6, f"assigns out.double (out holds {passed})"),
+        ("monkeypatch", 10, f"assigns data[2].float (data[2] holds {passed})"),
+        ("indirection", 11, "calls object.__setattr__ directly: sets an attribute by a string, past setattr"),
+        ("monkeypatch", 11, f"calls object.__setattr__ on out (holds {passed}).half"),
+    ]
