@@ -4,6 +4,7 @@ mean one thing whatever their receiver, and the small helpers that read names an
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from fnmatch import fnmatchcase
 
@@ -119,9 +120,16 @@ def _matches(name: str, patterns) -> bool:
     return any(fnmatchcase(name, p) or fnmatchcase(name, p + ".*") or fnmatchcase(name, p + "(*") for p in patterns)
 
 
+@functools.lru_cache(maxsize=8192)  # a file names the same few hundred names thousands of times
 def _mechanism(name: str) -> tuple[str, str] | None:
     """The rule and the words of the mechanism a resolved name is, if it is one of MECHANISMS."""
     return next(((rule, meaning) for rule, pats, meaning in MECHANISMS if _matches(name, pats)), None)
+
+
+@functools.lru_cache(maxsize=8192)
+def _pattern_rules(name: str) -> tuple[str, ...]:
+    """The rules whose _PATTERNS a resolved name matches."""
+    return tuple(rule for rule, pats in _PATTERNS.items() if _matches(name, pats))
 
 
 def _short(node: ast.AST, width: int = 60) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 
 from .screening_names import (_ALLOWED, _ATTRS, _CLOCKS, _DUNDER_WRITES, _FUNCS, _IDENTITY, _LOOKUPS, _MODULE_MUTATORS,
-                              _MUTATORS, _PATTERNS, _SETATTRS, _SHAPES, _const_str, _disp, _matches, _mechanism, _root,
-                              _short)
+                              _MUTATORS, _PATTERNS, _SETATTRS, _SHAPES, _const_str, _disp, _matches, _mechanism,
+                              _pattern_rules, _root, _short)
 
 
 class RuleVisits:
@@ -229,16 +229,15 @@ class RuleVisits:
     def _patterns(self, node, name: str, verb: str) -> None:
         """The rules whose patterns a resolved name matches; a mechanism's own rule and words first."""
         head = name.split("(")[0]
-        if "(" in name and (_mechanism(head) or any(_matches(head, pats) for pats in _PATTERNS.values())):
+        if "(" in name and (_mechanism(head) or _pattern_rules(head)):
             return  # open().read, sys._getframe(1).f_back: the call itself is flagged where it is made
         if mechanism := _mechanism(name):
             self.add(mechanism[0], node, f"{verb} {_disp(name)}: {mechanism[1]}")
             return
-        for rule, pats in _PATTERNS.items():
-            if any(name == a or name.startswith((a + ".", a + "(")) for a in _ALLOWED):
-                break
-            if _matches(name, pats):
-                self.add(rule, node, f"{verb} {_disp(name)}")
+        if any(name == a or name.startswith((a + ".", a + "(")) for a in _ALLOWED):
+            return
+        for rule in _pattern_rules(name):
+            self.add(rule, node, f"{verb} {_disp(name)}")
 
     def _env(self, node, name: str, parent) -> None:
         def key(expr, write: bool):
