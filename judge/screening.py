@@ -119,15 +119,19 @@ class _Screen(RuleVisits, IndirectionVisits):
             if func in ("importlib.import_module", "builtins.__import__") and node.args \
                     and (name := static_str(node.args[0], self.flow)):
                 return name
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop", "setdefault", "__getitem__") \
+                    and node.args and (name := self._by_key(node.func.value, node.args[0])):
+                return name
             return func and f"{func}()"
         if isinstance(node, ast.Subscript):
-            return self._by_key(node)
+            return self._by_key(node.value, node.slice)
         return None
 
-    def _by_key(self, node: ast.Subscript) -> str | None:
-        """A name looked up by a constant key: sys.modules["reference"] is the module itself, vars(torch)["full"],
-        torch.__dict__["full"] and __builtins__["setattr"] are the names, globals()["torch"] is the file's binding."""
-        key, value = static_str(node.slice, self.flow), node.value
+    def _by_key(self, value, slice_) -> str | None:
+        """A name looked up by a constant key (ns[key], or ns.get(key)): sys.modules["reference"] is the module
+        itself, vars(torch)["full"], torch.__dict__["full"] and __builtins__["setattr"] are the names,
+        globals()["torch"] is the file's binding."""
+        key = static_str(slice_, self.flow)
         if key is None:
             return None
         for _ in range(4):  # a name bound once to the namespace: ns = vars(builtins); ns["setattr"]

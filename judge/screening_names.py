@@ -32,7 +32,8 @@ _PATTERNS = {rule: pats.split() for rule, pats in {
            "resource.setrlimit resource.prlimit signal.pthread_kill signal.raise_signal psutil",
     "dynamic-code": "builtins.exec builtins.eval builtins.compile importlib.import_module importlib.util importlib.machinery "
                     "types.FunctionType types.CodeType types.ModuleType marshal pickle.load* pickle.Unpickler dill cloudpickle "
-                    "base64 zlib.decompress* lzma bz2 gzip.decompress codecs.decode runpy code torch.utils.cpp_extension",
+                    "base64 zlib.decompress* lzma bz2 gzip.decompress codecs.decode runpy code torch.utils.cpp_extension "
+                    "torch.ops.load_library torch.classes.load_library",
 }.items()}
 
 

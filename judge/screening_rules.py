@@ -211,13 +211,13 @@ class RuleVisits:
         verb = "calls" if isinstance(parent, ast.Call) and parent.func is node else \
             "assigns" if isinstance(ctx, ast.Store) else "deletes" if isinstance(ctx, ast.Del) else "uses"
         outermost = not (isinstance(parent, ast.Attribute) and parent.value is node)  # torch.cuda.Event, not torch.cuda
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__" and (owner := self.resolve(node.value)):
+            self.add("introspection", node, f"reads {owner}.__dict__")  # torch.__dict__.get(...) too
         if outermost:
             self._as_value(node, name, verb)
         if name and outermost:
             if name.startswith(("os.environ", "os.getenv")):
                 self._env(node, name, parent)
-            if getattr(node, "attr", "") == "__dict__":
-                self.add("introspection", node, f"reads {name}")
             self.forbid(node, name, verb)
             self._patterns(node, name, verb)
         attr = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")

@@ -189,12 +189,14 @@ def test_computed_names_and_imports():
 
 def test_namespaces_read_and_written_by_key():
     assert flags("""\
-        import torch
+        import torch, builtins
         key = input()
         torch.__dict__[key]
         vars(torch).update(full=None)
         globals()["torch"].Tensor.double = None
         __builtins__["setattr"](torch.Tensor, "half", None)
+        builtins.__dict__.get("setattr")(torch.Tensor, "int", None)
+        torch.ops.load_library("hooks.so")
         """) == [
         ("indirection", 3, "looks up torch.__dict__[...] by a name computed at run time: the screen cannot tell which name"),
         ("introspection", 3, "reads torch.__dict__"),
@@ -204,6 +206,9 @@ def test_namespaces_read_and_written_by_key():
         ("monkeypatch", 5, "assigns torch.Tensor.double"),
         ("introspection", 6, "uses __builtins__"),
         ("monkeypatch", 6, "calls setattr on torch.Tensor.half"),
+        ("introspection", 7, "reads builtins.__dict__"),
+        ("monkeypatch", 7, "calls setattr on torch.Tensor.int"),
+        ("dynamic-code", 8, "calls torch.ops.load_library"),
     ]
 
 
@@ -362,7 +367,7 @@ def test_more_routes_to_torch_tensor():
         (T := torch.Tensor).float = None
         T2, = [torch.Tensor]
         T2.int = None
-        sys.modules.get("torch").Tensor.bool = None
+        sys.modules.get("tor" + "ch").Tensor.bool = None
         def custom_kernel(data):
             cls = data[0].__class__
             setattr(cls, input(), None)
@@ -375,8 +380,7 @@ def test_more_routes_to_torch_tensor():
         ("monkeypatch", 7, "writes helper.__globals__['custom_kernel']: replaces that name for everyone who reads it"),
         ("monkeypatch", 8, "assigns (T := torch.Tensor).float ((T := torch.Tensor) holds torch.Tensor)"),
         ("monkeypatch", 10, "assigns T2.int (T2 holds torch.Tensor)"),
-        ("monkeypatch", 11, "assigns sys.modules.get('torch').Tensor.bool (sys.modules.get('torch').Te... holds "
-                            "sys.modules[...].Tensor)"),
+        ("monkeypatch", 11, "assigns torch.Tensor.bool"),
         ("sys-modules", 11, "calls sys.modules.get"),
         ("indirection", 14, "setattr on cls (holds the object's class) with a name computed at run time"),
         ("monkeypatch", 14, "calls setattr on cls (holds the object's class) with a computed name"),
