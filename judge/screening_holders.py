@@ -98,6 +98,8 @@ class Holders:
             return next(filter(None, (self.hold(p, scope) for p in parts)), None)
         if isinstance(node, (ast.Starred, ast.NamedExpr, ast.Await)):
             return self.hold(node.value, scope)
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):  # [x for x in (torch.Tensor,)]
+            return self.hold(node.value if isinstance(node, ast.DictComp) else node.elt, scope)
         if isinstance(node, ast.IfExp):
             return self.hold(node.body, scope) or self.hold(node.orelse, scope)
         if isinstance(node, ast.Call):

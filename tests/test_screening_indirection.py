@@ -121,6 +121,7 @@ def test_a_write_is_followed_to_what_its_object_holds():
             value.short = None
             target.char = None
         patch(_a.nn.functional)
+        [x for x in [_a.Tensor]][0].half = None
         """) == [
         ("monkeypatch", 5, "assigns torch.Tensor.double"),
         ("monkeypatch", 9, "assigns get().half (get() holds torch.Tensor)"),
@@ -130,6 +131,7 @@ def test_a_write_is_followed_to_what_its_object_holds():
         ("monkeypatch", 18, "assigns Keep().m.Tensor.bool (Keep().m.Tensor holds torch.Tensor)"),
         ("monkeypatch", 20, "assigns value.short (value holds torch.Tensor)"),
         ("monkeypatch", 21, "assigns target.char (target holds torch.nn.functional)"),
+        ("monkeypatch", 23, "assigns [x for x in [_a.Tensor]][0].half ([x for x in [_a.Tensor]][0] holds torch.Tensor)"),
     ]
 
 
