@@ -186,12 +186,14 @@ class Holders:
                 self._set(self.attrs, target.id, held)
         elif isinstance(target, ast.Attribute):
             self._set(self.attrs, target.attr, held)
-        elif isinstance(target, ast.Subscript):
-            root = target.value
-            while isinstance(root, (ast.Subscript, ast.Attribute)):
-                root = root.value
-            if isinstance(root, ast.Name):  # d["t"] = torch: d holds it now
-                self._set(self.names, (id(self.scopes.binding(scope, root.id) or scope), root.id), held)
+        elif isinstance(target, ast.Subscript):  # d["t"] = torch: d holds it now; self.d["t"] = torch: any x.d does
+            box = target.value
+            while isinstance(box, ast.Subscript):
+                box = box.value
+            if isinstance(box, ast.Name):
+                self._set(self.names, (id(self.scopes.binding(scope, box.id) or scope), box.id), held)
+            elif isinstance(box, ast.Attribute):
+                self._set(self.attrs, box.attr, held)
 
     def _params(self, fn) -> tuple[list[str], str | None]:
         a = fn.args

@@ -339,6 +339,12 @@ def test_honest_reflection_stays_quiet():
             def __init__(self, **knobs):
                 for k, v in knobs.items():
                     setattr(self, k, v)
+        class Plan:
+            def __init__(self):
+                self._dtypes = {}
+            def remember(self, key):
+                self._dtypes[key] = torch.float32  # a torch object kept by the kernel's own object: not a write on it
+                return self.__dict__.setdefault("_shapes", {})
         def counter():
             n = 0
             def bump():
