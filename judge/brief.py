@@ -131,5 +131,6 @@ def _rules(target: Target) -> dict[str, Any]:
         "max_speedup": target.max_speedup,
         "static_rules": sorted(target.static.rules) if target.static else [],
         "layout_checks": target.static.layout_checks if target.static else None,
+        "forbidden_calls": [{"call": f.call, "why": f.why} for f in target.forbidden],
         "outcomes": {o.value: OUTCOME_MEANING[o] for o in Outcome},
     }

@@ -20,6 +20,7 @@ class Outcome(str, enum.Enum):
     PATCH_FAILED = "patch-failed"
     COMPILE_ERROR = "compile-error"
     STATIC_CHECK_FAILED = "static-check-failed"
+    FORBIDDEN_CALL = "forbidden-call"
     INCORRECT = "incorrect"
     CRASHED = "crashed"
     TIMED_OUT = "timed-out"
@@ -41,6 +42,7 @@ OUTCOME_MEANING = {
     Outcome.PATCH_FAILED: "the patch touches another file, is binary, or its hunks do not apply to the round's base",
     Outcome.COMPILE_ERROR: "the patched kernel does not compile for the target's architecture",
     Outcome.STATIC_CHECK_FAILED: "the compiled kernel breaks a rule its target declares (a register read before its asynchronous load completes, a wrong transaction count, ...) or a layout check: wrong without running it",
+    Outcome.FORBIDDEN_CALL: "the patch adds a call its target forbids in judge.toml (such as the peer's op), however it is spelled; the call and its line are recorded",
     Outcome.INCORRECT: "the output differs from the reference beyond tolerance, has NaN/Inf, or is stale",
     Outcome.CRASHED: "the kernel's process died: a Python exception, a CUDA fault, or an exit mid-run",
     Outcome.TIMED_OUT: "a stage ran past its wall-clock limit and its process was killed",

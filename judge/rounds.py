@@ -22,7 +22,8 @@ from .patching import apply_patch, check_paths, parse_patch
 from .control import evaluate_control, round_floor
 from .peer import evaluate_peer
 from .records import Outcome, Proposal
-from .stage_details import CheckDetail, ScreenDetail, TimingDetail
+from .screening import screen_stage
+from .stage_details import CheckDetail, TimingDetail
 from .stages import StageResult, not_run
 from .targets import Target, find_target
 from .verdicts import MIN_EFFECT, decide
@@ -356,25 +357,14 @@ def _prepare(run: RoundRun, revision: dict, base_source: str):
     except JudgeError as error:
         stage = StageResult("patch", "failed", str(error), time.monotonic() - t0)
         return run.record(revision, None, [stage], started)
+    patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
+    screened = screen_stage(base_source, source, revision["patch"], target.forbidden, target.kernel_file)
+    if not screened.passed:  # a forbidden call: the verdict, before anything is compiled
+        return run.record(revision, sha256(source), [patch_stage, screened], started)
     workspace = run.root / revision["proposal_id"]
     fresh(workspace)
     target.assemble(workspace, source)
-    patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
-    return revision, source, workspace, [patch_stage, screen_stage(base_source, source, revision["patch"])], started
-
-
-def screen_stage(base_source: str, source: str, patch: str) -> StageResult:
-    """The static read of the patch (judge.screening): flags for the sharks, never a verdict."""
-    from .screening import screen_patch
-
-    t0 = time.monotonic()
-    flags = screen_patch(base_source, source, patch)
-    if not flags:
-        summary = "no flags"
-    else:
-        rules = sorted({f.rule for f in flags})
-        summary = f"{len(flags)} flag{'s' if len(flags) != 1 else ''} for the sharks: {', '.join(rules)}"
-    return StageResult("screen", "passed", summary, time.monotonic() - t0, ScreenDetail(flags=flags))
+    return revision, source, workspace, [patch_stage, screened], started
 
 
 def _evaluate_base(run: RoundRun) -> None:

@@ -1,150 +1,13 @@
-"""What the screen (judge.screening) looks for and how it reads it: the dotted-name patterns of each rule, the
-name and scope helpers, and the visits of assignments, calls, definitions and names that raise flags."""
+"""The visits of the screen (judge.screening) that raise flags: assignments, calls, identity keys, definitions
+and names."""
 
 from __future__ import annotations
 
 import ast
-import re
-from fnmatch import fnmatchcase
 
-
-# Resolved dotted names per rule, as fnmatch patterns; "p" also matches "p.x" and "p(...)".
-_PATTERNS = {rule: pats.split() for rule, pats in {
-    "sys-modules": "sys.modules sys.meta_path sys.path_hooks sys.path_importer_cache importlib.reload imp.reload builtins.__import__",
-    "threads": "threading _thread concurrent multiprocessing torch.multiprocessing asyncio signal.signal signal.setitimer "
-               "signal.alarm atexit weakref.finalize sys.settrace sys.setprofile sys.setswitchinterval sys.addaudithook sys.monitoring",
-    "subprocess": "subprocess os.system os.popen os.exec* os.spawn* os.fork* os.posix_spawn* os.startfile pty pexpect",
-    "file-io": "builtins.open io.open io.FileIO os.open os.fdopen os.remove os.unlink os.rename os.renames os.replace os.mkdir "
-               "os.makedirs os.rmdir os.removedirs os.chmod os.chown os.symlink os.link os.listdir os.scandir os.walk os.truncate "
-               "os.stat os.path.exists os.path.isfile os.path.getmtime shutil tempfile glob pathlib mmap fcntl sqlite3 shelve dbm "
-               "torch.save torch.load torch.from_file numpy.save* numpy.load* numpy.fromfile numpy.genfromtxt numpy.memmap pickle.dump*",
-    "network": "socket ssl urllib urllib3 http requests httpx aiohttp ftplib smtplib telnetlib xmlrpc paramiko websocket "
-               "websockets grpc zmq",
-    "sleep": "time.sleep torch.cuda._sleep asyncio.sleep signal.pause",
-    "timing": "time.perf_counter* time.time* time.monotonic* time.process_time* time.thread_time* time.clock_gettime* timeit "
-              "torch.cuda.Event torch.Event torch.cuda.synchronize torch.cuda.Stream torch.cuda.stream torch.cuda.set_stream "
-              "torch.cuda.ExternalStream torch.cuda.streams torch.cuda.set_sync_debug_mode torch.profiler torch.autograd.profiler "
-              "torch.cuda.profiler *.cuEvent* *.cudaEvent* *.cuStreamCreate* *.cudaStreamCreate* *Synchronize",
-    "reference": "reference judge",
-    "introspection": "inspect sys._getframe sys._current_frames gc.get_objects gc.get_referrers gc.get_referents ctypes cffi "
-                     "traceback.walk_stack traceback.extract_stack builtins.globals torch.utils._python_dispatch torch.overrides "
-                     "torch._subclasses torch.library torch._C torch.Tensor._make_*",
-    "env": "os.putenv os.unsetenv os.chdir os.fchdir os.getppid os.getpid os.kill os.killpg os.nice os.sched_setaffinity "
-           "resource.setrlimit resource.prlimit signal.pthread_kill signal.raise_signal psutil",
-    "dynamic-code": "builtins.exec builtins.eval builtins.compile importlib.import_module importlib.util importlib.machinery "
-                    "types.FunctionType types.CodeType types.ModuleType marshal pickle.load* pickle.Unpickler dill cloudpickle "
-                    "base64 zlib.decompress* lzma bz2 gzip.decompress codecs.decode runpy code torch.utils.cpp_extension",
-}.items()}
-
-
-_ALLOWED = ("torch._C._cuda_getCurrentRawStream",)  # how launch code gets the current stream's handle; no hook
-
-
-_CLOCKS = ["time.perf_counter*", "time.time*", "time.monotonic*", "time.process_time*", "time.clock_gettime*"]
-
-
-# Attribute names that mean one thing whatever the receiver is (a local stream, path or frame).
-_ATTRS = {
-    **dict.fromkeys("read_text read_bytes write_text write_bytes tofile unlink mkdir rmdir touch symlink_to".split(), "file-io"),
-    **dict.fromkeys("synchronize elapsed_time wait_stream wait_event record_event".split(), "timing"),
-    **dict.fromkeys("__code__ __closure__ __globals__ __builtins__ __subclasses__ f_back f_locals f_globals f_code gi_frame "
-                    "tb_frame cr_frame".split(), "introspection"),
-    **dict.fromkeys("ref_kernel check_implementation generate_input".split(), "reference"),
-}
-
-
-_DUNDER_WRITES = {"__code__", "__globals__", "__builtins__", "__dict__", "__class__", "__defaults__", "__kwdefaults__"}
-
-
-_MUTATORS = {"update", "setdefault", "append", "extend", "insert", "clear", "pop", "popitem", "remove", "discard", "add",
-             "appendleft", "__setitem__", "__delitem__"}
-
-
-# Modules have functions named add, append, insert (torch.add, cute.append): on them only dict writes are writes.
-_MODULE_MUTATORS = {"update", "setdefault", "clear", "pop", "popitem", "__setitem__", "__delitem__"}
-
-
-_LOOKUPS = {"get", "setdefault", "pop", "__contains__", "__getitem__"}
-
-
-_IDENTITY = {"data_ptr", "untyped_storage", "storage", "_typed_storage", "__hash__"}
-
-
-_SHAPES = {"shape": "shapes", "size": "shapes", "numel": "shapes", "ndim": "shapes", "dim": "shapes", "dtype": "dtypes",
-           "device": "device", "stride": "strides", "is_contiguous": "strides"}
-
-
-_CONTAINERS = {"dict", "list", "set", "OrderedDict", "defaultdict", "deque", "Counter", "WeakKeyDictionary",
-               "WeakValueDictionary", "WeakSet"}
-
-
-_SETATTRS = {"builtins.setattr", "builtins.delattr", "builtins.object.__setattr__", "builtins.type.__setattr__"}
-
-
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
-
-def _matches(name: str, patterns) -> bool:
-    return any(fnmatchcase(name, p) or fnmatchcase(name, p + ".*") or fnmatchcase(name, p + "(*") for p in patterns)
-
-
-def _short(node: ast.AST, width: int = 60) -> str:
-    text = " ".join(ast.unparse(node).split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _disp(name: str) -> str:
-    return name.removeprefix("builtins.")
-
-
-def _root(node: ast.AST) -> ast.Name | None:
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
-    return node if isinstance(node, ast.Name) else None
-
-
-def _lines(source: str) -> list[str]:
-    """Lines as Python numbers them: str.splitlines() also breaks at \\f, \\x1c and others, which a
-    contestant could put in a comment to show the judges the wrong text for a flagged line."""
-    return re.split(r"\r\n|\r|\n", source)
-
-
-def _const_str(node) -> str | None:
-    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-
-
-class _Scope:
-    """A module or function body: its nodes (not those of nested functions), parameters and assignments."""
-
-    def __init__(self, node):
-        self.name = None if isinstance(node, ast.Module) else getattr(node, "name", "<lambda>")
-        self.nodes, todo = [], list(node.body if isinstance(node.body, list) else [node.body])
-        while todo:  # parents come before their children, so a statement's check runs before its parts'
-            n = todo.pop()
-            self.nodes.append(n)
-            todo += [] if isinstance(n, _FUNCS) else list(ast.iter_child_nodes(n))
-        self.globals = {n for s in self.nodes if isinstance(s, ast.Global) for n in s.names}
-        a = getattr(node, "args", None)
-        self.params = {x.arg for x in (a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]) if x} if a else set()
-        self.defs: dict[str, list[ast.AST]] = {}  # name -> the expressions assigned to it, for what a key is made of
-        for n in self.nodes:
-            if isinstance(n, ast.Assign):
-                pairs = [(t, n.value) for t in n.targets]
-            elif isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and n.value is not None:
-                pairs = [(n.target, n.value)]
-            elif isinstance(n, (ast.For, ast.AsyncFor, ast.comprehension)):
-                pairs = [(n.target, n.iter)]
-            elif isinstance(n, ast.withitem) and n.optional_vars is not None:
-                pairs = [(n.optional_vars, n.context_expr)]
-            else:
-                continue
-            for t, v in pairs:
-                for x in ast.walk(t):
-                    if isinstance(x, ast.Name) and isinstance(x.ctx, ast.Store):
-                        self.defs.setdefault(x.id, []).append(v)
-        named = {n.name for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-        self.locals = (self.params | set(self.defs) | named) - self.globals
-
+from .screening_names import (_ALLOWED, _ATTRS, _CLOCKS, _DUNDER_WRITES, _FUNCS, _IDENTITY, _LOOKUPS, _MODULE_MUTATORS,
+                              _MUTATORS, _PATTERNS, _SETATTRS, _SHAPES, _const_str, _disp, _matches, _mechanism,
+                              _pattern_rules, _root, _short)
 
 
 class RuleVisits:
@@ -227,8 +90,8 @@ class RuleVisits:
                 targets += t.elts if not isinstance(t, ast.Starred) else [t.value]
                 continue
             base = self.resolve(t.value) if isinstance(t, (ast.Attribute, ast.Subscript)) else None
-            if isinstance(t, ast.Attribute) and (base or t.attr in _DUNDER_WRITES):
-                self.add("monkeypatch", t, f"{verb} {_disp(base) + '.' + t.attr if base else _short(t)}")
+            if isinstance(t, ast.Attribute):
+                self._attr_write(scope, t, verb)
             elif isinstance(t, ast.Subscript):
                 if base == "builtins.globals()":
                     self.add("introspection", t, "writes globals()[...]")
@@ -258,12 +121,7 @@ class RuleVisits:
         func, name, args = node.func, self.resolve(node.func), node.args
         first = self.resolve(args[0]) if args else None
         if name in _SETATTRS and args:
-            attr = _const_str(args[1]) if len(args) > 1 else None
-            if first or attr in _DUNDER_WRITES:
-                what = _disp(first) if first else _short(args[0], 40)
-                self.add("monkeypatch", node, f"calls {_disp(name)} on {what}" + (f".{attr}" if attr else " with a computed name"))
-        elif name == "builtins.getattr" and len(args) >= 2 and not _const_str(args[1]) and first:
-            self.add("introspection", node, f"getattr on {_disp(first)} with a computed name")
+            self._setattr_call(scope, node, name)
         elif name == "builtins.vars" and first:
             self.add("introspection", node, f"calls vars({_disp(first)})")
         if not isinstance(func, ast.Attribute) or func.attr not in _MUTATORS:
@@ -305,7 +163,8 @@ class RuleVisits:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return
         if node.name == "__del__":
-            self.add("threads", node, "defines __del__ (runs at garbage collection)")
+            self.add("hooks", node, "defines __del__: its code runs when the object is collected, at a moment judge "
+                                    "does not choose")
         if node.name in ("__torch_function__", "__torch_dispatch__"):
             self.add("introspection", node, f"defines {node.name} (intercepts torch calls)")
         for dec in node.decorator_list:
@@ -323,6 +182,10 @@ class RuleVisits:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for a in node.names:
                 full = f"{node.module}.{a.name}" if isinstance(node, ast.ImportFrom) and node.module else a.name
+                self.forbid(node, full, "imports")
+                if mechanism := _mechanism(full):
+                    self.add(mechanism[0], node, f"imports {full}: {mechanism[1]}")
+                    continue
                 for rule, pats in _PATTERNS.items():
                     if _matches(full, pats):
                         self.add(rule, node, f"imports {full}")
@@ -347,21 +210,34 @@ class RuleVisits:
         parent, ctx = self.parent.get(node), getattr(node, "ctx", None)
         verb = "calls" if isinstance(parent, ast.Call) and parent.func is node else \
             "assigns" if isinstance(ctx, ast.Store) else "deletes" if isinstance(ctx, ast.Del) else "uses"
-        if name and not (isinstance(parent, ast.Attribute) and parent.value is node):  # torch.cuda.Event, not torch.cuda
+        outermost = not (isinstance(parent, ast.Attribute) and parent.value is node)  # torch.cuda.Event, not torch.cuda
+        if isinstance(node, ast.Attribute) and node.attr == "__dict__" and (owner := self.resolve(node.value)):
+            self.add("introspection", node, f"reads {owner}.__dict__")  # torch.__dict__.get(...) too
+        if outermost:
+            self._as_value(node, name, verb)
+        if name and outermost:
             if name.startswith(("os.environ", "os.getenv")):
                 self._env(node, name, parent)
-            if getattr(node, "attr", "") == "__dict__":
-                self.add("introspection", node, f"reads {_disp(name)}")
-            head = name.split("(")[0]
-            for rule, pats in _PATTERNS.items():
-                if any(name == a or name.startswith((a + ".", a + "(")) for a in _ALLOWED):
-                    break
-                if _matches(name, pats) and not ("(" in name and _matches(head, pats)):  # open().read: open is flagged
-                    self.add(rule, node, f"{verb} {_disp(name)}")
+            self.forbid(node, name, verb)
+            self._patterns(node, name, verb)
         attr = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
         if attr in _ATTRS and (isinstance(node, ast.Attribute) or _ATTRS[attr] == "reference" or attr == "__builtins__"):
             if _ATTRS[attr] != "introspection" or verb in ("uses", "calls"):  # writes are monkeypatch's
-                self.add(_ATTRS[attr], node, f"{verb} {_short(node, 50)}")
+                words = f": {_mechanism('sys._getframe')[1]}" if _ATTRS[attr] == "frames" else ""
+                self.add(_ATTRS[attr], node, f"{verb} {_short(node, 50)}{words}")
+
+    def _patterns(self, node, name: str, verb: str) -> None:
+        """The rules whose patterns a resolved name matches; a mechanism's own rule and words first."""
+        head = name.split("(")[0]
+        if "(" in name and (_mechanism(head) or _pattern_rules(head)):
+            return  # open().read, sys._getframe(1).f_back: the call itself is flagged where it is made
+        if mechanism := _mechanism(name):
+            self.add(mechanism[0], node, f"{verb} {_disp(name)}: {mechanism[1]}")
+            return
+        if any(name == a or name.startswith((a + ".", a + "(")) for a in _ALLOWED):
+            return
+        for rule in _pattern_rules(name):
+            self.add(rule, node, f"{verb} {_disp(name)}")
 
     def _env(self, node, name: str, parent) -> None:
         def key(expr, write: bool):
@@ -388,4 +264,3 @@ class RuleVisits:
             key(parent.left, False)
         else:
             self.add("env", node, "reads the whole os.environ")
-

@@ -113,7 +113,7 @@ class NoDetail(Detail):
 class Flag(Detail):
     """One screening flag: a line of the patched kernel that the sharks should look at."""
 
-    rule: str  # the screening rule (judge/screening.py RULES)
+    rule: str  # the screening rule (judge/screening.py RULES; 'forbidden-call' fails the stage)
     line: int  # the line in the patched kernel file
     text: str  # that line, stripped (120 characters at most)
     why: str  # what the rule saw there
@@ -121,7 +121,7 @@ class Flag(Detail):
 
 @dataclass(frozen=True)
 class ScreenDetail(Detail):
-    """The screen stage's detail: flags for the sharks, never a verdict."""
+    """The screen stage's detail: flags for the sharks; a 'forbidden-call' flag is the stage's one verdict."""
 
     NESTED = {"flags": Flag}
     flags: list[Flag]  # every flag, in line order

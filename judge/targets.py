@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import tomllib
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ class Limits:
 
 
 CLOCKS = ("gpu", "call", "host")
+DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 DEFAULT_MAX_SPEEDUP = 10.0
 
 
@@ -61,6 +63,15 @@ class PeerSpec:
     name: str
 
 
+@dataclass(frozen=True)
+class ForbiddenCall:
+    """A call a candidate may not make (judge.toml [rules] forbidden_calls), such as the peer's op: the screen
+    fails a patch that adds one (outcome 'forbidden-call'), however the patch spells it."""
+
+    call: str  # a dotted name: "torch._scaled_grouped_mm"; a bare name is a builtin
+    why: str  # one line, shown in the brief and in the verdict
+
+
 @dataclass
 class Target:
     """Everything judge needs to know about one kernel problem."""
@@ -85,6 +96,7 @@ class Target:
     static: StaticSpec | None = None
     peer: PeerSpec | None = None
     cores: int | None = None  # judge.toml [resources] cores; None: judge's default (cores_for_timing)
+    forbidden: list[ForbiddenCall] = field(default_factory=list)
 
     @property
     def cores_for_timing(self) -> int:
@@ -94,6 +106,12 @@ class Target:
         if self.cores is not None:
             return self.cores
         return 1 if self.on_cpu else 2
+
+    @property
+    def forbidden_calls(self) -> list[str]:
+        """The dotted names this target forbids, as judge.toml writes them. A runtime tripwire wraps each name in
+        judge.screening_forbidden.spellings(name), which adds torch's op namespaces (torch.ops.aten.x, ...)."""
+        return [f.call for f in self.forbidden]
 
     @property
     def on_cpu(self) -> bool:
@@ -243,6 +261,7 @@ def load_target(path: str | Path) -> Target:
         static=_static(meta.get("static"), path, where),
         peer=_peer(meta.get("peer"), path, where, kernel_file),
         cores=cores,
+        forbidden=_forbidden(meta.get("rules"), where),
     )
 
 
@@ -343,6 +362,39 @@ def _peer(raw: Any, path: Path, where: Path, kernel_file: str) -> PeerSpec | Non
     if not isinstance(name, str) or not name.strip():
         raise JudgeError(f"{where}: field 'peer.name': the peer's name as reports show it, e.g. 'torch._scaled_grouped_mm'")
     return PeerSpec(file, name.strip())
+
+
+def _forbidden(raw: Any, where: Path) -> list[ForbiddenCall]:
+    """judge.toml [rules]: forbidden_calls = [{call = "torch.x", why = "..."}, ...]."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        raise JudgeError(f"{where}: field 'rules': a table, [rules]")
+    unknown = sorted(set(raw) - {"forbidden_calls"})
+    if unknown:
+        raise JudgeError(f"{where}: field 'rules.{unknown[0]}': unknown key (known: forbidden_calls)")
+    entries = raw.get("forbidden_calls", [])
+    if not isinstance(entries, list):
+        raise JudgeError(f"{where}: field 'rules.forbidden_calls': a list of {{call = \"torch.x\", why = \"...\"}} tables")
+    out: list[ForbiddenCall] = []
+    for i, entry in enumerate(entries):
+        field_ = f"rules.forbidden_calls[{i}]"
+        if not isinstance(entry, dict):
+            raise JudgeError(f"{where}: field '{field_}': a table {{call = \"torch.x\", why = \"...\"}}")
+        unknown = sorted(set(entry) - {"call", "why"})
+        if unknown:
+            raise JudgeError(f"{where}: field '{field_}.{unknown[0]}': unknown key (known: call, why)")
+        call, why = entry.get("call"), entry.get("why")
+        if not isinstance(call, str) or not DOTTED.match(call):
+            raise JudgeError(f"{where}: field '{field_}.call': a dotted Python name such as "
+                             f"'torch._scaled_grouped_mm', got {call!r}")
+        if call in {f.call for f in out}:
+            raise JudgeError(f"{where}: field '{field_}.call': '{call}' appears twice")
+        if not isinstance(why, str) or not why.strip() or "\n" in why.strip():
+            raise JudgeError(f"{where}: field '{field_}.why': required: one line saying why, which the brief and "
+                             "the verdict show")
+        out.append(ForbiddenCall(call, why.strip()))
+    return out
 
 
 def find_target(name_or_path: str, kernels_dir: Path) -> Target:

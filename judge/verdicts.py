@@ -22,7 +22,7 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
             return Outcome.CRASHED, f"{stage.stage}: {stage.summary}"
         if stage.status == "tampered":
             return Outcome.TAMPERED, f"{stage.stage}: {stage.summary}"
-        failed = {"patch": Outcome.PATCH_FAILED, "compile": Outcome.COMPILE_ERROR,
+        failed = {"patch": Outcome.PATCH_FAILED, "screen": Outcome.FORBIDDEN_CALL, "compile": Outcome.COMPILE_ERROR,
                   "static": Outcome.STATIC_CHECK_FAILED, "correctness": Outcome.INCORRECT, "timing": Outcome.INCORRECT}
         return failed.get(stage.stage, Outcome.CRASHED), stage.summary
     timing = next((s for s in stages if s.stage == "timing"), None)

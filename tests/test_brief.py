@@ -113,3 +113,30 @@ def test_the_brief_needs_a_target_when_the_ledger_has_several(tmp_path):
     result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "brief"])
     assert (result.exit_code, result.output) == (
         2, "error: the ledger has 2 targets (axpy, vecadd_cpu): name one with --target\n")
+
+
+def test_the_brief_lists_the_calls_a_patch_may_not_add(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.db")
+    ledger.submit(Proposal(id="p", title="t", author="x", round=1, target="fp8_group_gemm_sm90", pitch="why"), "test")
+    kernels = Path(__file__).resolve().parents[1] / "kernels"
+    result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "--kernels", str(kernels), "brief",
+                                       "--json", "--out", str(tmp_path / "reports")], catch_exceptions=False)
+    brief = json.loads(result.stdout)["brief"]
+    peer = "the peer's op: the contest is to beat it, not to call it"
+    own = "torch's own grouped GEMM: the contest is to write the kernel, not to call one"
+    assert brief["rules"]["forbidden_calls"] == [{"call": "torch._scaled_grouped_mm", "why": peer},
+                                                 {"call": "torch._grouped_mm", "why": own}]
+    assert list(brief["rules"]["outcomes"])[:4] == ["patch-failed", "compile-error", "static-check-failed", "forbidden-call"]
+    lines = Path(json.loads(result.stdout)["path"]).read_text().splitlines()
+    start = lines.index("- Calls a patch may not add (the screen's verdict `forbidden-call`, however the call is spelled: "
+                        "an alias, `from ... import`, `torch.ops.aten`, `getattr` with a constant name; a name computed "
+                        "at run time is flagged for the sharks):")
+    assert lines[start + 1:start + 3] == [f"  - `torch._scaled_grouped_mm`: {peer}", f"  - `torch._grouped_mm`: {own}"]
+
+
+def test_a_target_without_forbidden_calls_has_no_such_line(three_rounds):
+    ledger, kernels, tmp_path, _ = three_rounds
+    result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "--kernels", str(kernels), "brief",
+                                       "--json", "--out", str(tmp_path / "reports")], catch_exceptions=False)
+    assert json.loads(result.stdout)["brief"]["rules"]["forbidden_calls"] == []
+    assert "Calls a patch may not add" not in Path(json.loads(result.stdout)["path"]).read_text()

@@ -1,6 +1,8 @@
 """Rounds: outcomes per proposal, the winner, compounding bases, not-run reasons, resume after a kill."""
 
+import difflib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from fakestages import FakeStages
 from judge.errors import JudgeError
 from judge.ledger import Ledger
 from judge.records import Outcome, Proposal
+from judge.report import render_round
 from judge.rounds import RoundRun, Settings, base_for, run_round
 from judge.verdicts import decide
 from judge.stage_details import CheckDetail, TimedBenchmark, TimingDetail
@@ -114,6 +117,40 @@ def test_the_winner_patch_becomes_the_next_round_base(setup):
     assert second.base_origin == "round 1 base + winner b r1"
     workspace = (settings.work_dir / "axpy" / "round-2" / "c" / "submission.py").read_text()
     assert "CHUNKS = 4" in workspace and "SCALE = 2.0  # tuned" in workspace
+
+
+def test_a_patch_that_adds_a_forbidden_call_stops_at_the_screen(tmp_path):
+    kernels = tmp_path / "kernels"
+    shutil.copytree(FIXTURE, kernels / "axpy")
+    toml = kernels / "axpy" / "judge.toml"
+    toml.write_text(toml.read_text() + '\n[rules]\nforbidden_calls = [{call = "torch.lerp", why = "one call does it all"}]\n')
+    ledger = Ledger(tmp_path / "ledger.db")
+    settings = Settings(kernels_dir=kernels, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", stages=FakeStages())
+    patched = BASE.replace("CHUNKS = 1\n", "CHUNKS = 1\nimport torch as _t\n_fused = _t.lerp\n")
+    patch = "".join(difflib.unified_diff(BASE.splitlines(True), patched.splitlines(True), "a/submission.py", "b/submission.py"))
+    ledger.submit(proposal("fused", None).model_copy(update={"patch": patch}), "test")
+    ledger.submit(proposal("honest", "speedup 1.2"), "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert outcomes(summary)["fused"] == (
+        "forbidden-call", "uses torch.lerp, which this target forbids (one call does it all): submission.py:9: _fused = _t.lerp")
+    assert summary.winner == "honest"
+    verdict = next(v for v in summary.verdicts if v.proposal_id == "fused")
+    stages = ledger.stage_results(verdict.evaluation_id)
+    assert [(s.stage, s.status) for s in stages] == [("patch", "passed"), ("screen", "failed")]
+    assert [(f.rule, f.line) for f in stages[1].detail.flags] == [("forbidden-call", 9)]
+    assert "fused" not in settings.stages.compiled  # stopped before anything was compiled
+    lines = render_round(ledger, 1, tmp_path / "reports").read_text().splitlines()
+    assert (f"- Status: **forbidden-call** (evaluation #{verdict.evaluation_id}): uses torch.lerp, which this target "
+            "forbids (one call does it all): submission.py:9: _fused = _t.lerp") in lines
+    heading = lines.index("Screening flags (a static read of the patch: `forbidden-call` is the verdict above, the others "
+                          "are for the sharks):")
+    assert lines[heading + 2] == ("- line 9, forbidden-call: uses torch.lerp, which this target forbids (one call does "
+                                  "it all) (`_fused = _t.lerp`)")
+
+
+def test_decide_maps_a_failed_screen_to_forbidden_call():
+    stages = [StageResult("patch", "passed", "ok"), StageResult("screen", "failed", "calls torch.x, ...: submission.py:3: x")]
+    assert decide(stages) == (Outcome.FORBIDDEN_CALL, "calls torch.x, ...: submission.py:3: x")
 
 
 def test_a_round_without_proposals_is_an_error(setup):

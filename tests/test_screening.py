@@ -1,7 +1,9 @@
 """The static screen flags what a judge should look at in a patched kernel, and stays quiet on honest kernels."""
 
 import glob
+import sqlite3
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -9,11 +11,13 @@ import pytest
 from judge.errors import JudgeError
 from judge.patching import apply_patch
 from judge.screening import RULES, Flag, added_lines, screen, screen_patch
+from judge.targets import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
 FP8 = ROOT / "kernels/fp8_group_gemm_sm90/submission.py"
 NVFP4 = ROOT / "kernels/nvfp4_group_gemm/submission.py"
 FIXTURES = ROOT / "tests/fixtures/screening"
+FRAMES = "reads the call stack: its callers' frames and their locals (judge's runner, the input sets it holds)"
 
 
 def flags(source: str) -> list[tuple[str, int, str]]:
@@ -59,21 +63,47 @@ def test_every_honest_kernel_in_the_repository_screens_clean(path):
     assert [(f.rule, f.line, f.why) for f in screen((ROOT / path).read_text())] == BASE_FLAGS.get(path, [])
 
 
-# The CPU example target ships cheats on purpose: what the sharks see for each.
+# The CPU example target ships cheats on purpose: what the sharks see for each. The Hopper contest's cluster
+# proposals keep the SM count per device in a module-level dict: state a shark should see named.
+CLUSTERS = [("cache-by-identity", 494), ("cache-by-identity", 496)]
 EXAMPLE_FLAGS = {
     "vecadd_cpu/faster-clock": [("timing", 16), ("timing", 17), ("monkeypatch", 18), ("timing", 18)],
     "vecadd_cpu/reuse-answer": [("cache-by-identity", 14), ("cache-by-identity", 15), ("cache-by-identity", 16)],
+    "fp8_group_gemm_sm90/cluster-1x2-multicast-a": [("cache-by-identity", 454), ("cache-by-identity", 456)],
+    "fp8_group_gemm_sm90/cluster-1x2-multicast-a-v2": CLUSTERS,
+    "fp8_group_gemm_sm90/cluster-1x4-multicast-a": CLUSTERS,
 }
+CONTEST = ROOT / "docs/examples/fp8-contest/fp8-contest.db"
 
 
-@pytest.mark.parametrize("patch", sorted(glob.glob(str(ROOT / "proposals/*/*/patch.diff"))))
+def _round_base(target: str, round: int) -> str:
+    """A proposal's base: the target's kernel in round 1, later the Hopper contest's compounded base."""
+    if round == 1:
+        return (ROOT / "kernels" / target / "submission.py").read_text()
+    with sqlite3.connect(CONTEST) as con:
+        [(source,)] = con.execute("select base_source from rounds where target = ? and round = ?", (target, round))
+    return source
+
+
+@pytest.mark.parametrize("patch", sorted(glob.glob(str(ROOT / "proposals/**/patch.diff"), recursive=True)))
 def test_the_example_proposals_flags(patch):
-    target = Path(patch).parent.parent.name
-    base = (ROOT / "kernels" / target / "submission.py").read_text()
+    meta = tomllib.loads((Path(patch).parent / "proposal.toml").read_text())
+    base = _round_base(meta["target"], meta["round"])
     text = Path(patch).read_text()
-    flags = screen_patch(base, apply_patch(base, text, "submission.py"), text)
-    key = f"{target}/{Path(patch).parent.name}"
-    assert [(f.rule, f.line) for f in flags] == EXAMPLE_FLAGS.get(key, [])
+    forbidden = load_target(ROOT / "kernels" / meta["target"]).forbidden
+    flags = screen_patch(base, apply_patch(base, text, "submission.py"), text, forbidden)
+    assert [(f.rule, f.line) for f in flags] == EXAMPLE_FLAGS.get(f"{meta['target']}/{meta['id']}", [])
+
+
+@pytest.mark.parametrize("db", sorted((ROOT / "docs/examples").rglob("*.db")), ids=lambda p: p.name)
+def test_the_patches_of_the_example_ledgers_get_the_flags_of_their_proposals(db):
+    with sqlite3.connect(db) as con:
+        bases = dict(con.execute("select round, base_source from rounds"))
+        rows = con.execute("select proposal_id, target, round, patch from revisions where patch is not null").fetchall()
+    assert rows
+    for proposal, target, round, patch in rows:
+        flags = screen_patch(bases[round], apply_patch(bases[round], patch, "submission.py"), patch)
+        assert [(f.rule, f.line) for f in flags] == EXAMPLE_FLAGS.get(f"{target}/{proposal}", []), proposal
 
 
 def test_a_patch_that_caches_results_on_data_ptr_is_flagged_on_its_added_lines():
@@ -170,8 +200,9 @@ def test_flags_round_trip_and_name_known_rules_with_short_text():
     flag = Flag("timing", 3, "t = time.time()", "calls time.time")
     assert Flag.from_json(flag.to_json()) == flag
     assert flag.to_json() == {"rule": "timing", "line": 3, "text": "t = time.time()", "why": "calls time.time"}
-    assert set(RULES) == {"monkeypatch", "sys-modules", "threads", "subprocess", "file-io", "network", "cache-by-identity",
-                          "sleep", "timing", "reference", "introspection", "env", "dynamic-code", "unparsable"}
+    assert set(RULES) == {"monkeypatch", "sys-modules", "threads", "hooks", "subprocess", "file-io", "network",
+                          "cache-by-identity", "sleep", "timing", "reference", "indirection", "frames", "introspection",
+                          "env", "dynamic-code", "forbidden-call", "unparsable"}
     long = "import time\nx = time.time()" + " + 1" * 60 + "\n"
     [only] = screen(long)
     assert len(only.text) == 120 and only.text.startswith("x = time.time() + 1")
@@ -201,7 +232,8 @@ def test_monkeypatch():
         ("monkeypatch", 4, "calls setattr on time.perf_counter"),
         ("monkeypatch", 5, "assigns builtins.print"),
         ("introspection", 6, "uses (lambda *a: (True, '')).__code__"),
-        ("monkeypatch", 6, "assigns reference.check_implementation.__code__"),
+        ("monkeypatch", 6, "assigns reference.check_implementation.__code__: swaps the function's code: same name and "
+                           "identity, other behaviour"),
         ("reference", 6, "assigns reference.check_implementation.__code__"),
         ("introspection", 7, "reads torch.__dict__"),
         ("monkeypatch", 7, "writes torch.__dict__[...]"),
@@ -239,17 +271,13 @@ def test_sys_modules():
 
 def test_threads():
     assert flags("""\
-        import atexit
+        import threading
         from concurrent.futures import ThreadPoolExecutor
-        class Later:
-            def __del__(self):
-                pass
-        atexit.register(print)
+        threading.Thread(target=print).start()
         """) == [
-        ("threads", 1, "imports atexit"),
+        ("threads", 1, "imports threading"),
         ("threads", 2, "imports concurrent.futures.ThreadPoolExecutor"),
-        ("threads", 4, "defines __del__ (runs at garbage collection)"),
-        ("threads", 6, "calls atexit.register"),
+        ("threads", 3, "calls threading.Thread"),
     ]
     assert found("import cutlass\ndef f(pipeline):\n    pipeline.producer_tail(1)\n    cutlass.range(4)\n") == []
 
@@ -432,9 +460,11 @@ def test_introspection():
             pass
         """)[1:] == [
         ("introspection", 2, "imports torch.utils._python_dispatch.TorchDispatchMode"),
-        ("introspection", 4, "uses sys._getframe(1).f_back"),
-        ("introspection", 5, "calls gc.get_objects"),
+        ("frames", 4, "uses sys._getframe(1).f_back: " + FRAMES),
+        ("introspection", 5, "calls gc.get_objects: walks the process's live objects: reaches judge's runner, its inputs "
+                             "and its outputs"),
         ("introspection", 6, "writes globals()[...]"),
+        ("monkeypatch", 6, "writes globals()['custom_kernel']: replaces that name for everyone who reads it"),
         ("introspection", 7, "calls torch._C._set_grad_enabled"),
         ("introspection", 8, "class Lazy subclasses torch.Tensor"),
     ]
@@ -468,8 +498,9 @@ def test_dynamic_code():
         state = pickle.loads(b"")
         """) == [
         ("dynamic-code", 1, "imports base64"),
-        ("dynamic-code", 2, "calls exec"),
+        ("dynamic-code", 2, "calls exec on a string computed at run time: the screen cannot read the code it runs"),
         ("dynamic-code", 3, "calls importlib.import_module"),
+        ("indirection", 3, "imports a module by a name built from pieces ('time')"),
         ("dynamic-code", 4, "calls importlib.import_module"),
         ("sleep", 4, "calls time.sleep"),
         ("dynamic-code", 5, "calls pickle.loads"),
@@ -490,11 +521,14 @@ def test_names_are_resolved_through_aliases_and_getattr():
         nap(1)
         getattr(t, "sleep")(1)
         getattr(t, "sl" + "eep")(1)
+        getattr(t, input())(1)
         """) == [
         ("sleep", 2, "uses time.sleep"),
         ("sleep", 3, "calls time.sleep"),
         ("sleep", 4, "calls time.sleep"),
-        ("introspection", 5, "getattr on time with a computed name"),
+        ("indirection", 5, "getattr on time with a name built from pieces ('sleep')"),
+        ("sleep", 5, "calls time.sleep"),
+        ("indirection", 6, "getattr on time with a name computed at run time"),
     ]
 
 

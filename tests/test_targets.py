@@ -1,4 +1,4 @@
-"""judge/targets.py: judge.toml's keys for clocks, distributions, plausibility and min_effect, and their
+"""judge/targets.py: judge.toml's keys for clocks, distributions, plausibility, min_effect and forbidden calls, and their
 one-line errors naming the file and the field."""
 
 import shutil
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from judge.errors import JudgeError
-from judge.targets import Distribution, load_target
+from judge.targets import Distribution, ForbiddenCall, load_target
 
 CPU_TARGET = Path(__file__).resolve().parents[1] / "kernels" / "vecadd_cpu"
 
@@ -81,3 +81,43 @@ def test_a_bad_peer_is_a_one_line_error(target_dir, peer, message):
         load_target(target_dir)
     assert caught.value.message == f"{toml}: {message.format(dir=target_dir)}"
 
+
+def test_the_fp8_target_forbids_its_peers_op_and_torchs_grouped_gemm():
+    target = load_target(CPU_TARGET.parent / "fp8_group_gemm_sm90")
+    assert target.forbidden_calls == ["torch._scaled_grouped_mm", "torch._grouped_mm"]
+    assert target.forbidden[0] == ForbiddenCall("torch._scaled_grouped_mm",
+                                                "the peer's op: the contest is to beat it, not to call it")
+    assert load_target(CPU_TARGET).forbidden_calls == []
+
+
+@pytest.mark.parametrize("rules,message", [
+    ('forbidden_calls = "torch.mm"', "field 'rules.forbidden_calls': a list of {call = \"torch.x\", why = \"...\"} tables"),
+    ('forbid = []', "field 'rules.forbid': unknown key (known: forbidden_calls)"),
+    ('forbidden_calls = ["torch.mm"]', "field 'rules.forbidden_calls[0]': a table {call = \"torch.x\", why = \"...\"}"),
+    ('forbidden_calls = [{call = "torch.mm", why = "x", when = 1}]',
+     "field 'rules.forbidden_calls[0].when': unknown key (known: call, why)"),
+    ('forbidden_calls = [{call = "torch.mm(", why = "x"}]',
+     "field 'rules.forbidden_calls[0].call': a dotted Python name such as 'torch._scaled_grouped_mm', got 'torch.mm('"),
+    ('forbidden_calls = [{why = "x"}]',
+     "field 'rules.forbidden_calls[0].call': a dotted Python name such as 'torch._scaled_grouped_mm', got None"),
+    ('forbidden_calls = [{call = "torch.mm", why = "x"}, {call = "torch.mm", why = "y"}]',
+     "field 'rules.forbidden_calls[1].call': 'torch.mm' appears twice"),
+    ('forbidden_calls = [{call = "torch.mm", why = " "}]',
+     "field 'rules.forbidden_calls[0].why': required: one line saying why, which the brief and the verdict show"),
+    ('forbidden_calls = [{call = "torch.mm", why = "one\\ntwo"}]',
+     "field 'rules.forbidden_calls[0].why': required: one line saying why, which the brief and the verdict show"),
+])
+def test_bad_forbidden_calls_are_one_line_errors(target_dir, rules, message):
+    toml = target_dir / "judge.toml"
+    toml.write_text(toml.read_text() + f"\n[rules]\n{rules}\n")
+    with pytest.raises(JudgeError) as caught:
+        load_target(target_dir)
+    assert caught.value.message == f"{toml}: {message}"
+
+
+def test_a_rules_key_that_is_not_a_table(target_dir):
+    toml = target_dir / "judge.toml"
+    toml.write_text('rules = 1\n' + toml.read_text())
+    with pytest.raises(JudgeError) as caught:
+        load_target(target_dir)
+    assert caught.value.message == f"{toml}: field 'rules': a table, [rules]"
