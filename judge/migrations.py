@@ -233,6 +233,18 @@ def m004_benchmark_inputs(db: sqlite_utils.Database) -> None:
     db["benchmark_results"].add_column("processes", int)
 
 
+
+@migration
+def m006_participants(db: sqlite_utils.Database) -> None:
+    """Who takes part over the network (`judge serve`) and in which role; a token is kept only as its sha256.
+    A name is unique among participants not revoked, so a revoked name can be given a new token."""
+    db["participants"].create(
+        {"id": int, "name": str, "role": str, "token_sha256": str, "created_at": str, "revoked_at": str},
+        pk="id",
+    )
+    db["participants"].create_index(["token_sha256"], unique=True)
+    db.execute("create unique index idx_participants_active_name on participants (name) where revoked_at is null")
+
 def applied(db: sqlite_utils.Database) -> list[str]:
     if MIGRATIONS_TABLE not in db.table_names():
         return []
