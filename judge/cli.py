@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sqlite3
 import sys
 import traceback
@@ -26,11 +27,22 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Context:
-    def __init__(self, ledger_path: Path, kernels: Path):
+    def __init__(self, ledger_path: Path, kernels: Path, server: str | None = None):
         self.ledger_path = ledger_path
         self.kernels = kernels
         self.creates = False  # set per command: only commands that add to a ledger may create one
         self._ledger = None
+        self.remote = None
+        if server:
+            from .client import Remote
+
+            self.remote = Remote(server, os.environ.get("JUDGE_TOKEN"))
+
+    def call(self, fn, *args):
+        """`fn(ledger, *args)` on the local ledger, or with --server the server's answer to the same call."""
+        if self.remote is not None:
+            return getattr(self.remote, fn.__name__)(*args)
+        return fn(self.ledger, *args)
 
     @property
     def ledger(self) -> Ledger:
@@ -69,7 +81,7 @@ def command(group, name=None, creates=False):
             try:
                 return fn(ctx, *args, **kwargs)
             except JudgeError as error:
-                fail(error.message, 2, kwargs.get("as_json"))
+                fail(error.message, getattr(error, "exit", 2), kwargs.get("as_json"))
             except sqlite3.DatabaseError as error:
                 explained = ctx.explain(error)
                 if explained is None:
@@ -110,22 +122,29 @@ LEDGER_HELP = ("The SQLite ledger. init, submit, shark add and run --target crea
               envvar="JUDGE_LEDGER", help=LEDGER_HELP)
 @click.option("--kernels", type=click.Path(path_type=Path), default=Path("kernels"), show_default=True,
               help="Where target directories live.")
+@click.option("--server", envvar="JUDGE_SERVER", metavar="URL",
+              help="Send the command to a judge server (judge serve) instead of a local ledger, with the token in "
+                   "JUDGE_TOKEN.")
 @click.version_option(package_name="judge")
 @click.pass_context
-def main(click_ctx, ledger_path: Path, kernels: Path):
+def main(click_ctx, ledger_path: Path, kernels: Path, server: str | None):
     """judge: the referee for GPU-kernel optimization contests."""
-    click_ctx.obj = Context(ledger_path, kernels)
+    click_ctx.obj = Context(ledger_path, kernels, server)
 
 
 @command(main, "init", creates=True)
 def init_cmd(ctx: Context, as_json: bool):
     """Create the ledger (or bring its schema up to date)."""
-    ledger = ctx.ledger
-    names = applied(ledger.db)
+    info = ctx.call(ledger_info)
+    names = info["migrations"]
     if as_json:
-        emit_json({"ledger": str(ledger.path), "migrations": names})
+        emit_json(info)
     else:
-        out.print(f"ledger {ledger.path}: schema at {names[-1]} ({len(names)} migrations applied)", markup=False)
+        out.print(f"ledger {info['ledger']}: schema at {names[-1]} ({len(names)} migrations applied)", markup=False)
+
+
+def ledger_info(ledger: Ledger) -> dict:
+    return {"ledger": str(ledger.path), "migrations": applied(ledger.db)}
 
 
 @command(main, "submit", creates=True)
@@ -135,7 +154,7 @@ def submit_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
     Creates the ledger if it is missing."""
     stdin_text = inputs.read_stdin() if "-" in paths else None
     items = actions.load_submissions(list(paths), stdin_text)
-    results = actions.submit(ctx.ledger, items, ctx.kernels)
+    results = ctx.call(actions.submit, items, ctx.kernels)
     if as_json:
         emit_json([asdict(r) for r in results])
         return
@@ -153,7 +172,7 @@ def shark_group():
 def shark_add_cmd(ctx: Context, paths: tuple[Path, ...], as_json: bool):
     """Add sharks from TOML/JSON files; a changed rubric becomes a new version. Creates the ledger if it is missing."""
     sharks = actions.load_sharks(list(paths))
-    results = actions.add_sharks(ctx.ledger, sharks)
+    results = ctx.call(actions.add_sharks, sharks)
     if as_json:
         emit_json(results)
         return
@@ -164,7 +183,7 @@ def shark_add_cmd(ctx: Context, paths: tuple[Path, ...], as_json: bool):
 @command(shark_group, "list")
 def shark_list_cmd(ctx: Context, as_json: bool):
     """List sharks and their rubrics (needs an existing ledger)."""
-    sharks = actions.shark_list(ctx.ledger)
+    sharks = ctx.call(actions.shark_list)
     if as_json:
         emit_json(sharks)
         return
@@ -180,7 +199,7 @@ def vote_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
     Needs an existing ledger with the sharks and the proposals voted on."""
     stdin_text = inputs.read_stdin() if "-" in paths else None
     items = actions.load_vote_inputs(list(paths), stdin_text)
-    cast = actions.cast_votes(ctx.ledger, items)
+    cast = ctx.call(actions.cast_votes, items)
     if as_json:
         emit_json([asdict(c) for c in cast])
         return
@@ -212,6 +231,12 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
     (which evaluates the target's base even without proposals), where it creates a missing one."""
     from .rounds import Settings
 
+    if ctx.remote is not None:
+        if ray_address is not None or gpus:
+            raise JudgeError("--ray and --gpus are the server's to choose (judge serve --ray, --gpus)")
+        with RunProgress(err, enabled=not as_json) as progress:
+            summaries = ctx.remote.run(round_, target, again, workers, timing_budget, progress.event, out_dir)
+        return _print_runs(summaries, as_json)
     ctx.creates = target is not None
     explicit = find_target(target, ctx.kernels) if target else None
     ledger = ctx.ledger
@@ -224,6 +249,10 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
                         ray_address=ray_address or None, gpus=parse_gpus(gpus) if gpus else None)
     with RunProgress(err, enabled=not as_json) as progress:
         summaries = actions.run(ledger, round_, explicit, settings, progress.event, out_dir)
+    _print_runs(summaries, as_json)
+
+
+def _print_runs(summaries: list[dict], as_json: bool) -> None:
     if as_json:
         emit_json(summaries)
         return
@@ -272,25 +301,25 @@ def _latest_or_first(ledger: Ledger) -> int:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
 def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool):
     """Render a round's Markdown scorecard (or the leaderboard) and print its path (needs an existing ledger)."""
+    path, key, view = ctx.call(write_report, round_, target, leaderboard, out_dir)
+    if as_json:
+        emit_json({"path": str(path), key: view})
+    else:
+        out.print(str(path), markup=False)
+
+
+def write_report(ledger: Ledger, round_, target, leaderboard: bool, out_dir: Path) -> tuple[Path, str, dict]:
+    """`judge report`: the file written, and its view under the key `--json` gives it."""
     from . import report
 
-    ledger = ctx.ledger
     if leaderboard:
-        path = report.render_leaderboard(ledger, out_dir)
-        if as_json:
-            emit_json({"path": str(path), "leaderboard": report.leaderboard_view(ledger)})
-        else:
-            out.print(str(path), markup=False)
-        return
+        return report.render_leaderboard(ledger, out_dir), "leaderboard", report.leaderboard_view(ledger)
     if round_ is None:
         round_ = ledger.latest_round_number()
         if round_ is None:
             raise JudgeError("no round has run yet (run one with 'judge run')")
     path = report.render_round(ledger, round_, out_dir, target=target)
-    if as_json:
-        emit_json({"path": str(path), "round": report.round_view(ledger, round_, target=target)})
-    else:
-        out.print(str(path), markup=False)
+    return path, "round", report.round_view(ledger, round_, target=target)
 
 
 @command(main, "brief")
@@ -300,7 +329,7 @@ def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool
 def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
     """Write the brief for a round: the base, its times against the speed of light, its resources, what was
     tried, what is open, the rules; print its path (needs an existing ledger)."""
-    path, view = actions.brief(ctx.ledger, ctx.kernels, target, round_, out_dir)
+    path, view = ctx.call(actions.brief, ctx.kernels, target, round_, out_dir)
     if as_json:
         emit_json({"path": str(path), "brief": view})
     else:
@@ -315,7 +344,7 @@ def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
 def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, as_json: bool):
     """Clear an implausible result after checking it by hand: it then stands at what its timing said
     (needs an existing ledger)."""
-    result = actions.clear_evaluation(ctx.ledger, evaluation_id, note, cleared_by)
+    result = ctx.call(actions.clear_evaluation, evaluation_id, note, cleared_by)
     if as_json:
         emit_json(result)
         return
@@ -327,7 +356,7 @@ def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, as_j
 @click.option("--round", "round_", type=int, help="Only this round.")
 def list_cmd(ctx: Context, round_, as_json: bool):
     """List proposals (latest revisions) with their latest verdicts (needs an existing ledger)."""
-    rows = actions.list_proposals(ctx.ledger, round_)
+    rows = ctx.call(actions.list_proposals, round_)
     if as_json:
         emit_json(rows)
         return
@@ -364,7 +393,7 @@ def fitting(columns: tuple[str, ...], cells: list[dict], width: int) -> list[str
 @click.argument("proposal_id")
 def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
     """Everything about one proposal: revisions, evaluations, stages, votes (needs an existing ledger)."""
-    data = actions.show_proposal(ctx.ledger, proposal_id)
+    data = ctx.call(actions.show_proposal, proposal_id)
     if as_json:
         emit_json(data)
         return
@@ -384,7 +413,7 @@ def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
 @command(main, "status")
 def status_cmd(ctx: Context, as_json: bool):
     """Counts of what the ledger holds and where each round stands (needs an existing ledger)."""
-    data = actions.status(ctx.ledger)
+    data = ctx.call(actions.status)
     if as_json:
         emit_json(data)
         return
@@ -394,6 +423,8 @@ def status_cmd(ctx: Context, as_json: bool):
         outcomes = ", ".join(f"{n} {o}" for o, n in r["outcomes"].items()) or "no verdicts"
         out.print(f"  {r['target']} round {r['round']}: {outcomes}; winner: {r['winner'] or 'none'}; base: {r['base_origin']}", markup=False)
 
+
+from . import cli_network  # noqa: E402,F401  (judge serve, judge participant: registered on `main`)
 
 if __name__ == "__main__":
     main()

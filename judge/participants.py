@@ -1,6 +1,6 @@
 """Participants and roles: who may do what when judge is reached over the network (`judge serve`).
 
-A participant has a name, one role (contestant, shark or organizer) and a token. `add` makes the token and
+A participant has a name, one role (contestant, shark or organizer) and a token. `add_participant` makes the token and
 returns it once; the ledger keeps only its sha256. A contestant submits and revises only its own proposals
 (the author is its name), a shark votes only as itself, and only an organizer runs rounds, clears results and
 adds sharks or participants. Locally, without a server, none of this applies: whoever holds the ledger file
@@ -77,7 +77,7 @@ class Participant:
                                 f"votes only as shark '{self.name}'")
 
 
-def add(ledger: Ledger, name: str, role: str) -> dict:
+def add_participant(ledger: Ledger, name: str, role: str) -> dict:
     """Add a participant; the answer holds its token, which is never shown again (the ledger keeps its sha256)."""
     if not SLUG.match(name):
         raise JudgeError(f"participant name '{name}': must be a slug: lowercase letters, digits and hyphens "
@@ -89,13 +89,13 @@ def add(ledger: Ledger, name: str, role: str) -> dict:
     return {"name": row["name"], "role": row["role"], "token": token, "created_at": row["created_at"]}
 
 
-def listing(ledger: Ledger) -> list[dict]:
+def participant_list(ledger: Ledger) -> list[dict]:
     """Every participant ever added, revoked ones included; never a token."""
     return [{"name": r["name"], "role": r["role"], "created_at": r["created_at"], "revoked_at": r["revoked_at"]}
             for r in ledger.participants()]
 
 
-def revoke(ledger: Ledger, name: str) -> dict:
+def revoke_participant(ledger: Ledger, name: str) -> dict:
     """Revoke a participant's token at once; its proposals and votes stay."""
     row = ledger.participant(name)
     if row is None:
