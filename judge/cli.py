@@ -427,4 +427,6 @@ def status_cmd(ctx: Context, as_json: bool):
 from . import cli_network  # noqa: E402,F401  (judge serve, judge participant: registered on `main`)
 
 if __name__ == "__main__":
-    main()
+    from judge.cli import main as imported  # the module as imported: the one cli_network registers its commands on
+
+    imported()

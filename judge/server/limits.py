@@ -37,7 +37,7 @@ async def read_body(request: Request) -> str:
         data += chunk
         if len(data) > limit:
             break
-    _check(FIELDS, len(data))
+    _check(FIELDS, min(len(data), limit + 1))  # as `judge submit -` reads stdin: no further than one byte past
     return decode(bytes(data), "request body")
 
 
