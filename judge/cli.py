@@ -153,6 +153,8 @@ def submit_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
     """Submit proposal directories (or a folder of them), or one JSON object on stdin with '-'.
     Creates the ledger if it is missing."""
     stdin_text = inputs.read_stdin() if "-" in paths else None
+    if ctx.remote is not None and stdin_text is not None:
+        stdin_text = ctx.remote.with_author(stdin_text)
     items = actions.load_submissions(list(paths), stdin_text)
     results = ctx.call(actions.submit, items, ctx.kernels)
     if as_json:

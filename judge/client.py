@@ -63,6 +63,17 @@ class Remote:
     def ledger_info(self) -> dict:
         return self._call("GET", "/api/ledger")
 
+    def with_author(self, text: str) -> str:
+        """A proposal on stdin that leaves `author` out gets this token's participant name, as the server would give
+        it; anything else is left as it is, for the local reading to accept or refuse as it always does."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return text
+        if not isinstance(data, dict) or "author" in data:
+            return text
+        return json.dumps({**data, "author": self._call("GET", "/api/whoami")["name"]})
+
     def submit(self, items: list[tuple[Proposal, str]], kernels_dir: Path) -> list[Submitted]:
         body = {"submissions": [{"source": source, "proposal": p.model_dump(mode="json")} for p, source in items]}
         return [Submitted(**row) for row in self._call("POST", "/api/proposals", body)]
