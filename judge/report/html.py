@@ -6,8 +6,8 @@ Contestant text must reach a browser as text and nothing else. Three layers make
   is swapped for a random placeholder before the template runs, and after the Markdown became HTML each
   placeholder becomes that text, HTML-escaped: no Markdown of a contestant's is ever parsed;
 - raw HTML in the Markdown is not passed through (markdown-it's `html` option is off), it is escaped;
-- the only link or image the page keeps from the Markdown is an image of a chart judge drew for this page;
-  every other link becomes its text and every other image its alt text.
+- the only links the page keeps from the Markdown lead to judge's own pages (`PAGE`), and the only images are
+  the charts judge drew for it; every other link becomes its text and every other image its alt text.
 """
 
 from __future__ import annotations
