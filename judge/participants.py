@@ -43,6 +43,14 @@ class Participant:
         if self.role != "organizer":
             raise Forbidden(f"only the organizer may {what}: participant '{self.name}' is a {self.role}")
 
+    def require_submitter(self) -> None:
+        if self.role not in ("contestant", "organizer"):
+            raise Forbidden(f"only contestants and the organizer submit proposals: participant '{self.name}' is a {self.role}")
+
+    def require_voter(self) -> None:
+        if self.role not in ("shark", "organizer"):
+            raise Forbidden(f"only sharks and the organizer vote: participant '{self.name}' is a {self.role}")
+
     def fill_author(self, data: dict) -> dict:
         """A contestant's proposal may leave `author` out: its token says who it is."""
         if self.role == "contestant" and isinstance(data, dict) and "author" not in data:
@@ -52,10 +60,9 @@ class Participant:
     def check_proposals(self, ledger: Ledger, items: list[tuple[Proposal, str]]) -> None:
         """A contestant submits under its own name, and revises only proposals first submitted under it; a shark
         submits nothing. Call it inside the write transaction, so that no one takes an id between check and write."""
+        self.require_submitter()
         if self.role == "organizer":
             return
-        if self.role != "contestant":
-            raise Forbidden(f"only contestants and the organizer submit proposals: participant '{self.name}' is a {self.role}")
         for proposal, source in items:
             if proposal.author != self.name:
                 raise Forbidden(f"{source}: field 'author': '{proposal.author}' is not you: participant '{self.name}' "
@@ -67,10 +74,9 @@ class Participant:
 
     def check_votes(self, items: list[tuple[Vote, str]]) -> None:
         """A shark votes only as its own shark; a contestant does not vote."""
+        self.require_voter()
         if self.role == "organizer":
             return
-        if self.role != "shark":
-            raise Forbidden(f"only sharks and the organizer vote: participant '{self.name}' is a {self.role}")
         for vote, source in items:
             if vote.shark != self.name:
                 raise Forbidden(f"{source}: field 'shark': '{vote.shark}' is not you: participant '{self.name}' "

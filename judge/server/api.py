@@ -95,6 +95,7 @@ def shark_list(request: Request):
 
 
 def _submit(state: State, ledger, who, data: Any) -> Response:
+    who.require_submitter()  # before the body is read, so that a role that may not submit hears only that
     items = []
     for raw, source in items_of(data, "proposal"):
         raw = who.fill_author(raw)
@@ -117,6 +118,7 @@ async def submit(request: Request):
 
 
 def _vote(state: State, ledger, who, data: Any) -> Response:
+    who.require_voter()
     items = []
     for raw, source in items_of(data, "vote", split=False):
         votes = load_votes(raw, source)
