@@ -328,3 +328,19 @@ def _serve_process(root: Path) -> tuple[subprocess.Popen, str]:
                 process.kill()
                 raise RuntimeError(f"judge serve did not start: {process.stderr.read().decode()}")
             time.sleep(0.2)
+
+
+def test_lookups_read_as_markdown_too(served):
+    server, tokens, root = served
+    alice = server.client(tokens["alice"])
+    alice.post("/api/proposals", json=proposal("idea"))
+    listed = alice.get("/api/proposals", params={"format": "md"})
+    assert (listed.headers["content-type"], listed.text) == ("text/markdown; charset=utf-8", (
+        "# Proposals\n\n| id | rev | round | target | author | claim | outcome | geomean | evaluation |\n"
+        "|---|---:|---:|---|---|---|---|---|---|\n| idea | 1 | 1 | axpy | alice | 1.1-1.3x | pitch | - | - |\n"))
+    shown = alice.get("/api/proposals/idea", params={"format": "md"}).text
+    assert shown.startswith("# idea\n\n## Revision 1: idea title\n\n- Round 1, axpy, by alice; category other; claims 1.1-1.3x; "
+                            "a pitch (no patch); submitted ")
+    assert alice.get("/api/status", params={"format": "md"}).text == (
+        "# Status\n\n1 proposals, 1 revisions, 2 sharks, 0 votes, 0 evaluations, 0 timings.\n\nNo round has run yet.\n")
+    assert alice.get("/api/status", params={"format": "xml"}).json() == {"error": "format 'xml': expected json or md", "exit": 2}

@@ -16,6 +16,7 @@ from ..errors import JudgeError
 from ..migrations import applied
 from ..proposals import load_votes, parse_json, proposal_from
 from ..records import Shark, parse
+from ..report.rendering import render_text
 from ..rounds import Settings
 from ..targets import find_target
 from . import documents
@@ -71,19 +72,28 @@ def ledger_info(request: Request):
     return _read(request, lambda ledger, who: answer({"ledger": str(ledger.path), "migrations": applied(ledger.db)}))
 
 
+def _lookup(view: Any, template: str, format: str) -> Response:
+    """A lookup's JSON as `--json` prints it, or (`format=md`) laid out in Markdown by one of judge's templates."""
+    if format == "md":
+        return Response(render_text(template, view=view), media_type="text/markdown; charset=utf-8")
+    if format != "json":
+        raise JudgeError(f"format '{format}': expected json or md")
+    return answer(view)
+
+
 @router.get("/status", summary="Counts and where each round stands (judge status --json)")
-def status(request: Request):
-    return _read(request, lambda ledger, who: answer(actions.status(ledger)))
+def status(request: Request, format: str = "json"):
+    return _read(request, lambda ledger, who: _lookup(actions.status(ledger), "status.md.j2", format))
 
 
 @router.get("/proposals", summary="Proposals, latest revisions, latest verdicts (judge list --json)")
-def list_proposals(request: Request, round: Optional[int] = None):
-    return _read(request, lambda ledger, who: answer(actions.list_proposals(ledger, round)))
+def list_proposals(request: Request, round: Optional[int] = None, format: str = "json"):
+    return _read(request, lambda ledger, who: _lookup(actions.list_proposals(ledger, round), "list.md.j2", format))
 
 
 @router.get("/proposals/{proposal_id}", summary="One proposal: revisions, evaluations, votes (judge show --json)")
-def show_proposal(request: Request, proposal_id: str):
-    return _read(request, lambda ledger, who: answer(actions.show_proposal(ledger, proposal_id)))
+def show_proposal(request: Request, proposal_id: str, format: str = "json"):
+    return _read(request, lambda ledger, who: _lookup(actions.show_proposal(ledger, proposal_id), "show.md.j2", format))
 
 
 @router.get("/sharks", summary="Sharks and their rubrics (judge shark list --json)")
