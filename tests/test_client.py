@@ -97,6 +97,7 @@ def test_the_cli_against_the_server_prints_the_same_bytes_as_on_the_ledger(serve
     for args in READS:
         args = args + (("--json",) if as_json else ())
         local = judge(*args, root=root)
+        assert local.exit_code == 0 and local.stdout, (args, local.output)
         written = _reports(root)
         remote = judge(*args, server=server.url, token=tokens["bob"])
         assert (remote.exit_code, remote.stdout, remote.stderr) == (local.exit_code, local.stdout, local.stderr), args
