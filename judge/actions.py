@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-from .errors import JudgeError
+from .errors import JudgeError, NotFound
 from .ledger import Ledger, Submitted, shark_from_row
 from .proposals import PROPOSAL_FILE, load_proposal_dir, load_proposal_json, load_shark, load_vote_file, load_votes, parse_json
 from .records import Outcome, Proposal, Shark, Vote
@@ -205,7 +205,7 @@ def list_proposals(ledger: Ledger, round: Optional[int] = None) -> list[dict]:
 def show_proposal(ledger: Ledger, proposal_id: str) -> dict:
     history = ledger.revision_history(proposal_id)
     if not history:
-        raise JudgeError(f"proposal '{proposal_id}' is not in the ledger (see 'judge list')")
+        raise NotFound(f"proposal '{proposal_id}' is not in the ledger (see 'judge list')")
     revisions = []
     for rev in history:
         evaluations = []
@@ -331,7 +331,7 @@ def clear_evaluation(ledger: Ledger, evaluation_id: int, note: str, cleared_by: 
 
     evaluation = ledger.evaluation(evaluation_id)
     if evaluation is None:
-        raise JudgeError(f"evaluation {evaluation_id} is not in the ledger (see 'judge show PROPOSAL')")
+        raise NotFound(f"evaluation {evaluation_id} is not in the ledger (see 'judge show PROPOSAL')")
     if evaluation["outcome"] != Outcome.IMPLAUSIBLE.value:
         raise JudgeError(f"evaluation {evaluation_id} is {evaluation['outcome']}, not implausible: nothing to clear")
     if not note.strip():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
-import math
+import os
 import sqlite3
 import sys
 import traceback
@@ -19,7 +19,6 @@ from . import actions, inputs
 from .errors import JudgeError
 from .ledger import Ledger
 from .migrations import applied
-from .noise import Floor
 from .run_progress import RunProgress
 from .targets import find_target
 
@@ -28,11 +27,22 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Context:
-    def __init__(self, ledger_path: Path, kernels: Path):
+    def __init__(self, ledger_path: Path, kernels: Path, server: str | None = None):
         self.ledger_path = ledger_path
         self.kernels = kernels
         self.creates = False  # set per command: only commands that add to a ledger may create one
         self._ledger = None
+        self.remote = None
+        if server:
+            from .client import Remote
+
+            self.remote = Remote(server, os.environ.get("JUDGE_TOKEN"))
+
+    def call(self, fn, *args):
+        """`fn(ledger, *args)` on the local ledger, or with --server the server's answer to the same call."""
+        if self.remote is not None:
+            return getattr(self.remote, fn.__name__)(*args)
+        return fn(self.ledger, *args)
 
     @property
     def ledger(self) -> Ledger:
@@ -71,7 +81,7 @@ def command(group, name=None, creates=False):
             try:
                 return fn(ctx, *args, **kwargs)
             except JudgeError as error:
-                fail(error.message, 2, kwargs.get("as_json"))
+                fail(error.message, getattr(error, "exit", 2), kwargs.get("as_json"))
             except sqlite3.DatabaseError as error:
                 explained = ctx.explain(error)
                 if explained is None:
@@ -112,22 +122,29 @@ LEDGER_HELP = ("The SQLite ledger. init, submit, shark add and run --target crea
               envvar="JUDGE_LEDGER", help=LEDGER_HELP)
 @click.option("--kernels", type=click.Path(path_type=Path), default=Path("kernels"), show_default=True,
               help="Where target directories live.")
+@click.option("--server", envvar="JUDGE_SERVER", metavar="URL",
+              help="Send the command to a judge server (judge serve) instead of a local ledger, with the token in "
+                   "JUDGE_TOKEN.")
 @click.version_option(package_name="judge")
 @click.pass_context
-def main(click_ctx, ledger_path: Path, kernels: Path):
+def main(click_ctx, ledger_path: Path, kernels: Path, server: str | None):
     """judge: the referee for GPU-kernel optimization contests."""
-    click_ctx.obj = Context(ledger_path, kernels)
+    click_ctx.obj = Context(ledger_path, kernels, server)
 
 
 @command(main, "init", creates=True)
 def init_cmd(ctx: Context, as_json: bool):
     """Create the ledger (or bring its schema up to date)."""
-    ledger = ctx.ledger
-    names = applied(ledger.db)
+    info = ctx.call(ledger_info)
+    names = info["migrations"]
     if as_json:
-        emit_json({"ledger": str(ledger.path), "migrations": names})
+        emit_json(info)
     else:
-        out.print(f"ledger {ledger.path}: schema at {names[-1]} ({len(names)} migrations applied)", markup=False)
+        out.print(f"ledger {info['ledger']}: schema at {names[-1]} ({len(names)} migrations applied)", markup=False)
+
+
+def ledger_info(ledger: Ledger) -> dict:
+    return {"ledger": str(ledger.path), "migrations": applied(ledger.db)}
 
 
 @command(main, "submit", creates=True)
@@ -136,8 +153,10 @@ def submit_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
     """Submit proposal directories (or a folder of them), or one JSON object on stdin with '-'.
     Creates the ledger if it is missing."""
     stdin_text = inputs.read_stdin() if "-" in paths else None
+    if ctx.remote is not None and stdin_text is not None:
+        stdin_text = ctx.remote.with_author(stdin_text)
     items = actions.load_submissions(list(paths), stdin_text)
-    results = actions.submit(ctx.ledger, items, ctx.kernels)
+    results = ctx.call(actions.submit, items, ctx.kernels)
     if as_json:
         emit_json([asdict(r) for r in results])
         return
@@ -155,7 +174,7 @@ def shark_group():
 def shark_add_cmd(ctx: Context, paths: tuple[Path, ...], as_json: bool):
     """Add sharks from TOML/JSON files; a changed rubric becomes a new version. Creates the ledger if it is missing."""
     sharks = actions.load_sharks(list(paths))
-    results = actions.add_sharks(ctx.ledger, sharks)
+    results = ctx.call(actions.add_sharks, sharks)
     if as_json:
         emit_json(results)
         return
@@ -166,7 +185,7 @@ def shark_add_cmd(ctx: Context, paths: tuple[Path, ...], as_json: bool):
 @command(shark_group, "list")
 def shark_list_cmd(ctx: Context, as_json: bool):
     """List sharks and their rubrics (needs an existing ledger)."""
-    sharks = actions.shark_list(ctx.ledger)
+    sharks = ctx.call(actions.shark_list)
     if as_json:
         emit_json(sharks)
         return
@@ -182,7 +201,7 @@ def vote_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
     Needs an existing ledger with the sharks and the proposals voted on."""
     stdin_text = inputs.read_stdin() if "-" in paths else None
     items = actions.load_vote_inputs(list(paths), stdin_text)
-    cast = actions.cast_votes(ctx.ledger, items)
+    cast = ctx.call(actions.cast_votes, items)
     if as_json:
         emit_json([asdict(c) for c in cast])
         return
@@ -214,6 +233,12 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
     (which evaluates the target's base even without proposals), where it creates a missing one."""
     from .rounds import Settings
 
+    if ctx.remote is not None:
+        if ray_address is not None or gpus:
+            raise JudgeError("--ray and --gpus are the server's to choose (judge serve --ray, --gpus)")
+        with RunProgress(err, enabled=not as_json) as progress:
+            summaries = ctx.remote.run(round_, target, again, workers, timing_budget, progress.event, out_dir)
+        return _print_runs(summaries, as_json)
     ctx.creates = target is not None
     explicit = find_target(target, ctx.kernels) if target else None
     ledger = ctx.ledger
@@ -226,6 +251,10 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
                         ray_address=ray_address or None, gpus=parse_gpus(gpus) if gpus else None)
     with RunProgress(err, enabled=not as_json) as progress:
         summaries = actions.run(ledger, round_, explicit, settings, progress.event, out_dir)
+    _print_runs(summaries, as_json)
+
+
+def _print_runs(summaries: list[dict], as_json: bool) -> None:
     if as_json:
         emit_json(summaries)
         return
@@ -274,25 +303,25 @@ def _latest_or_first(ledger: Ledger) -> int:
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
 def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool):
     """Render a round's Markdown scorecard (or the leaderboard) and print its path (needs an existing ledger)."""
+    path, key, view = ctx.call(write_report, round_, target, leaderboard, out_dir)
+    if as_json:
+        emit_json({"path": str(path), key: view})
+    else:
+        out.print(str(path), markup=False)
+
+
+def write_report(ledger: Ledger, round_, target, leaderboard: bool, out_dir: Path) -> tuple[Path, str, dict]:
+    """`judge report`: the file written, and its view under the key `--json` gives it."""
     from . import report
 
-    ledger = ctx.ledger
     if leaderboard:
-        path = report.render_leaderboard(ledger, out_dir)
-        if as_json:
-            emit_json({"path": str(path), "leaderboard": report.leaderboard_view(ledger)})
-        else:
-            out.print(str(path), markup=False)
-        return
+        return report.render_leaderboard(ledger, out_dir), "leaderboard", report.leaderboard_view(ledger)
     if round_ is None:
         round_ = ledger.latest_round_number()
         if round_ is None:
             raise JudgeError("no round has run yet (run one with 'judge run')")
     path = report.render_round(ledger, round_, out_dir, target=target)
-    if as_json:
-        emit_json({"path": str(path), "round": report.round_view(ledger, round_, target=target)})
-    else:
-        out.print(str(path), markup=False)
+    return path, "round", report.round_view(ledger, round_, target=target)
 
 
 @command(main, "brief")
@@ -302,7 +331,7 @@ def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool
 def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
     """Write the brief for a round: the base, its times against the speed of light, its resources, what was
     tried, what is open, the rules; print its path (needs an existing ledger)."""
-    path, view = actions.brief(ctx.ledger, ctx.kernels, target, round_, out_dir)
+    path, view = ctx.call(actions.brief, ctx.kernels, target, round_, out_dir)
     if as_json:
         emit_json({"path": str(path), "brief": view})
     else:
@@ -317,7 +346,7 @@ def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
 def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, as_json: bool):
     """Clear an implausible result after checking it by hand: it then stands at what its timing said
     (needs an existing ledger)."""
-    result = actions.clear_evaluation(ctx.ledger, evaluation_id, note, cleared_by)
+    result = ctx.call(actions.clear_evaluation, evaluation_id, note, cleared_by)
     if as_json:
         emit_json(result)
         return
@@ -329,7 +358,7 @@ def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, as_j
 @click.option("--round", "round_", type=int, help="Only this round.")
 def list_cmd(ctx: Context, round_, as_json: bool):
     """List proposals (latest revisions) with their latest verdicts (needs an existing ledger)."""
-    rows = actions.list_proposals(ctx.ledger, round_)
+    rows = ctx.call(actions.list_proposals, round_)
     if as_json:
         emit_json(rows)
         return
@@ -366,7 +395,7 @@ def fitting(columns: tuple[str, ...], cells: list[dict], width: int) -> list[str
 @click.argument("proposal_id")
 def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
     """Everything about one proposal: revisions, evaluations, stages, votes (needs an existing ledger)."""
-    data = actions.show_proposal(ctx.ledger, proposal_id)
+    data = ctx.call(actions.show_proposal, proposal_id)
     if as_json:
         emit_json(data)
         return
@@ -386,7 +415,7 @@ def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
 @command(main, "status")
 def status_cmd(ctx: Context, as_json: bool):
     """Counts of what the ledger holds and where each round stands (needs an existing ledger)."""
-    data = actions.status(ctx.ledger)
+    data = ctx.call(actions.status)
     if as_json:
         emit_json(data)
         return
@@ -397,45 +426,9 @@ def status_cmd(ctx: Context, as_json: bool):
         out.print(f"  {r['target']} round {r['round']}: {outcomes}; winner: {r['winner'] or 'none'}; base: {r['base_origin']}", markup=False)
 
 
+from . import cli_network, cli_noise  # noqa: E402,F401  (judge serve, participant, calibrate: registered on `main`)
+
 if __name__ == "__main__":
-    main()
+    from judge.cli import main as imported  # the module as imported: the one cli_network registers its commands on
 
-
-@command(main, "calibrate", creates=True)
-@click.option("--target", required=True, help="A name under --kernels, or a path to a GPU MODE problem directory.")
-@click.option("--aa", type=click.IntRange(2, 20), default=3, show_default=True,
-              help="How many times the base is judged against an identical copy of itself.")
-@click.option("--slowdowns", default="0.5,1,2,5", show_default=True,
-              help="Calibrated slowdowns of the base, in percent of its own time, comma-separated.")
-@click.option("--timing-budget", type=float, help="Seconds of timing per comparison before no more pairs are added.")
-@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("work"), show_default=True)
-def calibrate_cmd(ctx: Context, target, aa, slowdowns, timing_budget, work_dir, as_json: bool):
-    """Measure judge's noise for a target on this machine: the base against identical copies of itself, then
-    against copies slowed by known fractions; prints each benchmark's noise floor and the smallest slowdown found,
-    and keeps the A/A runs in the ledger, where they set the floor of the target's verdicts."""
-    try:
-        fractions = tuple(float(part) / 100 for part in slowdowns.split(",") if part.strip())
-    except ValueError:
-        raise JudgeError(f"--slowdowns: '{slowdowns}' is not a comma-separated list of percentages") from None
-    if not fractions or any(not 0 < f < 1 for f in fractions):
-        raise JudgeError(f"--slowdowns: '{slowdowns}': each slowdown is a percentage above 0 and below 100")
-    resolved = find_target(target, ctx.kernels)
-    with RunProgress(err, enabled=not as_json) as progress:
-        result = actions.calibrate(ctx.ledger, resolved, work_dir, aa=aa, slowdowns=fractions,
-                                   budget_s=timing_budget, on_event=progress.event)
-    if as_json:
-        emit_json(result)
-        return
-    floor = Floor.from_json(result["floor"])
-    out.print(f"calibration #{result['id']} · {resolved.name} · base: {result['base_origin']}", markup=False)
-    out.print(f"A/A verdicts: {', '.join(str(v) for v in result['aa_verdicts'])}; bias "
-              f"{math.expm1(result['bias'] or 0):+.2%}; noise floor of the geomean: {floor.words()}", markup=False)
-    table = Table(title="per benchmark", title_justify="left")
-    for column in ("benchmark", "noise floor", "smallest slowdown found"):
-        table.add_column(column, overflow="fold")
-    for bench in result["per_benchmark"]:
-        found = "none of those tried" if bench["smallest_found"] is None else f"{bench['smallest_found']:.1%}"
-        table.add_row(f"{bench['index']}: {bench['label']}", f"{bench['floor']:.2%}", found)
-    out.print(table)
-    rows = ", ".join(f"{run['fraction']:.1%}: {run.get('decision', run.get('error'))}" for run in result["slowdowns"])
-    out.print(f"slowdowns of the geomean: {rows}", markup=False)
+    imported()

@@ -10,3 +10,7 @@ class JudgeError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class NotFound(JudgeError):
+    """A JudgeError for something named that the ledger does not hold (judge's server answers it with 404)."""

@@ -234,6 +234,18 @@ def m004_benchmark_inputs(db: sqlite_utils.Database) -> None:
 
 
 @migration
+def m006_participants(db: sqlite_utils.Database) -> None:
+    """Who takes part over the network (`judge serve`) and in which role; a token is kept only as its sha256.
+    A name is unique among participants not revoked, so a revoked name can be given a new token."""
+    db["participants"].create(
+        {"id": int, "name": str, "role": str, "token_sha256": str, "created_at": str, "revoked_at": str},
+        pk="id",
+    )
+    db["participants"].create_index(["token_sha256"], unique=True)
+    db.execute("create unique index idx_participants_active_name on participants (name) where revoked_at is null")
+
+
+@migration
 def m007_process_pairs_and_calibrations(db: sqlite_utils.Database) -> None:
     """Each timed repetition says which process pair it ran in (timing's unit since judge compares processes,
     not repetitions), and `judge calibrate` keeps its runs: A/A comparisons and calibrated slowdowns per target

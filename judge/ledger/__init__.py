@@ -24,6 +24,7 @@ from ..records import Proposal, Shark, Vote
 from .common import _json, now, sha256  # noqa: F401 (now, sha256: judge.rounds and judge.actions)
 from .evaluations import EvaluationRecords
 from .noise import NoiseRecords
+from .participants import ParticipantRecords
 
 
 @dataclass
@@ -36,7 +37,7 @@ class Submitted:
     status: str  # "new" | "revised" | "unchanged"
 
 
-class Ledger(EvaluationRecords, NoiseRecords):
+class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords):
     """One ledger.db: open it, and every table is migrated to the current schema."""
 
     def __init__(self, path: str | Path, create: bool = True):

@@ -55,3 +55,8 @@ def _write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n")
     return path
+
+
+def render_text(template: str, **context) -> str:
+    """One of judge's templates rendered to text as the Markdown files hold it (the HTML pages render it too)."""
+    return re.sub(r"\n{3,}", "\n\n", _environment().get_template(template).render(**context)).rstrip("\n") + "\n"

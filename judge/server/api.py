@@ -1,0 +1,285 @@
+"""The JSON API under /api: each endpoint is one library call (judge.actions, judge.participants, the documents),
+answered with what the CLI's `--json` prints. Who may call what is judge.participants' to say."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Callable, Optional
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from .. import actions, participants
+from ..errors import JudgeError
+from ..migrations import applied
+from ..proposals import load_votes, parse_json, proposal_from
+from ..records import Shark, parse
+from ..report.rendering import render_text
+from ..rounds import Settings
+from ..targets import find_target
+from . import documents
+from .app import State, answer
+from .bodies import items_of, proposal_schema, shark_schema, vote_schema
+from .jobs import round_work
+from .limits import read_body
+
+router = APIRouter(prefix="/api")
+
+
+def _state(request: Request) -> State:
+    return request.app.state.judge
+
+
+def _read(request: Request, work: Callable) -> Response:
+    """A read: `work(ledger, participant)` on this request's ledger, any participant's token."""
+    with _state(request).session(request) as (ledger, who):
+        return work(ledger, who)
+
+
+async def _write(request: Request, work: Callable) -> Response:
+    """A write: the body read within its limit, then `work(state, ledger, participant, body)` in a worker thread."""
+    text = await read_body(request)
+
+    def call() -> Response:
+        state = _state(request)
+        with state.session(request) as (ledger, who):
+            return work(state, ledger, who, parse_json(text, "request body"))
+
+    return await run_in_threadpool(call)
+
+
+def _format(data: dict, format: str, key: Optional[str] = None) -> Response:
+    """A document as JSON (its view, Markdown, file name and charts), or its Markdown alone (`format=md`)."""
+    if format == "md":
+        return Response(data["markdown"], media_type="text/markdown; charset=utf-8")
+    if format != "json":
+        raise JudgeError(f"format '{format}': expected json or md")
+    return answer(data)
+
+
+# who, and the ledger -------------------------------------------------------------------------------------------
+
+
+@router.get("/whoami", summary="The participant this token belongs to")
+def whoami(request: Request):
+    return _read(request, lambda ledger, who: answer({"name": who.name, "role": who.role}))
+
+
+@router.get("/ledger", summary="The ledger served and its schema (judge init --json)")
+def ledger_info(request: Request):
+    return _read(request, lambda ledger, who: answer({"ledger": str(ledger.path), "migrations": applied(ledger.db)}))
+
+
+def _lookup(view: Any, template: str, format: str) -> Response:
+    """A lookup's JSON as `--json` prints it, or (`format=md`) laid out in Markdown by one of judge's templates."""
+    if format == "md":
+        return Response(render_text(template, view=view), media_type="text/markdown; charset=utf-8")
+    if format != "json":
+        raise JudgeError(f"format '{format}': expected json or md")
+    return answer(view)
+
+
+@router.get("/status", summary="Counts and where each round stands (judge status --json)")
+def status(request: Request, format: str = "json"):
+    return _read(request, lambda ledger, who: _lookup(actions.status(ledger), "status.md.j2", format))
+
+
+@router.get("/proposals", summary="Proposals, latest revisions, latest verdicts (judge list --json)")
+def list_proposals(request: Request, round: Optional[int] = None, format: str = "json"):
+    return _read(request, lambda ledger, who: _lookup(actions.list_proposals(ledger, round), "list.md.j2", format))
+
+
+@router.get("/proposals/{proposal_id}", summary="One proposal: revisions, evaluations, votes (judge show --json)")
+def show_proposal(request: Request, proposal_id: str, format: str = "json"):
+    return _read(request, lambda ledger, who: _lookup(actions.show_proposal(ledger, proposal_id), "show.md.j2", format))
+
+
+@router.get("/sharks", summary="Sharks and their rubrics (judge shark list --json)")
+def shark_list(request: Request):
+    return _read(request, lambda ledger, who: answer(actions.shark_list(ledger)))
+
+
+# writes ---------------------------------------------------------------------------------------------------------
+
+
+def _submit(state: State, ledger, who, data: Any) -> Response:
+    who.require_submitter()  # before the body is read, so that a role that may not submit hears only that
+    items = []
+    for raw, source in items_of(data, "proposal"):
+        raw = who.fill_author(raw)
+        if isinstance(raw, dict) and "pitch" not in raw:
+            raise JudgeError(f"{source}: field 'pitch': required field is missing (every proposal needs a pitch)")
+        if not isinstance(raw, dict):
+            raise JudgeError(f"{source}: expected one JSON object with the proposal's fields")
+        items.append((proposal_from(raw, source, {"pitch": f"{source}: field 'pitch'", "patch": f"{source}: field 'patch'"}),
+                      source))
+    with state.write_lock, ledger.transaction():
+        who.check_proposals(ledger, items)
+        return answer([asdict(r) for r in actions.submit(ledger, items, state.config.kernels)])
+
+
+@router.post("/proposals", summary="Submit proposals or revisions (judge submit --json)", openapi_extra=proposal_schema())
+async def submit(request: Request):
+    """The body: one proposal as `judge submit -` reads it, a list of them (all or none are recorded), or
+    {"submissions": [{"source": NAME, "proposal": {...}}]}. A contestant's author is its own name."""
+    return await _write(request, _submit)
+
+
+def _vote(state: State, ledger, who, data: Any) -> Response:
+    who.require_voter()
+    items = []
+    for raw, source in items_of(data, "vote", split=False):
+        votes = load_votes(raw, source)
+        items.extend((vote, source if len(votes) == 1 else f"{source}[{i}]") for i, vote in enumerate(votes))
+    who.check_votes(items)
+    with state.write_lock:
+        return answer([asdict(c) for c in actions.cast_votes(ledger, items)])
+
+
+@router.post("/votes", summary="Record votes (judge vote --json)", openapi_extra=vote_schema())
+async def vote(request: Request):
+    """The body: votes as `judge vote -` reads them, or {"submissions": [{"source": NAME, "vote": {...}}]}.
+    A shark votes only as itself."""
+    return await _write(request, _vote)
+
+
+def _add_sharks(state: State, ledger, who, data: Any) -> Response:
+    who.require_organizer("add sharks")
+    sharks = []
+    for raw, source in items_of(data, "shark"):
+        if not isinstance(raw, dict):
+            raise JudgeError(f"{source}: expected a table of fields")
+        sharks.append((parse(Shark, raw, source), source))
+    with state.write_lock:
+        return answer(actions.add_sharks(ledger, sharks))
+
+
+@router.post("/sharks", summary="Add sharks, organizer only (judge shark add --json)", openapi_extra=shark_schema())
+async def add_sharks(request: Request):
+    return await _write(request, _add_sharks)
+
+
+class RunRequest(BaseModel):
+    """What `judge run` takes over the network; the machine's options (--gpus, --ray, folders) are the server's."""
+
+    model_config = ConfigDict(extra="forbid")
+    round: Optional[int] = Field(default=None, ge=1)
+    target: Optional[str] = None
+    again: bool = False
+    workers: Optional[int] = Field(default=None, ge=1)
+    timing_budget: Optional[float] = Field(default=None, gt=0)
+
+
+def _start_round(state: State, ledger, who, data: Any) -> Response:
+    who.require_organizer("run a round")
+    run = parse(RunRequest, data if isinstance(data, dict) else {"round": data}, "request body")
+    config = state.config
+    target = find_target(run.target, config.kernels) if run.target else None
+    round = run.round
+    if round is None:
+        round = actions.latest_round(ledger) if target is None else (ledger.latest_proposal_round() or 1)
+    settings = Settings(kernels_dir=config.kernels, work_dir=config.work_dir, cache_dir=config.cache_dir,
+                        workers=run.workers, timing_budget_s=run.timing_budget, again=run.again,
+                        ray=config.ray_address is not None, ray_address=config.ray_address or None, gpus=config.gpus)
+    job = state.jobs.start(round, run.target, who.name, round_work(settings, target, config.out_dir))
+    return answer(job.answer(), 202)
+
+
+@router.post("/rounds", status_code=202, summary="Run a round in the background, organizer only (judge run)",
+             openapi_extra={"requestBody": {"content": {"application/json": {"schema": RunRequest.model_json_schema()}}}})
+async def run_round(request: Request):
+    """Answers 202 with the job; read its progress and, once done, its summaries at /api/jobs/{job}."""
+    return await _write(request, _start_round)
+
+
+@router.get("/jobs", summary="The rounds this server ran or runs")
+def jobs(request: Request):
+    return _read(request, lambda ledger, who: answer([j.answer(len(j.events)) for j in _state(request).jobs.jobs.values()]))
+
+
+@router.get("/jobs/{job_id}", summary="A round's progress (events from `since` on) and, once done, its summaries")
+def job(request: Request, job_id: int, since: int = 0):
+    return _read(request, lambda ledger, who: answer(_state(request).jobs.get(job_id).answer(max(0, since))))
+
+
+def _clear(evaluation_id: int) -> Callable:
+    def work(state: State, ledger, who, data: Any) -> Response:
+        who.require_organizer("clear a result")
+        note = data.get("note") if isinstance(data, dict) else None
+        if not isinstance(note, str):
+            raise JudgeError("request body: field 'note': required field is missing (say why the result is real)")
+        with state.write_lock:
+            return answer(actions.clear_evaluation(ledger, evaluation_id, note, who.name))
+
+    return work
+
+
+@router.post("/evaluations/{evaluation_id}/clear", summary="Clear an implausible result, organizer only (judge clear)")
+async def clear(request: Request, evaluation_id: int):
+    """The body: {"note": "why the result is real"}; the clearance is recorded as the organizer's."""
+    return await _write(request, _clear(evaluation_id))
+
+
+# participants -------------------------------------------------------------------------------------------------
+
+
+def _add_participant(state: State, ledger, who, data: Any) -> Response:
+    who.require_organizer("add participants")
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(data.get("role"), str):
+        raise JudgeError("request body: expected {\"name\": NAME, \"role\": \"contestant\" | \"shark\" | \"organizer\"}")
+    with state.write_lock:
+        return answer(participants.add_participant(ledger, data["name"], data["role"]), 201)
+
+
+@router.post("/participants", status_code=201, summary="Add a participant, organizer only; its token is in the answer, once")
+async def add_participant(request: Request):
+    return await _write(request, _add_participant)
+
+
+@router.get("/participants", summary="Every participant, revoked ones too, organizer only")
+def participant_list(request: Request):
+    def work(ledger, who):
+        who.require_organizer("list participants")
+        return answer(participants.participant_list(ledger))
+
+    return _read(request, work)
+
+
+@router.delete("/participants/{name}", summary="Revoke a participant's token, organizer only")
+def revoke_participant(request: Request, name: str):
+    def work(ledger, who):
+        who.require_organizer("revoke participants")
+        with _state(request).write_lock:
+            return answer(participants.revoke_participant(ledger, name))
+
+    return _read(request, work)
+
+
+# documents ----------------------------------------------------------------------------------------------------
+
+
+def _document(request: Request, make: Callable, format: str) -> Response:
+    def work(ledger, who):
+        data = make(ledger)
+        _state(request).charts.update({name: svg.encode() for name, svg in data.get("charts", {}).items()})
+        return _format(data, format)
+
+    return _read(request, work)
+
+
+@router.get("/scorecards", summary="A round's scorecard: view, Markdown, charts (judge report --round)")
+def scorecard(request: Request, round: Optional[int] = None, target: Optional[str] = None, format: str = "json"):
+    return _document(request, lambda ledger: documents.scorecard(ledger, round, target), format)
+
+
+@router.get("/leaderboard", summary="The leaderboard: view, Markdown, charts (judge report --leaderboard)")
+def leaderboard(request: Request, format: str = "json"):
+    return _document(request, documents.leaderboard, format)
+
+
+@router.get("/brief", summary="A round's brief: view and Markdown (judge brief)")
+def brief(request: Request, round: Optional[int] = None, target: Optional[str] = None, format: str = "json"):
+    kernels = _state(request).config.kernels
+    return _document(request, lambda ledger: documents.brief(ledger, kernels, target, round), format)

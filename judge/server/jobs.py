@@ -1,0 +1,98 @@
+"""Rounds the server runs in the background: one at a time, each with its events kept so that progress can be
+read while it runs (`GET /api/jobs/ID?since=N`) and its answer once it is done."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .. import actions
+from ..errors import JudgeError, NotFound
+from ..ledger import Ledger, now
+
+log = logging.getLogger("judge.server")
+
+
+class Busy(JudgeError):
+    """A round is running on this server already: the server answers 409."""
+
+
+@dataclass
+class Job:
+    id: int
+    round: int
+    target: Optional[str]
+    by: str
+    started_at: str
+    state: str = "running"  # running | done | failed
+    finished_at: Optional[str] = None
+    events: list[dict] = field(default_factory=list)
+    summaries: Optional[list[dict]] = None
+    error: Optional[dict] = None  # the CLI's error object: {"error": ..., "exit": ...}
+
+    def event(self, kind: str, **info) -> None:
+        # Through JSON at once, so a reader never sees an event that cannot be sent.
+        self.events.append(json.loads(json.dumps({"kind": kind, **info}, default=str)))
+
+    def answer(self, since: int = 0) -> dict:
+        return {"job": self.id, "round": self.round, "target": self.target, "by": self.by, "state": self.state,
+                "started_at": self.started_at, "finished_at": self.finished_at, "events": self.events[since:],
+                "next": len(self.events), "summaries": self.summaries, "error": self.error}
+
+
+class Jobs:
+    """The server's round runs. `work(ledger, job)` runs one round and returns its summaries (judge.actions.run)."""
+
+    def __init__(self, open_ledger: Callable[[], Ledger]):
+        self.open_ledger = open_ledger
+        self.lock = threading.Lock()
+        self.jobs: dict[int, Job] = {}
+        self.ids = itertools.count(1)
+
+    def start(self, round: int, target: Optional[str], by: str, work: Callable[[Ledger, Job], list[dict]]) -> Job:
+        """Start a round in a thread of its own; refused while another runs (the ledger's run lock cannot tell two
+        runs of one process apart)."""
+        with self.lock:
+            running = next((j for j in self.jobs.values() if j.state == "running"), None)
+            if running is not None:
+                raise Busy(f"round {running.round} is already being run by this server (job {running.id}, started "
+                           f"{running.started_at} by '{running.by}'): wait for it to finish")
+            job = Job(next(self.ids), round, target, by, now())
+            self.jobs[job.id] = job
+        threading.Thread(target=self._run, args=(job, work), name=f"judge-round-{job.id}", daemon=True).start()
+        return job
+
+    def _run(self, job: Job, work: Callable[[Ledger, Job], list[dict]]) -> None:
+        ledger = None
+        try:
+            ledger = self.open_ledger()
+            job.summaries = json.loads(json.dumps(work(ledger, job), default=str))
+            job.state = "done"
+        except JudgeError as error:
+            job.error, job.state = {"error": error.message, "exit": 2}, "failed"
+        except Exception as error:  # a bug of judge's: the run fails, the server stays up, the log has it
+            log.exception("round job %s failed", job.id)
+            job.error, job.state = {"error": f"internal error: {type(error).__name__}: {error}", "exit": 1}, "failed"
+        finally:
+            job.finished_at = now()
+            if ledger is not None:
+                ledger.close()
+
+    def get(self, job_id: int) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} is not on this server (it keeps the jobs it ran since it started)")
+        return job
+
+
+def round_work(settings, target, out_dir) -> Callable[[Ledger, Job], list[dict]]:
+    """What a job does: `judge run` on the server's ledger, its events kept on the job."""
+
+    def work(ledger: Ledger, job: Job) -> list[dict]:
+        return actions.run(ledger, job.round, target, settings, job.event, out_dir)
+
+    return work
