@@ -1,186 +1,156 @@
-"""How good and how costly the judge's own measurements are, on the vecadd fixture (15-60 us kernels).
+"""How honest judge's verdicts are on a target: identical kernels (A/A) and calibrated slowdowns, judged as a
+round judges candidates.
 
-Three questions, one table each:
-  1. cost: GPU and wall seconds to evaluate a round of 8 candidates over 4 benchmarks (correctness + timing);
-  2. noise: the speedup reported when the same kernel is judged against itself, five times
-     (goal: every |geomean - 1| under 0.5%, every interval containing 1.0);
-  3. resolution: the smallest slowdown it reports as significant, from kernels with a calibrated extra spin.
-The round of question 1 is made of the candidates of questions 2 and 3 (5 identical, 3 delayed).
+Per target, in one Evaluator (one oracle, the same spares), in this order:
+  1. controls: the base against an identical copy, as every round's control; their pairs set the noise floor
+     (judge.noise.floor_from, the target's min_effect as its lower limit);
+  2. identical candidates: the base again, judged against that floor (the verdict must be unchanged or
+     inconclusive, never faster or slower);
+  3. slowdowns: the base slowed by a known fraction of its own time per benchmark (judge.calibrate's mixin),
+     `--tries` times at `--slowdown` percent and once at each `--ladder` percent.
+It prints a table per target and one across targets, and writes every number to --json.
 
-    PYTHONPATH=$PWD python benchmarks/judge_selfcheck.py [--json out.json]
-Needs a CUDA GPU. Not a test: it prints numbers for docs/judge_performance.md.
+    PYTHONPATH=$PWD python benchmarks/judge_selfcheck.py --target tests/fixtures/gpumode/vecadd \
+        --target .gpumode/problems/pmpp_v2/matmul_py [--controls 1] [--aa 3] [--slowdown 2] [--tries 10] \
+        [--ladder 0.5,1,5] [--json out.json]
+Needs a CUDA GPU for GPU targets (a CPU target runs anywhere). Not a test: it prints numbers for
+docs/judge_performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
+import math
 import sys
 import tempfile
 import time
-from datetime import date
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from judge import audits, devices, stats, worker  # noqa: E402
+from judge import devices, worker  # noqa: E402
+from judge.calibrate import _delays, slowed_source  # noqa: E402
+from judge.check import check  # noqa: E402
+from judge.dispatch import kernel_stages  # noqa: E402
 from judge.evaluation import Evaluator  # noqa: E402
-from judge.rounds import Stages  # noqa: E402
+from judge.noise import floor_from, target_minimum  # noqa: E402
 from judge.targets import load_target  # noqa: E402
-
-FIXTURE = ROOT / "tests" / "fixtures" / "gpumode" / "vecadd"
-DELAYED = FIXTURE / "variants" / "delayed.py"
-SELF_RUNS = 5
-EXTRA_FRACTIONS = [0.005, 0.01, 0.02]  # slowdowns of the delayed candidates, of the geomean time
-LADDER_FRACTIONS = [0.0025]  # measured outside the round: finer than its candidates
+from judge.timing import MIN_PAIRS  # noqa: E402
 
 
-def delayed_source(cycles: int) -> str:
-    return re.sub(r"^DELAY_CYCLES = .*$", f"DELAY_CYCLES = {cycles}", DELAYED.read_text(), flags=re.M)
+def log(message: str) -> None:
+    print(f"[{datetime.now(timezone.utc).strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def cycles_per_us() -> float:
-    """How many cycles torch.cuda._sleep spins per microsecond on this GPU at its present clock."""
-    import torch
+def judged(ev: Evaluator, work: Path, name: str, source: str, budget_s, floor) -> dict:
+    """One candidate as a round judges it: correctness, then timing in process pairs against `floor`."""
+    started = time.monotonic()
+    stages = kernel_stages(ev, ev.target.assemble(work / name, source), budget_s, floor)
+    timing = stages[-1]
+    out = {"name": name, "seconds": round(time.monotonic() - started, 2), "stage": timing.stage,
+           "status": timing.status, "summary": timing.summary}
+    if timing.stage == "timing" and timing.status == "passed":
+        d = timing.detail
+        out.update(decision=d.decision, geomean=d.geomean, ci=d.geomean_ci, pairs=d.pairs,
+                   pair_geomeans=d.pair_geomeans, logs=[math.log(g) for g in d.pair_geomeans],
+                   measuring_s=d.measuring_s,
+                   benchmarks=[{"index": b.index, "label": b.label, "base_median_us": b.base_median_us,
+                                "speedup": b.speedup, "ci": [b.ci_low, b.ci_high],
+                                "pair_log_ratios": b.pair_log_ratios, "method": b.method,
+                                "replay": b.audit.get("replay_ratio"), "first_calls": b.audit.get("first_calls")}
+                               for b in d.benchmarks])
+    log(f"  {name}: {out.get('decision', out['status'])} {out['summary']} ({out['seconds']} s)")
+    return out
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    rates = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        start.record()
-        torch.cuda._sleep(2_000_000)
-        end.record()
-        end.synchronize()
-        rates.append(2_000_000 / (start.elapsed_time(end) * 1e3))
-    return stats.median(rates)
+
+def selfcheck(path: Path, args, work_root: Path) -> dict:
+    target = load_target(path)
+    base_source = target.kernel_source()
+    work = work_root / target.name
+    started = time.monotonic()
+    log(f"{target.name}: {len(target.benchmarks)} benchmarks")
+    with Evaluator(target, work / ".round", base_dir=target.assemble(work / "base", base_source)) as ev:
+        base = check(ev, ev.base_dir)
+        if not base.passed:
+            return {"target": target.name, "error": f"the base fails correctness: {base.summary}"}
+        controls = [judged(ev, work, f"control-{n}", base_source, args.budget_s, None) for n in range(args.controls)]
+        floor = floor_from([c["logs"] for c in controls if c.get("logs")], target_minimum(target), MIN_PAIRS)
+        log(f"  floor: {floor.words()}")
+        aa = [judged(ev, work, f"aa-{n}", base_source, args.budget_s, floor) for n in range(args.aa)]
+        delays = _delays(ev, target, [c for c in controls + aa if c.get("benchmarks")])
+        tries = []
+        for n in range(args.tries):
+            source = slowed_source(base_source, {k: args.slowdown / 100 * us for k, us in delays.items()})
+            tries.append(judged(ev, work, f"slow{args.slowdown:g}-{n}", source, args.budget_s, floor))
+        ladder = []
+        for percent in args.ladder:
+            source = slowed_source(base_source, {k: percent / 100 * us for k, us in delays.items()})
+            ladder.append(dict(judged(ev, work, f"ladder{percent:g}", source, args.budget_s, floor), percent=percent))
+    identical = [r for r in controls + aa if r.get("decision")]
+    logs = [x for r in identical for x in r["logs"]]
+    return {"target": target.name, "benchmarks": len(target.benchmarks), "floor": floor.to_json(),
+            "controls": controls, "aa": aa, "tries": tries, "ladder": ladder, "slowdown": args.slowdown,
+            "identical_verdicts": [r["decision"] for r in identical],
+            "mean_log_ratio": sum(logs) / len(logs) if logs else None,
+            "slower_in": sum(1 for r in tries if r.get("decision") == "slower"),
+            "smallest_found": min([r["percent"] for r in ladder if r.get("decision") == "slower"]
+                                  + ([args.slowdown] if any(r.get("decision") == "slower" for r in tries) else []),
+                                  default=None),
+            "seconds": round(time.monotonic() - started, 1),
+            "per_evaluation_s": round(sum(r["seconds"] for r in controls + aa + tries + ladder)
+                                      / max(1, len(controls + aa + tries + ladder)), 2)}
 
 
-def evaluate(evaluator: Evaluator, work: Path, name: str, source: str, budget_s: float | None):
-    """One candidate as a round evaluates it: its own confined runner, the round's oracle and base runner."""
-    workspace = evaluator.target.assemble(work / name, source)
-    stages = Stages().evaluate(evaluator, workspace, budget_s)
-    check, timing = stages[0], stages[-1]
-    if not check.passed:
-        raise SystemExit(f"{name}: correctness {check.status}: {check.summary}\n{check.log_tail}")
-    if not timing.passed:
-        raise SystemExit(f"{name}: timing {timing.status}: {timing.summary}\n{timing.log_tail}")
-    return check, timing
+def table(results: list[dict], args) -> None:
+    print()
+    print(f"| target | benchmarks | identical: verdicts | mean log ratio | floor | {args.slowdown:g}% slower | "
+          "ladder found | s per evaluation | s |")
+    print("|---|---:|---|---:|---:|---:|---|---:|---:|")
+    for r in results:
+        if "error" in r:
+            print(f"| {r['target']} | | {r['error']} | | | | | | |")
+            continue
+        counts = {}
+        for v in r["identical_verdicts"]:
+            counts[v] = counts.get(v, 0) + 1
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+        ladder = ", ".join(f"{x['percent']:g}%: {x.get('decision', x['status'])}" for x in r["ladder"])
+        mean = f"{r['mean_log_ratio']:+.4f}" if r["mean_log_ratio"] is not None else "-"
+        print(f"| {r['target']} | {r['benchmarks']} | {verdicts} | {mean} | {r['floor']['effect']:.2%} | "
+              f"{r['slower_in']} of {len(r['tries'])} | {ladder} | {r['per_evaluation_s']} | {r['seconds']} |")
+    identical = [v for r in results if "error" not in r for v in r["identical_verdicts"]]
+    wrong = [v for v in identical if v in ("faster", "slower")]
+    print()
+    print(f"identical kernels: {len(identical)}, judged faster or slower: {len(wrong)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path, help="write every number here too")
-    parser.add_argument("--budget-s", type=float, default=None, help="timing budget per candidate (default: judge's)")
+    parser.add_argument("--target", action="append", type=Path, required=True)
+    parser.add_argument("--controls", type=int, default=1)
+    parser.add_argument("--aa", type=int, default=3)
+    parser.add_argument("--slowdown", type=float, default=2.0)
+    parser.add_argument("--tries", type=int, default=10)
+    parser.add_argument("--ladder", type=lambda s: [float(x) for x in s.split(",") if x], default=[0.5, 1.0, 5.0])
+    parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-
     facts = devices.probe()
-    if facts is None:
-        raise SystemExit("judge_selfcheck needs a CUDA GPU; this machine has none")
-    target = load_target(FIXTURE)
-    rate = cycles_per_us()
-    work = Path(tempfile.mkdtemp(prefix="judge-selfcheck-"))
-    base = target.assemble(work / "base", delayed_source(0))
-    evaluator = Evaluator(target, work / ".round", base_dir=base)
-
-    # A first self-comparison, outside the round, gives the kernel's times for calibrating the delays.
-    _, calib = evaluate(evaluator, work, "calibration", delayed_source(0), args.budget_s)
-    times = [b["base_median_us"] for b in calib.detail.to_json()["benchmarks"]]
-    # A fixed spin of d us slows benchmark i by d / t_i; the geomean slows by about mean(d / t_i).
-    inv = sum(1 / t for t in times) / len(times)
-
-    def cycles_for(fraction: float) -> int:
-        return max(1, round(fraction / inv * rate))
-
-    candidates = [(f"self-{i + 1}", 0.0, delayed_source(0)) for i in range(SELF_RUNS)]
-    candidates += [(f"slower-{f:.2%}", f, delayed_source(cycles_for(f))) for f in EXTRA_FRACTIONS]
-
-    rows = []
-    round_start = time.monotonic()
-    child_s = measuring_s = 0.0
+    if facts is not None:
+        log(f"device: {facts.name}, driver {facts.driver}, CUDA {facts.cuda}, torch {facts.torch}, "
+            f"CuTe DSL {facts.cutedsl}")
+    work_root = Path(tempfile.mkdtemp(prefix="judge-selfcheck-"))
+    results = []
     worker.COMMAND_SECONDS.clear()
-    for name, fraction, source in candidates:
-        check, timing = evaluate(evaluator, work, name, source, args.budget_s)
-        child_s += check.seconds + timing.seconds
-        measuring_s += timing.detail.to_json()["measuring_s"]
-        rows.append((name, fraction, check, timing))
-    round_wall = time.monotonic() - round_start
-    commands = {op: (count, seconds) for op, (count, seconds) in worker.COMMAND_SECONDS.items()}
-    for fraction in LADDER_FRACTIONS:
-        name = f"slower-{fraction:.2%}"
-        check, timing = evaluate(evaluator, work, name, delayed_source(cycles_for(fraction)), args.budget_s)
-        rows.append((name, fraction, check, timing))
-    evaluator.close()
-
-    device_after = rows[-1][3].detail.to_json()["device_after"]
-    print(f"# judge self-check, {date.today().isoformat()}")
-    print(f"device: {facts.name}, {facts.sm_count} SMs, {facts.arch}, L2 {facts.l2_mb} MB, driver {facts.driver}, "
-          f"CUDA {facts.cuda}, torch {facts.torch}, CuTe DSL {facts.cutedsl}")
-    print(f"clocks: SM {(calib.detail.to_json()['device'] or {}).get('sm_clock_mhz')} MHz before the first timing, "
-          f"{device_after['sm_clock_mhz']} MHz after the last; spin rate {rate:.0f} cycles/us")
-    confinement = calib.detail.to_json().get("confinement") or {}
-    print(f"runners' confinement: syscalls: {confinement.get('syscalls', 'not reported')}")
-    if not str(confinement.get("syscalls", "")).startswith("seccomp"):
-        print("WARNING: the runners ran without seccomp (is pyseccomp installed?): not every defence was on")
-    print(f"fixture: vecadd float32, benchmarks {', '.join(b['label'] for b in calib.detail.to_json()['benchmarks'])}; "
-          f"base times {', '.join(f'{t:.1f}' for t in times)} us")
-    print()
-    print("## 1. Cost of a round (8 candidates x 4 benchmarks, correctness + timing)")
-    print("| wall s | child processes s | of which measuring s | per candidate wall s |")
-    print("|---|---|---|---|")
-    print(f"| {round_wall:.1f} | {child_s:.1f} | {measuring_s:.1f} | {round_wall / len(candidates):.1f} |")
-    print()
-    print("Per candidate, seconds: " + "; ".join(
-        f"{n} correctness {c.seconds:.2f}, timing {t.seconds:.2f} (measuring {t.detail.to_json()['measuring_s']:.2f})"
-        for n, _, c, t in rows[:len(candidates)]))
-    print()
-    print("Commands to the workers over the round (the parent's wall clock, every worker):")
-    print("| command | count | total s | per command us |")
-    print("|---|---:|---:|---:|")
-    for op, (count, seconds) in sorted(commands.items(), key=lambda item: -item[1][1]):
-        print(f"| {op} | {count} | {seconds:.2f} | {seconds / count * 1e6:.0f} |")
-    print()
-    print("## 2. Same kernel against itself, and 3. calibrated slowdowns")
-    print("| candidate | intended | geomean | 95% interval | significant | reps per benchmark | stopped, method, inputs "
-          "| wall-clock excess us (gpu clock) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, fraction, _, timing in rows:
-        d = timing.detail.to_json()
-        low, high = d["geomean_ci"]
-        reps = "/".join(str(b["reps"]) for b in d["benchmarks"])
-        excess = "/".join(f"{b['audit']['wall_excess_us'].get('gpu call', 0):.1f}" for b in d["benchmarks"])
-        stopped = "/".join(f"{b['stopped']} {b['method']} {b.get('placement', '')}" for b in d["benchmarks"])
-        intended = "1.0000" if fraction == 0 else f"{1 / (1 + fraction):.4f}"
-        print(f"| {name} | {intended} | {d['geomean']:.4f} | [{low:.4f}, {high:.4f}] | "
-              f"{'yes' if d['significant'] else 'no'} | {reps} | {stopped} | {excess} |")
-    selfs = [r[3].detail.to_json() for r in rows if r[1] == 0]
-    worst = max(abs(d["geomean"] - 1) for d in selfs)
-    contain = sum(d["geomean_ci"][0] <= 1 <= d["geomean_ci"][1] for d in selfs)
-    slower = [r for r in rows if r[1] > 0]
-    flagged = [(r[1], r[3].detail.to_json()["geomean"]) for r in slower if r[3].detail.to_json()["geomean_ci"][1] < 1]
-    missed = [r[1] for r in slower if r[3].detail.to_json()["geomean_ci"][1] >= 1]
-    print()
-    print(f"self: worst |geomean - 1| = {worst:.2%} (goal < 0.5%); intervals containing 1.0: {contain} of {len(selfs)}")
-    if flagged:
-        smallest = min(flagged)
-        print(f"smallest slowdown reported significant (interval below 1): {smallest[0]:.2%} intended "
-              f"(measured geomean {smallest[1]:.4f}); not significant: "
-              f"{', '.join(f'{m:.2%}' for m in missed) or 'none'}")
-    ratios = [r for row in rows for b in row[3].detail.to_json()["benchmarks"]
-              for r in b["audit"]["replay_ratio"].values() if r is not None]
-    print(f"replay ratios (first calls on a set over the calls around them), every kernel and benchmark: "
-          f"{min(ratios):.3f}-{max(ratios):.3f}; a candidate is named a replay above "
-          f"{audits.REPLAY_FACTOR}x the base's")
-    if args.json:
-        args.json.write_text(json.dumps({
-            "device": facts.to_dict(), "spin_cycles_per_us": rate, "round_wall_s": round_wall,
-            "round_child_s": child_s, "round_measuring_s": measuring_s,
-            "round_commands": {op: {"count": c, "seconds": round(t, 4)} for op, (c, t) in commands.items()},
-            "calibration": calib.detail.to_json(),
-            "rows": [{"name": n, "fraction": f, "correctness_s": c.seconds, "timing_s": t.seconds,
-                      "timing": t.detail.to_json()} for n, f, c, t in rows],
-        }))
+    for path in args.target:
+        results.append(selfcheck(path, args, work_root))
+        if args.json:
+            args.json.write_text(json.dumps({"device": facts.to_dict() if facts else None, "results": results,
+                                             "commands": worker.COMMAND_SECONDS}, default=str))
+    table(results, args)
 
 
 if __name__ == "__main__":

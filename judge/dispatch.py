@@ -168,13 +168,6 @@ class RayDispatch:
             self.ray.kill(actor)
 
 
-def _gpu_index() -> int:
-    """Which of the host's GPUs Ray gave this actor (its first visible one), for the cores its pairs run on."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    first = visible.split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
-
-
 def target_files(target) -> dict[str, bytes]:
     """A target as data for another machine: every file of its directory, and the files its task.yml takes from
     beside it (GPU MODE's `../utils.py`), by their paths relative to the directory."""
@@ -215,8 +208,7 @@ class EvaluationActor:
         facts = probed()
         self.facts = facts_dict(facts)
         self.gate_reason = arch_gate(self.target.arch, facts)
-        self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir,
-                                 gpu_index=_gpu_index())
+        self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir)
 
     def where(self) -> dict:
         return {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),

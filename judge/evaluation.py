@@ -76,7 +76,7 @@ class Evaluator:
     confine: bool = True
     warm: bool = True  # keep spare runners that have loaded torch before their kernel is known
     spares: int | None = None  # how many; None: default_spares(target)
-    gpu_index: int = 0  # which of the host's GPUs this evaluator's runners use (for their cores)
+    gpu_index: int | None = None  # which of the host's GPUs its runners use (for their cores); None: the first visible
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -90,6 +90,8 @@ class Evaluator:
         if self.spares is None:
             self.spares = default_spares(self.target)
         self._plans: dict[tuple, dict] = {}
+        if self.gpu_index is None:
+            self.gpu_index = visible_gpu()
         self.cores = placement(self.target, self.gpu_index)
 
     # ---- cases and seeds -------------------------------------------------------------------------------
@@ -367,6 +369,13 @@ def placement(target: Target, gpu_index: int = 0) -> dict[str, list[int]] | None
         return None
     timing = allowed[end - need:end]
     return {"timing": timing, "others": [c for c in allowed if c not in timing]}
+
+
+def visible_gpu() -> int:
+    """The host's index of the first GPU CUDA_VISIBLE_DEVICES leaves this process (0 where it names none), so
+    that evaluators on different GPUs of one host put their timed pairs on different cores."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
 
 
 def pin(pid: int, cores: list[int]) -> None:

@@ -38,20 +38,21 @@ def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
     second = target.assemble(tmp_path / "second", source)
     with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", warm=False) as cold:
         runner = warm.runner(first)
-        assert len(warm._pool) == warm.spares == 1  # a CPU target keeps one spare
+        assert len(warm._pool) == warm.spares == 2  # a CPU target keeps two spares
         spare = warm._pool[0]
         spare.ready()
         assert spare.hello == {"pid": spare.pid, "ready": True}
-        runner.close()
+        warm.close_runner(runner)
         taken = warm.runner(second, "second.log")
-        assert taken is spare and spare not in warm._pool and len(warm._pool) == 1  # a new one loads behind it
+        assert taken is spare and spare not in warm._pool and len(warm._pool) == 2  # a new one loads behind it
         assert taken.call("load", 60).value is not None
         assert (second / "second.log").exists()
+        assert (second / ".judge" / "x" / str(taken.pid) / "inbox").exists()  # its files, made by the oracle
         cold_runner = cold.runner(target.assemble(tmp_path / "third", source))
         assert cold._pool == []
         assert taken.hello["confinement"] == cold_runner.hello["confinement"]
-        cold_runner.close()
-        taken.close()
+        cold.close_runner(cold_runner)
+        warm.close_runner(taken)
 
 
 def base_and_candidate(tmp_path):
@@ -61,89 +62,73 @@ def base_and_candidate(tmp_path):
     return target, target.assemble(tmp_path / "base", source), target.assemble(tmp_path / "candidate", source)
 
 
-def test_the_spare_is_stopped_while_a_candidate_is_timed(tmp_path):
-    target, base, candidate = base_and_candidate(tmp_path)
-    with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
-        result, worker = check(evaluator, candidate)
-        assert result.passed, result.summary
-        before = evaluator._pool[0]
-        timing = measure(evaluator, worker, budget_s=0.5)
-        worker.close()
-        assert timing.passed, timing.summary
-        assert evaluator.base is before  # the base's runner, started at the first timing, was the spare
-        assert state(evaluator._pool[0].pid) == "T"  # and the spare started behind it was stopped to time
-
-
 def ready_spares(evaluator: Evaluator, count: int) -> None:
-    """Start runners until `count` spares have imported torch (a CPU target keeps its spares as asked)."""
+    """Start runners until `count` spares have imported torch."""
     while len(evaluator._pool) < count:
         evaluator._pool.append(evaluator._new_spare())
     for spare in evaluator._pool:
         spare.ready()
 
 
-def test_timings_second_runner_is_bound_and_loaded_while_the_cases_run_and_then_times(tmp_path):
+def test_the_first_pairs_are_bound_for_base_and_candidate_alike_while_the_cases_run(tmp_path):
     target, base, candidate = base_and_candidate(tmp_path)
-    with Evaluator(target, tmp_path / "round", base_dir=base, processes=2, spares=2) as evaluator:
-        evaluator.bases  # the base's two runners first, so that the candidate's come from ready spares
-        ready_spares(evaluator, 2)
-        oldest, second = evaluator._pool
-        result, worker = check(evaluator, candidate, timing_next=True)
+    with Evaluator(target, tmp_path / "round", base_dir=base, spares=7) as evaluator:
+        ready_spares(evaluator, 7)
+        checker = evaluator._pool[0]
+        result = check(evaluator, candidate, timing_next=True, nonce=1)
         assert result.passed, result.summary
-        assert worker is oldest and evaluator._prebound == {candidate.resolve(): [second]}
-        assert [op for _, op in second._pending] == ["bind", "load"]  # sent, not waited for
-        timing = measure(evaluator, worker, candidate, budget_s=0.5)
-        worker.close()
+        assert checker.process.wait(timeout=10) is not None  # the correctness runner is closed: never timed
+        bound = {workspace.name: len(workers) for workspace, workers in evaluator._prebound.items()}
+        assert bound == {"base": 3, "candidate": 3}
+        assert all([op for _, op in w._pending] == ["bind", "load"] for ws in evaluator._prebound.values() for w in ws)
+        timing = measure(evaluator, candidate, budget_s=0.5, nonce=1)
         assert timing.passed, timing.summary
-        assert evaluator._prebound == {candidate.resolve(): []}
-        assert second.hello["confinement"] == worker.hello["confinement"]
-        assert (candidate / "timing-1.log").exists()
-        assert timing.detail.benchmarks[0].processes == 2
+        assert all(workers == [] for workers in evaluator._prebound.values())
+        assert evaluator.cores is None or timing.detail.cores == evaluator.cores["timing"]
+        # the spares started behind them were stopped while the pairs were timed
+        assert all(state(spare.pid) == "T" for spare in evaluator._pool if spare.hello is not None)
 
 
-def test_a_kernel_whose_second_runner_fails_to_load_it_crashes_in_timing(tmp_path):
+def test_a_kernel_whose_second_process_fails_to_load_it_crashes_in_timing(tmp_path):
     target, base, _ = base_and_candidate(tmp_path)
-    # The first process to import it leaves a mark; the second (bound while the cases ran) raises on it.
+    # The first process to import it leaves a mark; the next (a timing runner) raises on it.
     once = ("import os as _os\n"
             "if _os.path.exists('.imported'):\n"
             "    raise RuntimeError('second import refused')\n"
             "open('.imported', 'w').close()\n")
     candidate = target.assemble(tmp_path / "once", once + target.kernel_source())
-    with Evaluator(target, tmp_path / "round", base_dir=base, processes=2, spares=2) as evaluator:
-        evaluator.bases
-        ready_spares(evaluator, 2)
-        result, worker = check(evaluator, candidate, timing_next=True)
+    with Evaluator(target, tmp_path / "round", base_dir=base, spares=3) as evaluator:
+        result = check(evaluator, candidate, timing_next=True, nonce=1)
         assert result.passed, result.summary
-        timing = measure(evaluator, worker, candidate, budget_s=0.5)
-        worker.close()
+        timing = measure(evaluator, candidate, budget_s=0.5, nonce=1)
     assert (timing.stage, timing.status) == ("timing", "crashed")
     assert timing.summary.startswith("crashed: RuntimeError: second import refused"), timing.summary
 
 
 def test_a_candidate_that_fails_its_cases_leaves_no_runner_bound_for_timing(tmp_path):
-    target = load_target(TARGET)
+    target, base, _ = base_and_candidate(tmp_path)
     wrong = target.kernel_source() + "\n\n_honest = custom_kernel\ncustom_kernel = lambda data: _honest(data) * 2\n"
-    with Evaluator(target, tmp_path / "round", processes=2, spares=2) as evaluator:
-        ready_spares(evaluator, 2)
-        second = evaluator._pool[1]
-        result, worker = check(evaluator, target.assemble(tmp_path / "wrong", wrong), timing_next=True)
-        assert result.status == "failed" and worker is None
+    with Evaluator(target, tmp_path / "round", base_dir=base, spares=4) as evaluator:
+        ready_spares(evaluator, 4)
+        bound = evaluator._pool[1:]
+        result = check(evaluator, target.assemble(tmp_path / "wrong", wrong), timing_next=True, nonce=1)
+        assert result.status == "failed"
         assert evaluator._prebound == {}
-        assert second.process.wait(timeout=10) is not None  # killed: no candidate process runs on
+        assert all(w.process.wait(timeout=10) is not None for w in bound)  # killed: no candidate process runs on
 
 
 def test_a_spare_that_died_gives_way_to_a_cold_start(tmp_path):
     target = load_target(TARGET)
     source = target.kernel_source()
     with Evaluator(target, tmp_path / "round") as evaluator:
-        evaluator.runner(target.assemble(tmp_path / "first", source)).close()
+        evaluator.close_runner(evaluator.runner(target.assemble(tmp_path / "first", source)))
         dead = evaluator._pool[0]
         dead.ready()
         os.kill(dead.pid, signal.SIGKILL)
         runner = evaluator.runner(target.assemble(tmp_path / "second", source))
         assert runner is not dead and runner.process.poll() is None
         assert runner.call("load", 60).value is not None
-        runner.close()
+        evaluator.close_runner(runner)
 
 
 def test_on_a_gpu_target_spares_make_their_cuda_context_only_when_nothing_is_timed(tmp_path):
@@ -153,7 +138,7 @@ def test_on_a_gpu_target_spares_make_their_cuda_context_only_when_nothing_is_tim
     target = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "vecadd")
     source = target.kernel_source()
     with Evaluator(target, tmp_path / "round", spares=2) as evaluator:
-        evaluator.runner(target.assemble(tmp_path / "first", source)).close()
+        evaluator.close_runner(evaluator.runner(target.assemble(tmp_path / "first", source)))
         assert len(evaluator._pool) == 2
         for spare in evaluator._pool:
             spare.ready()
@@ -163,7 +148,7 @@ def test_on_a_gpu_target_spares_make_their_cuda_context_only_when_nothing_is_tim
         evaluator.settle()
         assert not told.busy and state(told.pid) == "T"
         assert state(new.pid) == "T" if new.hello is not None else state(new.pid) != "T"
-        second.close()
+        evaluator.close_runner(second)
 
 
 @pytest.mark.gpu
@@ -173,11 +158,11 @@ def test_on_a_gpu_the_spare_has_cuda_before_its_kernel_and_times_like_a_cold_run
     source = target.kernel_source()
     base = target.assemble(tmp_path / "base", source)
     with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
-        for name in ("first", "second"):  # the second candidate's runner is the spare
-            result, worker = check(evaluator, target.assemble(tmp_path / name, source))
+        for name in ("first", "second"):  # every runner after the first is a spare
+            workspace = target.assemble(tmp_path / name, source)
+            result = check(evaluator, workspace, timing_next=True)
             assert result.passed, result.summary + result.log_tail
-            timing = measure(evaluator, worker, budget_s=2)
-            worker.close()
+            timing = measure(evaluator, workspace, budget_s=2)
             assert timing.passed, timing.summary + timing.log_tail
             assert 0.98 < timing.detail.geomean < 1.02, timing.summary
         assert result.detail.runner_start_s < 1.0  # bound, not started

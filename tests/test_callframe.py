@@ -1,0 +1,96 @@
+"""judge/callframe.py, through real runners on the CPU: what a kernel leaves behind in its process after its
+call (a hook, a thread, a torch mode, a kernel of its own for an operator judge copies with) is named on the
+call that left it, before anything could use it; an output that is not plain tensors is refused; what it
+changed of torch or builtins is named by the audit."""
+
+from pathlib import Path
+
+import pytest
+
+from judge import callframe
+from judge.check import check
+from judge.evaluation import Evaluator
+from judge.targets import load_target
+
+FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
+BASE = (FIXTURE / "variants" / "correct.py").read_text()
+
+
+def judged(tmp_path, mixin: str):
+    target = load_target(FIXTURE)
+    target.arch = "cpu"
+    target.tests = target.tests[:1]
+    target.benchmarks = [{"size": 20000, "seed": 1}]
+    workspace = target.assemble(tmp_path / "k", BASE + "\n\n_rt_base = custom_kernel\n\n" + mixin)
+    with Evaluator(target, tmp_path / "round", secret=5) as evaluator:
+        return check(evaluator, workspace, nonce=0)
+
+
+def test_a_profile_function_the_call_leaves_is_named(tmp_path):
+    result = judged(tmp_path, "import sys\n\ndef custom_kernel(data):\n"
+                              "    sys.setprofile(lambda *a: None)\n    return _rt_base(data)\n")
+    assert result.status == "tampered"
+    assert result.summary == "tampered: its call left a profile or trace function set"
+
+
+def test_a_thread_the_call_starts_is_named(tmp_path):
+    result = judged(tmp_path, "import threading, time\n\ndef custom_kernel(data):\n"
+                              "    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+                              "    return _rt_base(data)\n")
+    assert result.status == "tampered"
+    assert result.summary == "tampered: its call started a Python thread that was still alive after it"
+
+
+def test_a_torch_mode_left_active_stops_the_copy_and_is_named(tmp_path):
+    result = judged(tmp_path, "from torch.utils._python_dispatch import TorchDispatchMode\n\n"
+                              "class Mode(TorchDispatchMode):\n"
+                              "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+                              "        return func(*args, **(kwargs or {}))\n\n"
+                              "def custom_kernel(data):\n    out = _rt_base(data)\n    Mode().__enter__()\n"
+                              "    return out\n")
+    assert result.status == "tampered"
+    assert result.summary == "tampered: a torch function or dispatch mode was active after its call"
+
+
+def test_a_kernel_registered_for_an_operator_judge_copies_with_is_named_on_entry(tmp_path):
+    result = judged(tmp_path, "import torch\n_lib = torch.library.Library('aten', 'IMPL')\n"
+                              "_lib.impl('copy_', lambda self, src, non_blocking=False: self, 'CPU')\n\n"
+                              "def custom_kernel(data):\n    return _rt_base(data)\n")
+    assert result.status == "tampered"
+    assert result.summary == "tampered: the kernel registered a kernel of its own for an operator judge's copy uses"
+
+
+def test_an_output_that_is_not_plain_tensors_is_refused(tmp_path):
+    result = judged(tmp_path, "import torch\n\nclass Lazy(torch.Tensor):\n    pass\n\n"
+                              "def custom_kernel(data):\n    return _rt_base(data).as_subclass(Lazy)\n")
+    assert result.status == "failed"
+    assert result.detail.cases[0].reason == ("the output is not made of plain tensors (a tensor subclass or another "
+                                             "object)")
+
+
+def test_a_tensor_method_replaced_to_finish_work_later_is_named_and_reaches_nothing(tmp_path):
+    result = judged(tmp_path, "import torch\n_real = torch.Tensor.double\n_late = {}\n\n"
+                              "def _finish(self, *a, **k):\n"
+                              "    job = _late.pop(id(self), None)\n"
+                              "    if job is not None:\n        self.copy_(job)\n"
+                              "    return _real(self, *a, **k)\n\n"
+                              "torch.Tensor.double = _finish\n\n"
+                              "def custom_kernel(data):\n    out = _rt_base(data)\n    _late[id(out)] = out.clone()\n"
+                              "    out.zero_()\n    return out\n")
+    assert result.status == "tampered"
+    assert result.summary == "tampered: torch.Tensor.double replaced (shadowing its base class's)"
+    assert not any(c.passed for c in result.detail.cases)  # judge never called it: the zeros were what it read
+
+
+def test_an_audit_hook_is_refused_and_named(tmp_path):
+    result = judged(tmp_path, "import sys\ntry:\n    sys.addaudithook(lambda event, args: None)\n"
+                              "except Exception:\n    pass\n\ndef custom_kernel(data):\n    return _rt_base(data)\n")
+    assert result.status == "tampered"
+    assert result.summary == "tampered: an audit hook was refused (it would run inside judge's own calls)"
+
+
+def test_the_frame_refuses_primitives_that_are_not_c_code():
+    values = {"read": len, "write": print, "perf": lambda: 0.0, "type": type, "mine": object}
+    assert callframe.not_c_level(values) == ["perf"]
+    assert callframe.command(7, callframe.OP_CALL, "gpu", 3, 100, 5) == callframe.COMMAND.pack(
+        b"JCAL", 7, 1, 1, 3, 100, 5)
