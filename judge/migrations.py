@@ -233,6 +233,13 @@ def m004_benchmark_inputs(db: sqlite_utils.Database) -> None:
     db["benchmark_results"].add_column("processes", int)
 
 
+@migration
+def m005_clearance_reason(db: sqlite_utils.Database) -> None:
+    """A clearance keeps the reason of the timing verdict the evaluation then stands at, so that every view states
+    that reason, not the hold's."""
+    db["clearances"].add_column("reason", str)
+
+
 def applied(db: sqlite_utils.Database) -> list[str]:
     if MIGRATIONS_TABLE not in db.table_names():
         return []

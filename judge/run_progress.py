@@ -54,6 +54,11 @@ class RunProgress:
             self.progress.console.print(f"  {info['proposal']}: {info['outcome']} in an earlier run, kept", markup=False)
         elif kind == "probe":
             self.progress.console.print(f"{info['target']}: looking for a GPU ...", markup=False)
+        elif kind == "cpu":
+            from .report.formatting import fmt_device
+
+            self.progress.console.print(f"{info['target']}: runs on this machine's {fmt_device(info['device'])}",
+                                        markup=False)
 
 
     def _advance(self, where: str | None) -> None:

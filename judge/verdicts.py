@@ -3,14 +3,17 @@ slower, unchanged), held as implausible when the measurement cannot be true."""
 
 from __future__ import annotations
 
-from .noise import MIN_EFFECT
+from typing import Optional
+
+from .noise import MIN_EFFECT, Floor, recorded_floor  # noqa: F401 (MIN_EFFECT: read from here by older callers)
 from .records import Outcome
 from .stage_details import TimingDetail
 from .stages import StageResult, not_run_reason
 
 
-def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
-    """The outcome that the first stage to stop a candidate dictates, with its one-line reason."""
+def decide(stages: list[StageResult], floor: Optional[Floor] = None) -> tuple[Outcome, str]:
+    """The outcome that the first stage to stop a candidate dictates, with its one-line reason; `floor`: the noise
+    floor where the timing detail records none (judge.noise.recorded_floor)."""
     for stage in stages:
         if stage.status == "passed":
             continue
@@ -28,25 +31,25 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
     timing = next((s for s in stages if s.stage == "timing"), None)
     if timing is None:
         return Outcome.NOT_RUN, "no timing stage ran"
-    outcome, reason = timing_verdict(timing, min_effect)
+    outcome, reason = timing_verdict(timing, floor)
     held = implausible(timing.detail)
     if held:
         return Outcome.IMPLAUSIBLE, f"{'; '.join(held)} (timing said {outcome.value}: {reason}); held until a person clears it"
     return outcome, reason
 
 
-def timing_verdict(timing: StageResult, min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
-    """faster, slower or unchanged, from the geomean and its interval; a target may ask for a larger effect
-    (judge.toml `min_effect`) where its clock is noisier."""
-    min_effect = max(min_effect, timing.detail.min_effect or 0.0)
+def timing_verdict(timing: StageResult, floor: Optional[Floor] = None) -> tuple[Outcome, str]:
+    """faster, slower or unchanged, from the geomean and its interval against the noise floor the timing detail
+    records (judge.noise: one owner, so that every report states the floor the verdict used)."""
+    floor = recorded_floor(timing.detail, floor)
     low, high = timing.detail.geomean_ci
     geomean = timing.detail.geomean
-    if low > 1.0 and geomean >= 1.0 + min_effect:
+    if low > 1.0 and geomean >= floor.faster_at:
         return Outcome.FASTER, timing.summary
-    if high < 1.0 and geomean <= 1.0 / (1.0 + min_effect):
+    if high < 1.0 and geomean <= floor.slower_at:
         return Outcome.SLOWER, timing.summary
     if low > 1.0 or high < 1.0:
-        return Outcome.UNCHANGED, f"{timing.summary}; a change under {min_effect:.1%} is within run-to-run drift"
+        return Outcome.UNCHANGED, f"{timing.summary}; a change under {floor.percent()} is within run-to-run drift"
     return Outcome.UNCHANGED, timing.summary
 
 

@@ -149,7 +149,8 @@ def test_a_timed_round_without_a_faster_proposal_says_so(untimed, tmp_path):
     assert "- Device: none recorded (evaluations #1, #2, #3, #4)" in text  # a stage ran; no row holds a device
     assert "- % of SoL = speed of light / after, 1 decimal (100% is the hardware bound)." in text
     assert "| 1 | stages-3 r1 | 1.5-1.8x | 0.735x [0.720, 0.750] | below | slower | #4 |" in text
-    assert "Nothing measured yet for team-tiles, team-warps." in text
+    assert ("No timed verdict to compare a claim with for: team-tiles (tile-64 r1: compile-error); team-warps "
+            "(warp r1: pitch).") in text
 
 
 def test_a_cleared_implausible_result_ranks_at_the_outcome_it_stands_at(untimed, tmp_path):
