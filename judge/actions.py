@@ -231,11 +231,14 @@ def show_proposal(ledger: Ledger, proposal_id: str) -> dict:
     for rev in history:
         evaluations = []
         for e in ledger.evaluations_of_revision(rev["id"]):
+            clearance = ledger.clearance(e["id"])
             evaluations.append(
                 {
                     "evaluation_id": e["id"],
                     "outcome": e["outcome"],
                     "reason": e["reason"],
+                    "cleared": {k: clearance[k] for k in ("outcome", "reason", "note", "cleared_by", "cleared_at")}
+                    if clearance else None,
                     "geomean_speedup": e["geomean_speedup"],
                     "geomean_ci": [e["geomean_ci_low"], e["geomean_ci_high"]] if e["geomean_ci_low"] is not None else None,
                     "stages": [s.to_dict() for s in ledger.stage_results(e["id"])],

@@ -255,7 +255,13 @@ def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
         claim_text = f"claims {claim['low']}-{claim['high']}x" if claim else "no claim"
         out.print(f"{proposal_id} r{rev['revision']} (round {rev['round']}, {rev['target']}): {rev['title']} by {rev['author']}; {claim_text}", markup=False)
         for e in rev["evaluations"]:
-            out.print(f"  evaluation #{e['evaluation_id']}: {e['outcome']} ({e['reason']})", markup=False)
+            cleared = e["cleared"]
+            if cleared:
+                out.print(f"  evaluation #{e['evaluation_id']}: {cleared['outcome']} ({cleared['reason'] or e['reason']}); "
+                          f"cleared by {cleared['cleared_by']} on {cleared['cleared_at']}, held before as "
+                          f"{e['outcome']}", markup=False)
+            else:
+                out.print(f"  evaluation #{e['evaluation_id']}: {e['outcome']} ({e['reason']})", markup=False)
             for s in e["stages"]:
                 out.print(f"    {s['stage']:12} {s['status']:9} {s['summary']}", markup=False)
     for v in data["votes"]:

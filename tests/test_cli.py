@@ -430,3 +430,19 @@ def test_a_write_that_waits_for_another_process_says_so_and_counts_the_wait(env)
     assert 0.4 <= ledger.waited_s < 5
     assert time_line({"wall_s": 50.0, "stages_s": {"timing": 3.0}, "ledger_wait_s": 45.04}) == \
         "time: 50.0 s wall; timing 3.0 s, waiting for the ledger's lock 45.0 s"
+
+
+def test_a_cpu_target_names_the_cpu_it_runs_on_and_looks_for_no_gpu():
+    import io
+
+    from rich.console import Console
+
+    from judge.run_progress import RunProgress
+
+    buffer = io.StringIO()
+    device = {"kind": "cpu", "name": "AMD EPYC 7B13", "cores": 2, "threads": 4, "torch": "2.13.0+cpu"}
+    with RunProgress(Console(file=buffer, width=120, force_terminal=False), enabled=True) as progress:
+        progress.event("cpu", target="vecadd_cpu", device=device)
+    assert buffer.getvalue().splitlines()[0] == \
+        "vecadd_cpu: runs on this machine's CPU: AMD EPYC 7B13, 2 cores, 4 threads, torch 2.13.0+cpu"
+    assert "GPU" not in buffer.getvalue()

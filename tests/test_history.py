@@ -226,6 +226,9 @@ def test_clear_is_refused_once_the_next_round_began_and_rebases_before(contest):
         f"round 2 of axpy will start from: round 1 base + winner a1 r1 (sha256 "
         f"{json.loads(ok(judge, 'base', '--target', 'axpy', '--json'))['sha256'][:12]})",
     ]
+    shown = ok(judge, "show", "a1").splitlines()
+    assert shown[1].startswith("  evaluation #2: faster (geomean 20.000x [19.900, 20.100] over 2 benchmarks); cleared by ")
+    assert shown[1].endswith(", held before as implausible")
     # bxpy: round 2 starts with b1 still held; then its clearance is refused
     ok(judge, "run", "--target", "bxpy", "--round", "2")
     began = Ledger(root / "ledger.db", create=False).round_row("bxpy", 2)["created_at"]
