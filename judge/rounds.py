@@ -246,7 +246,8 @@ def _run_target_round(
 
     root = settings.work_dir / target.name / f"round-{round}"
     base_dir = root / "base"
-    run_id = ledger.start_run(round_row["id"], sys.argv)  # before the workspace is reset: a second run stops here
+    # Before the workspace is reset: a second run stops here, and so does one of a round that closed meanwhile.
+    run_id = ledger.start_run(round_row["id"], sys.argv, check=lambda again: require_runnable(again, target.name, round))
     wall_start, waited_before = time.monotonic(), ledger.waited_s
     fresh(base_dir)
     target.assemble(base_dir, base_source)

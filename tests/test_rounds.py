@@ -266,3 +266,20 @@ def test_the_peer_is_timed_against_each_rounds_base_once_and_never_ranked(tmp_pa
     assert (peer["outcome"], peer["reason"]) == ("slower", "torch axpy: geomean 0.500x [0.497, 0.502] over 2 benchmarks")
     run_round(ledger, 1, settings=settings)
     assert ledger.query("select count(*) as n from evaluations where subject = 'peer'")[0]["n"] == 1
+
+
+def test_the_library_refuses_a_round_out_of_order_too(setup):
+    """run_round checks the target's round order itself (judge.schedule), so a harness calling the library cannot
+    run round 3 before round 2, nor round 1 again once round 2 started; nothing is written."""
+    ledger, settings = setup
+    ledger.submit(proposal("a", "speedup 1.25"), "test")
+    run_round(ledger, 1, settings=settings)
+    target = load_target(settings.kernels_dir / "axpy")
+    with pytest.raises(JudgeError, match="^round 3 of axpy cannot run: round 1 has started, so the next is round 2$"):
+        run_round(ledger, 3, target=target, settings=settings)
+    run_round(ledger, 2, target=target, settings=settings)
+    rows = ledger.query("select count(*) as n from evaluations")[0]["n"]
+    with pytest.raises(JudgeError, match="^round 1 of axpy is closed: round 2 began on .* from its result"):
+        run_round(ledger, 1, target=target, settings=settings.__class__(**{**settings.__dict__, "again": True}))
+    assert ledger.query("select count(*) as n from evaluations")[0]["n"] == rows
+    assert [r["round"] for r in ledger.rounds("axpy")] == [1, 2]

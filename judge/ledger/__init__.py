@@ -316,13 +316,16 @@ class Ledger(EvaluationRecords):
         with self.transaction() as db:
             db["rounds"].update(round_id, {"winner_revision_id": revision_id})
 
-    def start_run(self, round_id: int, argv: list[str]) -> int:
+    def start_run(self, round_id: int, argv: list[str], check: Optional[Callable[["Ledger"], None]] = None) -> int:
         """Record that this process runs the round, the lock of `judge run`: refused while a live judge process on
-        this host runs it (checked and inserted in one write transaction, so two starting together cannot both pass)."""
+        this host runs it (checked and inserted in one write transaction, so two starting together cannot both pass);
+        `check(ledger)`, run in the same transaction, may refuse it too (judge.schedule: a round closed meanwhile)."""
         with self.transaction() as db:
             running = self.running_run(round_id)
             if running:
                 raise JudgeError(self.running_message(running))
+            if check is not None:
+                check(self)
             return db["runs"].insert(
                 {
                     "round_id": round_id,
