@@ -162,6 +162,7 @@ def test_a_target_without_round_runs_its_own_round_not_another_targets(contest):
     assert [(n, w) for n, _, _, w in history["bxpy"]["rounds"]] == [(1, "b1")]
     assert history["axpy"]["open"] == 2 and history["bxpy"]["open"] == 2
     ok(judge, "run")  # each target its own default round: axpy's round 2 (a2 waits), bxpy's round 1 (nothing new)
+    assert ok(judge, "report").splitlines() == ["reports/round-2-axpy.md", "reports/round-1-bxpy.md"]  # each its latest
     history = agree(judge, root)
     assert [n for n, *_ in history["axpy"]["rounds"]] == [1, 2] and history["bxpy"]["open"] == 2
 
