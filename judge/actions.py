@@ -6,17 +6,17 @@ Each write checks everything first and then writes in one transaction, so a bad 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from .errors import JudgeError, NotFound
 from .ledger import Ledger, Submitted, shark_from_row
 from .proposals import PROPOSAL_FILE, load_proposal_dir, load_proposal_json, load_shark, load_vote_file, load_votes, parse_json
-from .records import Outcome, Proposal, Shark, Vote
-from .rounds import RoundSummary, Settings, check_submission
-from .scoring import Measurement, Scorecard, check_vote, format_score, measurement, score_vote
-from .targets import Target, find_target
+from .records import Proposal, Shark, Vote
+from .round_actions import base, brief, clear_evaluation, run  # noqa: F401 (the round commands: round_actions.py)
+from .schedule import check_submission, require_open, rounds_of
+from .scoring import Measurement, Scorecard, check_vote, format_score, measurement, score_vote, standing, standing_reason
 
 
 def proposal_dirs(paths: list[Path]) -> list[Path]:
@@ -35,28 +35,48 @@ def proposal_dirs(paths: list[Path]) -> list[Path]:
     return found
 
 
-def submit(ledger: Ledger, items: list[tuple[Proposal, str]], kernels_dir: Path) -> list[Submitted]:
-    """Validate every proposal (target, patch paths, hunks against the round's base), then record all at once."""
+def submit(ledger: Ledger, items: list[tuple[Proposal, str]], kernels_dir: Path,
+           errors: Optional[list[str]] = None) -> list[Submitted]:
+    """Validate every proposal (target, round, patch paths, hunks against the round's base), then record all at
+    once; every bad one is named (one line each, after the `errors` reading them found), and then nothing is
+    written."""
+    errors = list(errors or [])
     seen = set()
     for proposal, source in items:
-        if proposal.id in seen:
-            raise JudgeError(f"{source}: field 'id': '{proposal.id}' appears twice in this submission")
-        seen.add(proposal.id)
-        check_submission(ledger, proposal, kernels_dir, source)
-        if proposal.parent and proposal.parent != proposal.id and ledger.latest_revision(proposal.parent) is None and proposal.parent not in seen:
-            raise JudgeError(f"{source}: field 'parent': proposal '{proposal.parent}' is not in the ledger")
+        try:
+            if proposal.id in seen:
+                raise JudgeError(f"{source}: field 'id': '{proposal.id}' appears twice in this submission")
+            seen.add(proposal.id)
+            check_submission(ledger, proposal, kernels_dir, source)
+            if proposal.parent and proposal.parent != proposal.id and ledger.latest_revision(proposal.parent) is None \
+                    and proposal.parent not in seen:
+                raise JudgeError(f"{source}: field 'parent': proposal '{proposal.parent}' is not in the ledger")
+        except JudgeError as error:
+            errors.append(error.message)
+    if errors:
+        raise JudgeError("\n".join(errors))
     with ledger.transaction():
+        for proposal, source in items:  # again under the write lock: a round may have started meanwhile
+            require_open(ledger, proposal, source)
         return [ledger.submit(proposal, source) for proposal, source in items]
 
 
-def load_submissions(paths: list[str], stdin_text: Optional[str]) -> list[tuple[Proposal, str]]:
+def load_submissions(paths: list[str], stdin_text: Optional[str],
+                     errors: Optional[list[str]] = None) -> list[tuple[Proposal, str]]:
+    """Every proposal the paths hold. With `errors`, a proposal that cannot be read is added there (so that a
+    folder's every bad proposal is named) instead of stopping the reading."""
     items: list[tuple[Proposal, str]] = []
     for raw in paths:
         if raw == "-":
             items.append((load_proposal_json(stdin_text or "", "<stdin>"), "<stdin>"))
             continue
         for directory in proposal_dirs([Path(raw)]):
-            items.append((load_proposal_dir(directory), str(directory / PROPOSAL_FILE)))
+            try:
+                items.append((load_proposal_dir(directory), str(directory / PROPOSAL_FILE)))
+            except JudgeError as error:
+                if errors is None:
+                    raise
+                errors.append(error.message)
     return items
 
 
@@ -193,8 +213,9 @@ def list_proposals(ledger: Ledger, round: Optional[int] = None) -> list[dict]:
                 "title": rev["title"],
                 "claim": [rev["claim_low"], rev["claim_high"]] if rev["claim_low"] is not None else None,
                 "has_patch": rev["patch"] is not None,
-                "outcome": e["outcome"] if e else ("pitch" if rev["patch"] is None else "pending"),
-                "reason": e["reason"] if e else None,
+                "outcome": standing(e) if e else ("pitch" if rev["patch"] is None else "pending"),
+                "cleared": bool(e and e["cleared_outcome"]),
+                "reason": standing_reason(e) if e else None,
                 "geomean_speedup": e["geomean_speedup"] if e else None,
                 "evaluation_id": e["id"] if e else None,
             }
@@ -210,11 +231,14 @@ def show_proposal(ledger: Ledger, proposal_id: str) -> dict:
     for rev in history:
         evaluations = []
         for e in ledger.evaluations_of_revision(rev["id"]):
+            clearance = ledger.clearance(e["id"])
             evaluations.append(
                 {
                     "evaluation_id": e["id"],
                     "outcome": e["outcome"],
                     "reason": e["reason"],
+                    "cleared": {k: clearance[k] for k in ("outcome", "reason", "note", "cleared_by", "cleared_at")}
+                    if clearance else None,
                     "geomean_speedup": e["geomean_speedup"],
                     "geomean_ci": [e["geomean_ci_low"], e["geomean_ci_high"]] if e["geomean_ci_low"] is not None else None,
                     "stages": [s.to_dict() for s in ledger.stage_results(e["id"])],
@@ -254,7 +278,10 @@ def show_proposal(ledger: Ledger, proposal_id: str) -> dict:
 
 
 def status(ledger: Ledger) -> dict:
-    """Counts and the state of each round, for `judge status`."""
+    """Counts, the state of each round (outcomes as they stand, cleared ones counted at their clearance, and the
+    results still held), and each target's open round, for `judge status`."""
+    from .round_actions import held
+
     counts = ledger.counts()
     rounds = []
     for row in ledger.rounds():
@@ -264,47 +291,17 @@ def status(ledger: Ledger) -> dict:
                 "target": row["target"],
                 "round": row["round"],
                 "base_origin": row["base_origin"],
+                "base_sha256": row["base_sha256"],
                 "outcomes": ledger.outcome_counts(row["id"]),
                 "winner": winner,
+                "held": held(ledger, row),
+                "closed": ledger.round_row(row["target"], row["round"] + 1) is not None,
             }
         )
+    names = sorted({r["target"] for r in ledger.rounds()} | {r["target"] for r in ledger.current_revisions()})
+    targets = [{"target": name, "open_round": rounds_of(ledger, name).open} for name in names]
     runs = ledger.recent_runs(5)
-    return {"ledger": str(ledger.path), "counts": counts, "rounds": rounds, "recent_runs": runs}
-
-
-def run(ledger: Ledger, round: int, target: Optional[Target], settings: Settings, on_event, out_dir: Path) -> list[dict]:
-    """`judge run`: refused while another judge process runs the same target and round (the ledger's runs are the
-    lock; a dead one is marked interrupted and does not count), checked before the round's workspace is reset.
-    Returns each target's summary with every verdict's evaluation id and the path of the round's report."""
-    from .report import render_round
-    from .rounds import run_round
-
-    ledger.mark_interrupted_runs()
-    names = [target.name] if target is not None else sorted({r["target"] for r in ledger.current_revisions(round=round)})
-    for name in names:
-        row = ledger.round_row(name, round)
-        running = ledger.running_run(row["id"]) if row else None
-        if running:
-            raise JudgeError(ledger.running_message(running))
-    summaries = run_round(ledger, round, target=target, settings=settings, on_event=on_event)
-    report = render_round(ledger, round, out_dir, target=target.name if target is not None else None)
-    return [_run_summary(ledger, summary, report) for summary in summaries]
-
-
-def _run_summary(ledger: Ledger, summary: RoundSummary, report: Path) -> dict:
-    round_id = ledger.round_row(summary.target, summary.round)["id"]
-    data = asdict(summary)
-    base = ledger.latest_evaluation(round_id, None, "base")
-    data["base_evaluation_id"] = base["id"] if base else None
-    data["report"] = str(report)
-    return data
-
-
-def latest_round(ledger: Ledger) -> int:
-    round = ledger.latest_proposal_round()
-    if round is None:
-        raise JudgeError("the ledger has no proposals yet (submit some with 'judge submit')")
-    return round
+    return {"ledger": str(ledger.path), "counts": counts, "rounds": rounds, "targets": targets, "recent_runs": runs}
 
 
 def shark_list(ledger: Ledger) -> list[dict]:
@@ -324,55 +321,14 @@ def shark_list(ledger: Ledger) -> list[dict]:
     return out
 
 
-def clear_evaluation(ledger: Ledger, evaluation_id: int, note: str, cleared_by: str) -> dict:
-    """A person's word that an implausible result is real: it then stands at what its timing said, and the
-    round's winner is chosen again."""
-    from .verdicts import MIN_EFFECT, timing_verdict
-
-    evaluation = ledger.evaluation(evaluation_id)
-    if evaluation is None:
-        raise NotFound(f"evaluation {evaluation_id} is not in the ledger (see 'judge show PROPOSAL')")
-    if evaluation["outcome"] != Outcome.IMPLAUSIBLE.value:
-        raise JudgeError(f"evaluation {evaluation_id} is {evaluation['outcome']}, not implausible: nothing to clear")
-    if not note.strip():
-        raise JudgeError("field 'note': say why the result is real (it is kept with the clearance)")
-    timing = next(s for s in ledger.stage_results(evaluation_id) if s.stage == "timing")
-    outcome, reason = timing_verdict(timing, MIN_EFFECT)
-    clearance_id = ledger.clear(evaluation_id, outcome.value, note.strip(), cleared_by)
-    winner = ledger.round_winner(evaluation["round_id"])
-    ledger.set_winner(evaluation["round_id"], winner["revision_id"] if winner else None)
-    return {"clearance_id": clearance_id, "evaluation_id": evaluation_id, "outcome": outcome.value,
-            "reason": reason, "round_winner": winner["proposal_id"] if winner else None}
-
-
-def brief(ledger: Ledger, kernels_dir: Path, target_name: Optional[str], round: Optional[int],
-          out_dir: Path) -> tuple[Path, dict]:
-    """The brief for a round (default: the one after the target's latest): its view, written as Markdown."""
-    from .brief import brief_view, render_brief
-
-    names = sorted({r["target"] for r in ledger.rounds()} | {r["target"] for r in ledger.current_revisions()})
-    if target_name is None:
-        if len(names) != 1:
-            raise JudgeError(f"the ledger has {len(names)} targets ({', '.join(names) or 'none'}): name one with --target")
-        target_name = names[0]
-    target = find_target(target_name, kernels_dir)
-    if round is None:
-        ran = [r["round"] for r in ledger.rounds(target.name)]
-        round = max(ran) + 1 if ran else 1
-    view = brief_view(ledger, target, round)
-    return render_brief(view, out_dir), view
-
-
-def calibrate(ledger: Ledger, target: Target, work_dir: Path, *, aa: int, slowdowns: tuple[float, ...],
+def calibrate(ledger: Ledger, target, work_dir: Path, *, aa: int, slowdowns: tuple[float, ...],
               budget_s: Optional[float], on_event) -> dict:
-    """`judge calibrate`: A/A runs and calibrated slowdowns of the base the target's next round would start
-    from (judge.calibrate), kept in the ledger."""
+    """`judge calibrate`: A/A runs and calibrated slowdowns of the base the target's open round starts from
+    (judge.calibrate), kept in the ledger."""
     from .calibrate import calibrate as run_calibration
-    from .rounds import base_for
+    from .schedule import base_for
 
-    rounds = [row["round"] for row in ledger.rounds(target.name)]
-    next_round = max(rounds) + 1 if rounds else 1
-    source, origin = base_for(ledger, target, next_round)
+    source, origin = base_for(ledger, target, rounds_of(ledger, target.name).open)
     result = run_calibration(ledger, target, source, work_dir, aa=aa, slowdowns=slowdowns, budget_s=budget_s,
                              on_event=on_event)
     result["base_origin"] = origin

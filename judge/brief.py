@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .ledger import Ledger, sha256
-from .records import OUTCOME_MEANING, Outcome
+from .noise import default_floor
+from .records import Outcome, meaning
 from .report.rendering import write_template
-from .rounds import base_for
+from .schedule import base_for, clear_command
+from .scoring import standing_reason
 from .targets import Target
-from .verdicts import MIN_EFFECT
 
 PATCH_RULES = [
     "a unified diff (`diff -u`, `git diff`) of the kernel file only, against this round's base, LF line endings",
@@ -32,18 +33,22 @@ def brief_view(ledger: Ledger, target: Target, round: int) -> dict[str, Any]:
     """Everything the brief shows for `round` of `target`, from the ledger and the target's files."""
     source, origin = base_for(ledger, target, round)
     rows = [r for r in ledger.rounds(target.name) if r["round"] < round]
+    started = ledger.round_row(target.name, round) is not None
     previous = rows[-1] if rows else None
     measured = _base_measurement(ledger, previous, target) if previous else None
     return {
         "target": target.name,
         "round": round,
         "base": {"origin": origin, "kernel_file": target.kernel_file, "sha256": sha256(source),
-                 "lines": len(source.splitlines())},
+                 "lines": len(source.splitlines()),
+                 "command": f"judge base --target {target.name} --round {round} --out {target.kernel_file}"},
+        "started": started,
         "benchmarks": _benchmarks(target, measured),
         "timed": any(b is not None for b in (measured or {}).get("times", {}).values()),
         "timed_on": measured["device"] if measured else None,
         "resources": measured["resources"] if measured else [],
         "knobs": measured["knobs"] if measured else None,
+        "held": _held(ledger, previous) if previous and previous["round"] == round - 1 and not started else [],
         "tried": _tried(ledger, target, round),
         "open": _open(ledger, target, round),
         "rules": _rules(target),
@@ -89,18 +94,30 @@ def _benchmarks(target: Target, measured: Optional[dict]) -> list[dict]:
 
 def _tried(ledger: Ledger, target: Target, round: int) -> list[dict]:
     """Every proposal that left the contest in an earlier round, with its outcome and reason (compile errors
-    carry their source line)."""
+    carry their source line); a result still held (the previous round's, while this one has not started) is in the
+    brief's held section instead."""
     out = []
+    started = ledger.round_row(target.name, round) is not None
     for row in ledger.rounds(target.name):
         if row["round"] >= round:
             continue
         for e in ledger.latest_candidate_evaluations(row["id"]):
             outcome = Outcome(e.get("cleared_outcome") or e["outcome"])
+            if outcome == Outcome.IMPLAUSIBLE and row["round"] == round - 1 and not started:
+                continue
             if outcome.eliminates or outcome == Outcome.FASTER:
                 out.append({"round": row["round"], "proposal": e["proposal_id"], "revision": e["revision"],
-                            "outcome": outcome.value, "reason": e["reason"], "geomean": e["geomean_speedup"],
+                            "outcome": outcome.value, "cleared": bool(e.get("cleared_outcome")),
+                            "reason": standing_reason(e), "geomean": e["geomean_speedup"],
                             "won": row["winner_revision_id"] == e["revision_id"]})
     return sorted(out, key=lambda t: (t["round"], t["proposal"]))
+
+
+def _held(ledger: Ledger, previous: dict) -> list[dict]:
+    """The previous round's results held as implausible: each can be cleared only until this round starts."""
+    return [{"proposal": e["proposal_id"], "revision": e["revision"], "evaluation_id": e["id"],
+             "reason": e["reason"], "command": clear_command(e["id"])}
+            for e in ledger.held(previous["id"])]
 
 
 def _open(ledger: Ledger, target: Target, round: int) -> list[dict]:
@@ -112,19 +129,22 @@ def _open(ledger: Ledger, target: Target, round: int) -> list[dict]:
         latest = ledger.latest_evaluation_of_revision(rev["id"])
         state = "pitch" if rev["patch"] is None else ("pending" if latest is None else latest["outcome"])
         if state in ("pitch", "pending", Outcome.NOT_RUN.value):
+            closed = ledger.round_row(target.name, rev["round"] + 1) is not None
             out.append({"proposal": rev["proposal_id"], "revision": rev["revision"], "round": rev["round"],
                         "author": rev["author"], "title": rev["title"], "state": state,
-                        "reason": latest["reason"] if latest else None})
+                        "reason": latest["reason"] if latest else None, "closed": closed})
     return out
 
 
 def _rules(target: Target) -> dict[str, Any]:
-    min_effect = max(MIN_EFFECT, target.min_effect or 0.0)
+    floor = default_floor(target)
     return {
         "patch": PATCH_RULES,
         "arch": target.arch,
         "clock": target.deciding_clock,
-        "min_effect": min_effect,
+        "min_effect": floor.min_effect,
+        "floor": {**floor.to_json(), "faster_at": floor.faster_at, "slower_at": floor.slower_at,
+                  "words": floor.words()},
         "tolerance": {"rtol": target.rtol, "atol": target.atol},
         "limits_s": {"compile": target.limits.compile_s, "correctness": target.limits.check_s,
                      "timing": target.limits.timing_s},
@@ -132,5 +152,5 @@ def _rules(target: Target) -> dict[str, Any]:
         "static_rules": sorted(target.static.rules) if target.static else [],
         "layout_checks": target.static.layout_checks if target.static else None,
         "forbidden_calls": [{"call": f.call, "why": f.why} for f in target.forbidden],
-        "outcomes": {o.value: OUTCOME_MEANING[o] for o in Outcome},
+        "outcomes": {o.value: meaning(o, floor) for o in Outcome},
     }

@@ -19,17 +19,16 @@ from . import actions, inputs
 from .errors import JudgeError
 from .ledger import Ledger
 from .migrations import applied
-from .run_progress import RunProgress
-from .targets import find_target
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Context:
-    def __init__(self, ledger_path: Path, kernels: Path, server: str | None = None):
+    def __init__(self, ledger_path: Path, kernels: Path, server: str | None = None, as_json: bool = False):
         self.ledger_path = ledger_path
         self.kernels = kernels
+        self.as_json = as_json  # --json before the subcommand
         self.creates = False  # set per command: only commands that add to a ledger may create one
         self._ledger = None
         self.remote = None
@@ -48,10 +47,18 @@ class Context:
     def ledger(self) -> Ledger:
         if self._ledger is None:
             self._ledger = Ledger(self.ledger_path, create=self.creates)
+            self._ledger.on_wait = _say_waiting
         return self._ledger
 
     def explain(self, error: sqlite3.DatabaseError) -> JudgeError | None:
         return self._ledger.explain(error) if self._ledger is not None else None
+
+
+def _say_waiting(ledger: Ledger) -> None:
+    from .ledger import BUSY_S
+
+    err.print(f"waiting for {ledger.path}: another judge process is writing to it (judge waits up to {BUSY_S} s)",
+              markup=False)
 
 
 def emit_json(data) -> None:
@@ -59,11 +66,14 @@ def emit_json(data) -> None:
 
 
 def fail(message: str, code: int, as_json: bool):
-    """Every error's one way out: one line on stderr, or under --json one JSON object on stdout; same exit code."""
+    """Every error's one way out: one line on stderr (one per mistake, where an input holds several), or under
+    --json one JSON object on stdout (with `errors`, a list, where there are several); same exit code."""
+    lines = message.splitlines() or [message]
     if as_json:
-        click.echo(json.dumps({"error": message, "exit": code}))
+        click.echo(json.dumps({"error": message, "exit": code, **({"errors": lines} if len(lines) > 1 else {})}))
     else:
-        err.print(f"error: {message}", markup=False)
+        for line in lines:
+            err.print(f"error: {line}", markup=False)
     sys.exit(code)
 
 
@@ -78,6 +88,7 @@ def command(group, name=None, creates=False):
         @functools.wraps(fn)
         def run(ctx, *args, **kwargs):
             ctx.creates = creates
+            kwargs["as_json"] = kwargs.get("as_json") or ctx.as_json
             try:
                 return fn(ctx, *args, **kwargs)
             except JudgeError as error:
@@ -125,11 +136,12 @@ LEDGER_HELP = ("The SQLite ledger. init, submit, shark add and run --target crea
 @click.option("--server", envvar="JUDGE_SERVER", metavar="URL",
               help="Send the command to a judge server (judge serve) instead of a local ledger, with the token in "
                    "JUDGE_TOKEN.")
+@click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (also taken after the command).")
 @click.version_option(package_name="judge")
 @click.pass_context
-def main(click_ctx, ledger_path: Path, kernels: Path, server: str | None):
+def main(click_ctx, ledger_path: Path, kernels: Path, server: str | None, as_json: bool):
     """judge: the referee for GPU-kernel optimization contests."""
-    click_ctx.obj = Context(ledger_path, kernels, server)
+    click_ctx.obj = Context(ledger_path, kernels, server, as_json)
 
 
 @command(main, "init", creates=True)
@@ -155,8 +167,16 @@ def submit_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
     stdin_text = inputs.read_stdin() if "-" in paths else None
     if ctx.remote is not None and stdin_text is not None:
         stdin_text = ctx.remote.with_author(stdin_text)
-    items = actions.load_submissions(list(paths), stdin_text)
-    results = ctx.call(actions.submit, items, ctx.kernels)
+    errors: list[str] = []
+    items = actions.load_submissions(list(paths), stdin_text, errors)
+    if ctx.remote is not None:
+        if errors:
+            raise JudgeError("\n".join(errors))
+        results = ctx.remote.submit(items, ctx.kernels)
+    else:
+        # A submission with a file that cannot be read creates no ledger: the rest is checked against an empty one.
+        ledger = Ledger(":memory:") if errors and not ctx.ledger_path.exists() else ctx.ledger
+        results = actions.submit(ledger, items, ctx.kernels, errors)
     if as_json:
         emit_json([asdict(r) for r in results])
         return
@@ -211,149 +231,6 @@ def vote_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
         out.print(f"{c.status:9} vote #{c.vote_id}: {c.shark} on {c.proposal} r{c.revision}: total {c.computed_total}{stated}{flag}", markup=False)
 
 
-@command(main, "run")
-@click.option("--round", "round_", type=int, help="The round to run (default: the latest round with proposals).")
-@click.option("--target", help="Only this target: a name under --kernels, or a path to a GPU MODE problem directory.")
-@click.option("--again", is_flag=True, help="Evaluate again even proposals that already have a verdict (adds new rows).")
-@click.option("--workers", type=int, help="Parallel compile processes (default: CPU count).")
-@click.option("--timing-budget", type=float, help="Seconds of timing per candidate before the stopping rule gives up.")
-@click.option("--work-dir", type=click.Path(path_type=Path), default=Path("work"), show_default=True)
-@click.option("--cache-dir", type=click.Path(path_type=Path), default=Path(".judge-cache"), show_default=True)
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True,
-              help="Where the round's report is written at the end.")
-@click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
-              help="Correctness and timing on a Ray cluster, one actor per GPU (pip install 'judge[ray]'); "
-                   "ADDRESS as ray.init takes it, none: the cluster this machine knows, or a local one.")
-@click.option("--gpus", help="Correctness and timing on these GPUs of this machine, one at a time each, through a "
-                             "local Ray: 'all' or a list such as 0,1.")
-def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_dir, cache_dir, out_dir, ray_address,
-            gpus, as_json: bool):
-    """Evaluate a round: patch, compile, check and time every proposal with a patch, then write the round's report.
-    Refused while another judge process runs the same round. Needs an existing ledger, except with --target
-    (which evaluates the target's base even without proposals), where it creates a missing one."""
-    from .rounds import Settings
-
-    if ctx.remote is not None:
-        if ray_address is not None or gpus:
-            raise JudgeError("--ray and --gpus are the server's to choose (judge serve --ray, --gpus)")
-        with RunProgress(err, enabled=not as_json) as progress:
-            summaries = ctx.remote.run(round_, target, again, workers, timing_budget, progress.event, out_dir)
-        return _print_runs(summaries, as_json)
-    ctx.creates = target is not None
-    explicit = find_target(target, ctx.kernels) if target else None
-    ledger = ctx.ledger
-    if round_ is None:
-        round_ = actions.latest_round(ledger) if explicit is None else _latest_or_first(ledger)
-    from .dispatch import parse_gpus
-
-    settings = Settings(kernels_dir=ctx.kernels, work_dir=work_dir, cache_dir=cache_dir, workers=workers,
-                        timing_budget_s=timing_budget, again=again, ray=ray_address is not None,
-                        ray_address=ray_address or None, gpus=parse_gpus(gpus) if gpus else None)
-    with RunProgress(err, enabled=not as_json) as progress:
-        summaries = actions.run(ledger, round_, explicit, settings, progress.event, out_dir)
-    _print_runs(summaries, as_json)
-
-
-def _print_runs(summaries: list[dict], as_json: bool) -> None:
-    if as_json:
-        emit_json(summaries)
-        return
-    for s in summaries:
-        table = Table(title=f"round {s['round']} · {s['target']} · base: {s['base_origin']}", title_justify="left")
-        for column in ("proposal", "rev", "outcome", "eval", "reason"):
-            table.add_column(column, overflow="fold")
-        for v in s["verdicts"]:
-            table.add_row(v["proposal_id"], str(v["revision"]), v["outcome"] + (" (earlier run)" if v["skipped"] else ""),
-                          f"#{v['evaluation_id']}" if v["evaluation_id"] else "", v["reason"])
-        for p in s["pitches"]:
-            table.add_row(p, "", "pitch", "", "no patch yet: scored by sharks, not evaluated")
-        out.print(table)
-        out.print(f"winner: {s['winner'] or _no_winner(s['verdicts'])}", markup=False)
-        out.print(time_line(s["time"]), markup=False)
-    out.print(f"report: {summaries[0]['report']}" if summaries else "no target ran", markup=False)
-
-
-def time_line(spent: dict) -> str:
-    """`time: 93.1 s wall; compile 12.0 s, static 4.1 s, correctness 20.3 s, ...`: where a run's time went."""
-    stages = spent.get("stages_s", {})
-    order = ["patch", "screen", "compile", "static", "correctness", "runner starts", "timing", "measuring"]
-    parts = [f"{name} {stages[name]:.1f} s" for name in order if stages.get(name)]
-    return f"time: {spent.get('wall_s', 0.0):.1f} s wall" + (f"; {', '.join(parts)}" if parts else "")
-
-
-def _no_winner(verdicts: list[dict]) -> str:
-    """Why a round has no winner, in the report's words: nothing timed, or nothing significantly faster."""
-    timed = {"faster", "slower", "inconclusive", "unchanged", "implausible"}
-    if not any(v["outcome"] in timed for v in verdicts):
-        return "none (nothing was timed in this round)"
-    return "none (no proposal was significantly faster than the base)"
-
-
-def _latest_or_first(ledger: Ledger) -> int:
-    try:
-        return actions.latest_round(ledger)
-    except JudgeError:
-        return 1
-
-
-@command(main, "report")
-@click.option("--round", "round_", type=int, help="The round to report (default: the latest that ran).")
-@click.option("--target", help="Only this target.")
-@click.option("--leaderboard", is_flag=True, help="Render the leaderboard across rounds instead.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
-def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool):
-    """Render a round's Markdown scorecard (or the leaderboard) and print its path (needs an existing ledger)."""
-    path, key, view = ctx.call(write_report, round_, target, leaderboard, out_dir)
-    if as_json:
-        emit_json({"path": str(path), key: view})
-    else:
-        out.print(str(path), markup=False)
-
-
-def write_report(ledger: Ledger, round_, target, leaderboard: bool, out_dir: Path) -> tuple[Path, str, dict]:
-    """`judge report`: the file written, and its view under the key `--json` gives it."""
-    from . import report
-
-    if leaderboard:
-        return report.render_leaderboard(ledger, out_dir), "leaderboard", report.leaderboard_view(ledger)
-    if round_ is None:
-        round_ = ledger.latest_round_number()
-        if round_ is None:
-            raise JudgeError("no round has run yet (run one with 'judge run')")
-    path = report.render_round(ledger, round_, out_dir, target=target)
-    return path, "round", report.round_view(ledger, round_, target=target)
-
-
-@command(main, "brief")
-@click.option("--round", "round_", type=int, help="The round to brief (default: the one after the latest that ran).")
-@click.option("--target", help="The target (needed when the ledger has several).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
-def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
-    """Write the brief for a round: the base, its times against the speed of light, its resources, what was
-    tried, what is open, the rules; print its path (needs an existing ledger)."""
-    path, view = ctx.call(actions.brief, ctx.kernels, target, round_, out_dir)
-    if as_json:
-        emit_json({"path": str(path), "brief": view})
-    else:
-        out.print(str(path), markup=False)
-
-
-@command(main, "clear")
-@click.argument("evaluation_id", type=int)
-@click.option("--note", required=True, help="Why the result is real; kept with the clearance.")
-@click.option("--by", "cleared_by", default=lambda: __import__("getpass").getuser(), show_default="your user name",
-              help="Who clears it.")
-def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, as_json: bool):
-    """Clear an implausible result after checking it by hand: it then stands at what its timing said
-    (needs an existing ledger)."""
-    result = ctx.call(actions.clear_evaluation, evaluation_id, note, cleared_by)
-    if as_json:
-        emit_json(result)
-        return
-    out.print(f"evaluation {evaluation_id} cleared: it stands as {result['outcome']} ({result['reason']})")
-    out.print(f"round winner: {result['round_winner'] or 'none'}")
-
-
 @command(main, "list")
 @click.option("--round", "round_", type=int, help="Only this round.")
 def list_cmd(ctx: Context, round_, as_json: bool):
@@ -364,7 +241,7 @@ def list_cmd(ctx: Context, round_, as_json: bool):
         return
     cells = [{"id": r["id"], "rev": str(r["revision"]), "round": str(r["round"]), "target": r["target"],
               "author": r["author"], "claim": f"{r['claim'][0]}-{r['claim'][1]}x" if r["claim"] else "",
-              "outcome": r["outcome"], "geomean": f"{r['geomean_speedup']:.3f}x" if r["geomean_speedup"] else ""}
+              "outcome": r["outcome"] + (" (cleared)" if r["cleared"] else ""), "geomean": f"{r['geomean_speedup']:.3f}x" if r["geomean_speedup"] else ""}
              for r in rows]
     columns = fitting(LIST_COLUMNS, cells, out.width)
     table = Table()
@@ -376,7 +253,7 @@ def list_cmd(ctx: Context, round_, as_json: bool):
 
 
 LIST_COLUMNS = ("id", "rev", "round", "target", "author", "claim", "outcome", "geomean")
-DROPPED_FIRST = ("author", "target", "claim", "round", "rev", "geomean")
+DROPPED_FIRST = ("author", "claim", "rev", "geomean", "round", "target")
 
 
 def fitting(columns: tuple[str, ...], cells: list[dict], width: int) -> list[str]:
@@ -404,7 +281,13 @@ def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
         claim_text = f"claims {claim['low']}-{claim['high']}x" if claim else "no claim"
         out.print(f"{proposal_id} r{rev['revision']} (round {rev['round']}, {rev['target']}): {rev['title']} by {rev['author']}; {claim_text}", markup=False)
         for e in rev["evaluations"]:
-            out.print(f"  evaluation #{e['evaluation_id']}: {e['outcome']} ({e['reason']})", markup=False)
+            cleared = e["cleared"]
+            if cleared:
+                out.print(f"  evaluation #{e['evaluation_id']}: {cleared['outcome']} ({cleared['reason'] or e['reason']}); "
+                          f"cleared by {cleared['cleared_by']} on {cleared['cleared_at']}, held before as "
+                          f"{e['outcome']}", markup=False)
+            else:
+                out.print(f"  evaluation #{e['evaluation_id']}: {e['outcome']} ({e['reason']})", markup=False)
             for s in e["stages"]:
                 out.print(f"    {s['stage']:12} {s['status']:9} {s['summary']}", markup=False)
     for v in data["votes"]:
@@ -423,10 +306,20 @@ def status_cmd(ctx: Context, as_json: bool):
     out.print(f"{data['ledger']}: {counts}", markup=False)
     for r in data["rounds"]:
         outcomes = ", ".join(f"{n} {o}" for o, n in r["outcomes"].items()) or "no verdicts"
-        out.print(f"  {r['target']} round {r['round']}: {outcomes}; winner: {r['winner'] or 'none'}; base: {r['base_origin']}", markup=False)
+        out.print(f"  {r['target']} round {r['round']}{' (closed)' if r['closed'] else ''}: {outcomes}; "
+                  f"winner: {r['winner'] or 'none'}; base: {r['base_origin']}", markup=False)
+        for h in r["held"]:
+            what = f"    held: {h['proposal_id']} r{h['revision']} (evaluation #{h['evaluation_id']}), implausible"
+            if h["command"]:
+                out.print(f"{what} until a person clears it: {h['command']}", markup=False)
+            else:
+                out.print(f"{what}, never cleared: round {r['round'] + 1} has begun, so it can no longer win",
+                          markup=False)
+    for t in data["targets"]:
+        out.print(f"  {t['target']}: proposals go to round {t['open_round']}", markup=False)
 
 
-from . import cli_network, cli_noise  # noqa: E402,F401  (judge serve, participant, calibrate: registered on `main`)
+from . import cli_network, cli_noise, cli_rounds  # noqa: E402,F401 (commands registered on `main`)
 
 if __name__ == "__main__":
     from judge.cli import main as imported  # the module as imported: the one cli_network registers its commands on

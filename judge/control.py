@@ -30,7 +30,7 @@ def evaluate_control(run) -> Optional[object]:
     started = now()
     run.on_event("stage", proposal="(control)", stage="the base against an identical copy of itself")
     for job, stages, place in run.dispatch.evaluate([Job(None, "(control)", source, workspace)]):
-        outcome, reason = decide(stages, run.settings.min_effect)
+        outcome, reason = decide(stages)
         return run.record(None, sha256(source), stages, started, (outcome, f"the base against itself: {reason}"),
                           place=place, subject=CONTROL)
     return None

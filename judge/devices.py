@@ -50,6 +50,33 @@ def facts_dict(facts) -> dict[str, Any] | None:
     return facts.to_dict() if isinstance(facts, DeviceFacts) else dict(facts)
 
 
+def host_facts(cpuinfo: str | None = None) -> dict[str, Any]:
+    """The CPU a CPU target runs on, from /proc/cpuinfo (else the platform module): its model, physical cores and
+    hardware threads, and torch's version (read from its metadata: nothing is imported)."""
+    import os
+    import platform
+
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    model, cores, threads, physical = None, set(), 0, None
+    for line in cpuinfo.splitlines():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key == "processor":
+            threads += 1
+        elif key == "model name" and model is None:
+            model = value
+        elif key == "physical id":
+            physical = value
+        elif key == "core id":
+            cores.add((physical, value))
+    threads = threads or os.cpu_count() or 0
+    return {"kind": "cpu", "name": model or platform.processor() or platform.machine() or "unknown CPU",
+            "cores": len(cores) or threads, "threads": threads, "torch": _version("torch")}
+
+
 def probe(timeout_s: float = 120) -> DeviceFacts | None:
     """The facts of CUDA device 0, read in a child process; None when there is no CUDA GPU (or it cannot start)."""
     from .isolation import run_isolated

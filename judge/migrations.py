@@ -234,6 +234,13 @@ def m004_benchmark_inputs(db: sqlite_utils.Database) -> None:
 
 
 @migration
+def m005_clearance_reason(db: sqlite_utils.Database) -> None:
+    """A clearance keeps the reason of the timing verdict the evaluation then stands at, so that every view states
+    that reason, not the hold's."""
+    db["clearances"].add_column("reason", str)
+
+
+@migration
 def m006_participants(db: sqlite_utils.Database) -> None:
     """Who takes part over the network (`judge serve`) and in which role; a token is kept only as its sha256.
     A name is unique among participants not revoked, so a revoked name can be given a new token."""

@@ -72,6 +72,20 @@ def default_floor(target) -> Floor:
     return Floor(effect=minimum, min_effect=minimum)
 
 
+def recorded_floor(detail, default: Optional[Floor] = None) -> Floor:
+    """The floor a timing verdict used, read from its timing detail: the `floor` record where timing wrote one;
+    else the target's `min_effect` that the detail carries (null: MIN_EFFECT); else `default` (a detail that has
+    neither, from a test's fakes or an older judge), else MIN_EFFECT."""
+    extra = getattr(detail, "_extra", None) or {}
+    floor = Floor.from_json(getattr(detail, "floor", None) or extra.get("floor"))
+    if floor is not None:
+        return floor
+    minimum = getattr(detail, "min_effect", None)
+    if minimum is not None:
+        return Floor(effect=float(minimum), min_effect=float(minimum))
+    return default or Floor(effect=MIN_EFFECT, min_effect=MIN_EFFECT)
+
+
 # ---- the floor from A/A controls ----------------------------------------------------------------------------
 #
 # Every round times the base against an identical copy of itself, judged as a candidate is (judge.control), and

@@ -9,6 +9,7 @@ from .dispatch import Job
 from .evaluation import fresh
 from .ledger import now, sha256
 from .ledger.evaluations import PEER
+from .noise import default_floor
 from .records import Outcome
 from .verdicts import decide
 
@@ -30,7 +31,7 @@ def evaluate_peer(run) -> Optional[object]:
     started = now()
     run.on_event("stage", proposal=f"(peer {target.peer.name})", stage="correctness and timing")
     for job, stages, place in run.dispatch.evaluate([Job(None, "(peer)", source, workspace)]):
-        outcome, reason = decide(stages, run.settings.min_effect)
+        outcome, reason = decide(stages, default_floor(run.target))
         # The reports read the peer's name from its reason: the ledger has no other column for it.
         return run.record(None, sha256(source), stages, started, (outcome, f"{target.peer.name}: {reason}"),
                           place=place, subject=PEER)

@@ -10,6 +10,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, FiniteFloat, ValidationError, field_validator, model_validator
 
 from .errors import JudgeError
+from .noise import Floor
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -38,7 +39,7 @@ class Outcome(str, enum.Enum):
         return self not in (Outcome.FASTER, Outcome.NOT_RUN)
 
 
-OUTCOME_MEANING = {
+MEANINGS = {
     Outcome.PATCH_FAILED: "the patch touches another file, is binary, or its hunks do not apply to the round's base",
     Outcome.COMPILE_ERROR: "the patched kernel does not compile for the target's architecture",
     Outcome.STATIC_CHECK_FAILED: "the compiled kernel breaks a rule its target declares (a register read before its asynchronous load completes, a wrong transaction count, ...) or a layout check: wrong without running it",
@@ -47,13 +48,28 @@ OUTCOME_MEANING = {
     Outcome.CRASHED: "the kernel's process died: a Python exception, a CUDA fault, or an exit mid-run",
     Outcome.TIMED_OUT: "a stage ran past its wall-clock limit and its process was killed",
     Outcome.TAMPERED: "the kernel's process changed what judge measures or checks with, or reported times its wall clock does not support",
-    Outcome.IMPLAUSIBLE: "timed below the speed of light or beyond the target's speedup bound: held until a person clears it",
-    Outcome.SLOWER: "correct, and slower than the base: the geomean's 95% interval lies below 1 and the geomean is at least 1% slower",
-    Outcome.INCONCLUSIVE: "correct, and no verdict either way after the most process pairs judge runs: the geomean's 95% interval reaches past the noise floor on one side and across 1 on the other",
-    Outcome.UNCHANGED: "correct, and no verdict: the geomean's 95% interval contains 1, or the change is under 1% (run-to-run drift)",
-    Outcome.FASTER: "correct, and faster than the base: the geomean's 95% interval lies above 1 and the geomean is at least 1.01x",
+    Outcome.IMPLAUSIBLE: "timed below the speed of light or beyond the target's speedup bound: held until a person clears it, which they can do only before the target's next round begins",
+    Outcome.SLOWER: "correct, and slower than the base: the geomean's 95% interval lies below 1 and the geomean is {slower}",
+    Outcome.INCONCLUSIVE: "correct, and no verdict either way after the most process pairs judge runs: the geomean's 95% interval reaches past the noise floor{floor} on one side and across 1 on the other",
+    Outcome.UNCHANGED: "correct, and no verdict: the geomean's 95% interval contains 1, or the geomean is {within}",
+    Outcome.FASTER: "correct, and faster than the base: the geomean's 95% interval lies above 1 and the geomean is {faster}",
     Outcome.NOT_RUN: "a stage could not run here (e.g. needs sm_100, this machine has none); the proposal stays pending",
 }
+
+
+def meaning(outcome: Outcome, floor: Optional[Floor] = None) -> str:
+    """What an outcome means, in one line; the timed ones state the noise floor the verdict had to clear
+    (judge.noise), in numbers where `floor` is known."""
+    if floor is None:
+        words = {"slower": "at least the noise floor below 1", "faster": "at least the noise floor above 1",
+                 "within": "within the noise floor of 1", "floor": ""}
+    else:
+        words = {"slower": f"{floor.slower_at:.3f}x or less (the noise floor, {floor.percent()})",
+                 "faster": f"{floor.faster_at:.3f}x or more (the noise floor, {floor.percent()})",
+                 "within": f"between {floor.slower_at:.3f}x and {floor.faster_at:.3f}x (within the noise floor, "
+                           f"{floor.percent()})",
+                 "floor": f" ({floor.percent()})"}
+    return MEANINGS[Outcome(outcome)].format(**words)
 
 CATEGORIES = ("pipeline", "tiling", "epilogue", "scheduling", "cluster", "memory", "other")
 

@@ -14,19 +14,21 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import JudgeError
-from .devices import facts_dict
+from .devices import facts_dict, host_facts
 from .dispatch import Job
 from .evaluation import fresh
 from .ledger import Ledger, now, sha256
-from .patching import apply_patch, check_paths, parse_patch
 from .control import evaluate_control, round_floor
+from .noise import default_floor
+from .patching import apply_patch
 from .peer import evaluate_peer
-from .records import Outcome, Proposal
+from .records import Outcome
+from .schedule import base_for, base_words, check_submission, require_runnable  # noqa: F401 (base_for, check_submission: their old home)
 from .screening import screen_stage
 from .stage_details import CheckDetail, TimingDetail
 from .stages import StageResult, not_run
 from .targets import Target, find_target
-from .verdicts import MIN_EFFECT, decide
+from .verdicts import decide
 
 EventSink = Callable[..., None]
 
@@ -104,7 +106,6 @@ class Settings:
     cache_dir: Path = Path(".judge-cache")
     workers: Optional[int] = None
     timing_budget_s: Optional[float] = None
-    min_effect: float = MIN_EFFECT
     again: bool = False
     stages: Stages = field(default_factory=Stages)
     # Ray (judge.dispatch): the GPU stages on actors that each hold one GPU; off unless one of these is set.
@@ -128,40 +129,6 @@ def winner_of(ledger: Ledger, round_id: int) -> Optional[dict]:
     """The round's best significantly-faster proposal by measured geomean (an implausible one counts only once
     a person has cleared it as faster), or None."""
     return ledger.round_winner(round_id)
-
-
-def base_for(ledger: Ledger, target: Target, round: int) -> tuple[str, str]:
-    """The base kernel of a round and where it came from, frozen once the round has run."""
-    row = ledger.round_row(target.name, round)
-    if row:
-        return row["base_source"], row["base_origin"]
-    if round == 1:
-        return target.kernel_source(), _shown(target.kernel_path)
-    previous_source, _ = base_for(ledger, target, round - 1)
-    previous = ledger.round_row(target.name, round - 1)
-    winner = winner_of(ledger, previous["id"]) if previous else None
-    if winner is None:
-        return previous_source, f"round {round - 1} base (round {round - 1} had no winner)"
-    source = apply_patch(previous_source, winner["patch"], target.kernel_file, f"{winner['proposal_id']} r{winner['revision']}")
-    return source, f"round {round - 1} base + winner {winner['proposal_id']} r{winner['revision']}"
-
-
-def check_submission(ledger: Ledger, proposal: Proposal, kernels_dir: Path, source: str) -> None:
-    """Reject, before anything is written, a proposal whose target is unknown or whose patch cannot apply."""
-    try:
-        target = find_target(proposal.target, kernels_dir)
-    except JudgeError as error:
-        raise JudgeError(f"{source}: field 'target': {error}") from None
-    if not proposal.has_patch:
-        return
-    where = str(Path(source).parent / "patch.diff") if source.endswith(".toml") else f"{source}: field 'patch'"
-    # Paths first: a patch to the wrong file is wrong whatever the base, so its error names no base.
-    check_paths(parse_patch(proposal.patch, where), target.kernel_file, where)
-    base, origin = base_for(ledger, target, proposal.round)
-    try:
-        apply_patch(base, proposal.patch, target.kernel_file, where)
-    except JudgeError as error:
-        raise JudgeError(f"{error} (base: {origin})") from None
 
 
 # the round ---------------------------------------------------------------------
@@ -247,7 +214,7 @@ class RoundRun:
                subject: Optional[str] = None) -> Verdict:
         """Write one evaluation; `place` is the Ray worker that ran its GPU stages, when one did; `subject` is
         'candidate' with a revision, else 'base' unless named ('peer')."""
-        outcome, reason = outcome or decide(stages, self.settings.min_effect)
+        outcome, reason = outcome or decide(stages, default_floor(self.target))
         self._count(stages)
         device = self.device if place is None else {**(place.get("device") or {}), "host": place["host"],
                                                     "gpus": place["gpus"]}
@@ -270,6 +237,7 @@ class RoundRun:
 def _run_target_round(
     ledger: Ledger, target: Target, round: int, revisions: list[dict], settings: Settings, on_event: EventSink
 ) -> RoundSummary:
+    require_runnable(ledger, target.name, round)
     base_source, base_origin = base_for(ledger, target, round)
     round_row = ledger.create_round(target.name, round, base_source, base_origin)
     base_source = round_row["base_source"]
@@ -278,14 +246,12 @@ def _run_target_round(
 
     root = settings.work_dir / target.name / f"round-{round}"
     base_dir = root / "base"
-    run_id = ledger.start_run(round_row["id"], sys.argv)  # before the workspace is reset: a second run stops here
-    wall_start = time.monotonic()
+    # Before the workspace is reset: a second run stops here, and so does one of a round that closed meanwhile.
+    run_id = ledger.start_run(round_row["id"], sys.argv, check=lambda again: require_runnable(again, target.name, round))
+    wall_start, waited_before = time.monotonic(), ledger.waited_s
     fresh(base_dir)
     target.assemble(base_dir, base_source)
-    on_event("probe", target=target.name)
-    facts = settings.stages.probe()
-    run = RoundRun(ledger, target, settings, on_event, round_row, run_id, root,
-                   base_dir, settings.stages.arch_gate(target.arch, facts), facts_dict(facts))
+    run = RoundRun(ledger, target, settings, on_event, round_row, run_id, root, base_dir, *_machine(target, settings, on_event))
     status = "interrupted"
     try:
         run.dispatch = _dispatch(run)
@@ -307,8 +273,20 @@ def _run_target_round(
     winner = winner_of(ledger, round_row["id"])
     ledger.set_winner(round_row["id"], winner["revision_id"] if winner else None)
     summary.winner = winner["proposal_id"] if winner else None
-    summary.time = _time_spent(time.monotonic() - wall_start, run.spent)
+    summary.time = _time_spent(time.monotonic() - wall_start, run.spent, ledger.waited_s - waited_before)
     return summary
+
+
+def _machine(target: Target, settings: Settings, on_event: EventSink) -> tuple[Optional[str], Optional[dict]]:
+    """Why the kernel stages cannot run here (None: they can) and the device they run on: this machine's CPU for a
+    CPU target (no GPU is looked for), else the GPU the probe finds."""
+    if target.on_cpu:
+        device = host_facts()
+        on_event("cpu", target=target.name, device=device)
+        return None, device
+    on_event("probe", target=target.name)
+    facts = settings.stages.probe()
+    return settings.stages.arch_gate(target.arch, facts), facts_dict(facts)
 
 
 def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str, summary: RoundSummary) -> None:
@@ -342,8 +320,10 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
         summary.verdicts.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
 
 
-def _time_spent(wall_s: float, spent: dict) -> dict:
-    return {"wall_s": round(wall_s, 3), "stages_s": {k: round(v, 3) for k, v in spent.items()}}
+def _time_spent(wall_s: float, spent: dict, ledger_wait_s: float = 0.0) -> dict:
+    """The run's wall clock, seconds per stage, and how long its writes waited for another process's ledger lock."""
+    return {"wall_s": round(wall_s, 3), "stages_s": {k: round(v, 3) for k, v in spent.items()},
+            "ledger_wait_s": round(ledger_wait_s, 3)}
 
 
 def _prepare(run: RoundRun, revision: dict, base_source: str):
@@ -355,7 +335,9 @@ def _prepare(run: RoundRun, revision: dict, base_source: str):
         source = apply_patch(base_source, revision["patch"], target.kernel_file,
                              f"patch of {revision['proposal_id']} r{revision['revision']}")
     except JudgeError as error:
-        stage = StageResult("patch", "failed", str(error), time.monotonic() - t0)
+        row = run.round_row
+        words = base_words(target.name, row["round"], row["base_origin"], row["base_sha256"])
+        stage = StageResult("patch", "failed", f"{error}; {words}", time.monotonic() - t0)
         return run.record(revision, None, [stage], started)
     patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
     screened = screen_stage(base_source, source, revision["patch"], target.forbidden, target.kernel_file)
@@ -416,11 +398,3 @@ def _dispatch(run: RoundRun):
     if settings.on_ray:
         return RayDispatch(run, settings.ray_address, settings.gpus)
     return LocalDispatch(run)
-
-
-def _shown(path: Path) -> str:
-    """A path as the user would type it: relative to the working directory when it is below it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)

@@ -58,6 +58,11 @@ class RunProgress:
             self.progress.console.print(f"  {info['what']} ...", markup=False)
         elif kind == "floor":
             self.progress.console.print(f"  noise floor: {info['floor'].words()}", markup=False)
+        elif kind == "cpu":
+            from .report.formatting import fmt_device
+
+            self.progress.console.print(f"{info['target']}: runs on this machine's {fmt_device(info['device'])}",
+                                        markup=False)
 
 
     def _advance(self, where: str | None) -> None:

@@ -143,12 +143,17 @@ def score_vote(shark: Shark, vote: Vote, measurement: Measurement | None = None)
     )
 
 
-MEASURED = (Outcome.FASTER.value, Outcome.SLOWER.value, Outcome.UNCHANGED.value)
+MEASURED = (Outcome.FASTER.value, Outcome.SLOWER.value, Outcome.INCONCLUSIVE.value, Outcome.UNCHANGED.value)
 
 
 def standing(row: dict) -> str:
     """The outcome an evaluation stands at: a person's clearance of an implausible result, else its own."""
     return row.get("cleared_outcome") or row["outcome"]
+
+
+def standing_reason(row: dict) -> str:
+    """The reason of the outcome an evaluation stands at: a cleared one's is its timing verdict's, not the hold's."""
+    return (row.get("cleared_reason") or row["reason"]) if row.get("cleared_outcome") else row["reason"]
 
 
 def measurement(evaluation_row: Optional[dict]) -> "Measurement":

@@ -3,14 +3,17 @@ slower, unchanged), held as implausible when the measurement cannot be true."""
 
 from __future__ import annotations
 
-from .noise import MIN_EFFECT, Floor
+from typing import Optional
+
+from .noise import MIN_EFFECT, Floor, recorded_floor  # noqa: F401 (MIN_EFFECT: read from here by older callers)
 from .records import Outcome
 from .stage_details import TimingDetail
 from .stages import StageResult, not_run_reason
 
 
-def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
-    """The outcome that the first stage to stop a candidate dictates, with its one-line reason."""
+def decide(stages: list[StageResult], floor: Optional[Floor] = None) -> tuple[Outcome, str]:
+    """The outcome that the first stage to stop a candidate dictates, with its one-line reason; `floor`: the noise
+    floor where the timing detail records none (judge.noise.recorded_floor)."""
     for stage in stages:
         if stage.status == "passed":
             continue
@@ -28,19 +31,20 @@ def decide(stages: list[StageResult], min_effect: float = MIN_EFFECT) -> tuple[O
     timing = next((s for s in stages if s.stage == "timing"), None)
     if timing is None:
         return Outcome.NOT_RUN, "no timing stage ran"
-    outcome, reason = timing_verdict(timing, min_effect)
+    outcome, reason = timing_verdict(timing, floor)
     held = implausible(timing.detail)
     if held:
         return Outcome.IMPLAUSIBLE, f"{'; '.join(held)} (timing said {outcome.value}: {reason}); held until a person clears it"
     return outcome, reason
 
 
-def timing_verdict(timing: StageResult, min_effect: float = MIN_EFFECT) -> tuple[Outcome, str]:
-    """faster, slower, unchanged or inconclusive. The timing stage decided against the noise floor it records
-    (judge.noise); an evaluation from before process pairs is read with its interval and `min_effect`."""
+def timing_verdict(timing: StageResult, floor: Optional[Floor] = None) -> tuple[Outcome, str]:
+    """faster, slower, unchanged or inconclusive against the noise floor the timing detail records (judge.noise:
+    one owner, so that every report states the floor the verdict used). Timing in process pairs decided itself
+    (the detail's `decision`); an evaluation from before pairs is read from its interval."""
     detail = timing.detail
-    floor = Floor.from_json(detail.floor) if detail.floor else None
-    if detail.decision and floor is not None:
+    floor = recorded_floor(detail, floor)
+    if detail.decision:
         outcome = Outcome(detail.decision)
         if outcome is Outcome.UNCHANGED and detail.significant:
             return outcome, f"{timing.summary}; a change under the noise floor ({floor.percent()}) counts as none"
@@ -48,15 +52,13 @@ def timing_verdict(timing: StageResult, min_effect: float = MIN_EFFECT) -> tuple
             return outcome, (f"{timing.summary}; undecided after {detail.pairs} process pairs: the interval reaches "
                              f"past the noise floor ({floor.percent()}) and across 1")
         return outcome, timing.summary
-    min_effect = max(min_effect, detail.min_effect or 0.0)
     low, high = detail.geomean_ci
     geomean = detail.geomean
-    if low > 1.0 and geomean >= 1.0 + min_effect:
-        return Outcome.FASTER, timing.summary
-    if high < 1.0 and geomean <= 1.0 / (1.0 + min_effect):
+    if low > 1.0 and geomean >= floor.faster_at:        return Outcome.FASTER, timing.summary
+    if high < 1.0 and geomean <= floor.slower_at:
         return Outcome.SLOWER, timing.summary
     if low > 1.0 or high < 1.0:
-        return Outcome.UNCHANGED, f"{timing.summary}; a change under {min_effect:.1%} is within run-to-run drift"
+        return Outcome.UNCHANGED, f"{timing.summary}; a change under {floor.percent()} is within run-to-run drift"
     return Outcome.UNCHANGED, timing.summary
 
 

@@ -1,6 +1,26 @@
-"""Shared test setup: GPU tests run only where a CUDA GPU is present."""
+"""Shared test setup: GPU tests run only where a CUDA GPU is present; the modules that start real runner processes,
+compile the contest kernels or start Ray are marked `slow`, so that `pytest -m "not slow"` is the quick subset."""
 
 import pytest
+
+# Seconds each took in one full run on a loaded 2-core VM (2026-11-25, `--durations`, 49.5 min in all, 36% of the
+# CPU): 2450 s of the suite's 2950 s. Each runs kernels for real (runners, the oracle, compiles, a Ray cluster).
+SLOW_MODULES = {
+    "test_redteam.py": 888,  # every cheat in one real CPU round
+    "kernels/test_static_mutants.py": 300,  # compiles both contest kernels and their mutants
+    "test_dispatch.py": 295,  # a local Ray cluster
+    "test_warm.py": 213,
+    "test_timing.py": 184,
+    "test_check.py": 126,
+    "test_example_round.py": 109,  # the nvfp4 example round, compiled
+    "test_compile.py": 89,
+    "kernels/test_layout_checks.py": 76,
+    "test_confine.py": 53,
+    "test_fp8_contest_example.py": 44,
+    "test_worker.py": 36,
+    "test_runner.py": 24,
+    "kernels/test_fp8_group_gemm_sm90.py": 16,
+}
 
 
 def _has_cuda() -> bool:
@@ -11,7 +31,16 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def _module(item) -> str:
+    path = item.path.as_posix()
+    return path.split("/tests/", 1)[-1]
+
+
 def pytest_collection_modifyitems(config, items):
+    slow = pytest.mark.slow
+    for item in items:
+        if _module(item) in SLOW_MODULES:
+            item.add_marker(slow)
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")

@@ -1,7 +1,8 @@
 """Stage fakes for round tests: a kernel's source says what its stages should report.
 
 A marker line in the patched kernel, `# verdict: <what>`, picks the behaviour: compile-error,
-incorrect, crash, hang-timing, or a speedup such as `speedup 1.25` (all benchmarks alike).
+incorrect, crash, hang-timing, interrupt (Ctrl-C while it runs, the first time only; then as speedup 1.0),
+or a speedup such as `speedup 1.25` (all benchmarks alike).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def marker(workspace: Path, kernel_file: str = "submission.py") -> str:
 
 
 class FakeStages(Stages):
+    interrupted: set[str] = set()  # the workspaces whose "interrupt" has been raised once
     def __init__(self, gpu: bool = True, hang_s: float = 0.0):
         self.gpu = gpu
         self.hang_s = hang_s
@@ -66,6 +68,9 @@ class FakeStages(Stages):
         return self.correctness(session.target, base_dir)
 
     def evaluate(self, session, workspace, budget_s, floor=None):
+        if marker(workspace) == "interrupt" and str(workspace) not in FakeStages.interrupted:
+            FakeStages.interrupted.add(str(workspace))
+            raise KeyboardInterrupt
         check = self.correctness(session.target, workspace)
         if not check.passed:
             return [check]
@@ -96,4 +101,4 @@ class FakeStages(Stages):
         low, high = (speedup * 0.995, speedup * 1.005) if speedup != 1.0 else (0.995, 1.005)
         return StageResult("timing", "passed", f"geomean {speedup:.3f}x [{low:.3f}, {high:.3f}] over {len(benchmarks)} benchmarks",
                            1.0, TimingDetail(benchmarks=benchmarks, geomean=speedup, geomean_ci=[low, high],
-                                             max_speedup=target.max_speedup))
+                                             max_speedup=target.max_speedup, min_effect=target.min_effect))

@@ -3,6 +3,7 @@ exact lines of the base, its times against the speed of light, what was tried, w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -88,9 +89,27 @@ def test_the_brief_for_round_4_in_markdown(three_rounds):
         "| 2 | d r1 | compile-error | - | DSLUserCodeError: unsupported tile (submission.py:7) |",
         "| 3 | f r1 | unchanged | 1.000x | geomean 1.000x [0.995, 1.005] over 2 benchmarks |",
     ]
-    assert "| e r1 | 2 | team-e | pitch | e title |" in lines
-    assert ("- Architecture any; the verdict's clock: gpu; faster or slower needs a geomean change of at least 1.0% "
-            "with its 95% interval clear of 1") in lines
+    # e is a pitch of round 2, which closed when round 3 began: it can no longer run there
+    assert "| e r1 | 2 | team-e | pitch (round 2 is closed: a new revision for round 4 is judged afresh) | e title |" in lines
+    sha = hashlib.sha256(base_for(ledger, load_target(kernels / "axpy"), 4)[0].encode()).hexdigest()
+    assert lines[lines.index("## The base") + 2:lines.index("## The base") + 5] == [
+        f"- Kernel file: `submission.py` (16 lines), sha256 {sha[:12]}",
+        "- Where it comes from: round 3 base (round 3 had no winner)",
+        "- Get it: `judge base --target axpy --round 4 --out submission.py` writes this exact source (its sha256 is the "
+        "one above); make your patch against it",
+    ]
+    rules = lines[lines.index("## The rules") + 6:]
+    assert rules == [
+        "- Rounds: a proposal for round 4 is taken until the round starts (a new revision replaces the last one); after "
+        "that it is refused as late, and proposals go to round 5",
+        "- Architecture any; the verdict's clock: gpu; faster needs a geomean of 1.010x or more and slower 0.990x or "
+        "less, with its 95% interval clear of 1: the noise floor is 1.0%, the target's minimum effect (no A/A control "
+        "has raised it)",
+        "- Correctness: every test twice and every benchmark shape once, on secret seeds, rtol 1e-05, atol 1e-06",
+        "- Time limits: compile 300 s, correctness 300 s, timing 600 s",
+        "- A geomean past 10.0x, or a time below the speed of light, is held as implausible until a person clears it "
+        "(`judge clear`), which is possible only until the target's next round starts",
+    ]
 
 
 def test_the_brief_after_a_winner_shows_the_winners_times_and_json(three_rounds):
@@ -140,3 +159,49 @@ def test_a_target_without_forbidden_calls_has_no_such_line(three_rounds):
                                        "--json", "--out", str(tmp_path / "reports")], catch_exceptions=False)
     assert json.loads(result.stdout)["brief"]["rules"]["forbidden_calls"] == []
     assert "Calls a patch may not add" not in Path(json.loads(result.stdout)["path"]).read_text()
+
+
+def test_one_noise_floor_in_the_brief_its_json_and_the_scorecard(tmp_path):
+    """A target's min_effect (vecadd_cpu's 0.35) is the floor everywhere a threshold is stated: the brief's rule, its
+    JSON outcomes, the scorecard's Meaning lines and its conventions (judge/noise.py owns the words)."""
+    import shutil
+
+    kernels = tmp_path / "kernels"
+    shutil.copytree(FIXTURE, kernels / "axpy")
+    toml = kernels / "axpy" / "judge.toml"
+    toml.write_text("min_effect = 0.35\n" + toml.read_text())
+    ledger = Ledger(tmp_path / "ledger.db")
+    target = load_target(kernels / "axpy")
+    base, _ = base_for(ledger, target, 1)
+    for pid, verdict in (("a", "speedup 1.25"), ("b", "speedup 1.5")):
+        ledger.submit(Proposal(id=pid, title=pid, author="t", round=1, target="axpy", pitch="why",
+                               patch=knob_patch(base, "SCALE = 2.0", f"SCALE = 2.0  # {pid}", verdict)), "test")
+    settings = Settings(kernels_dir=kernels, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache", stages=FakeStages())
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert [(v.proposal_id, v.outcome) for v in summary.verdicts] == [("a", "unchanged"), ("b", "faster")]
+
+    def judge(*args):
+        result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "--kernels", str(kernels), *args,
+                                           "--out", str(tmp_path / "reports")], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    brief = json.loads(judge("brief", "--json"))["brief"]
+    words = "35.0%, the target's minimum effect (no A/A control has raised it)"
+    assert brief["rules"]["floor"]["words"] == words
+    assert brief["rules"]["outcomes"]["faster"] == ("correct, and faster than the base: the geomean's 95% interval "
+                                                    "lies above 1 and the geomean is 1.350x or more (the noise floor, 35.0%)")
+    assert brief["rules"]["outcomes"]["slower"].endswith("the geomean is 0.741x or less (the noise floor, 35.0%)")
+    assert brief["rules"]["outcomes"]["unchanged"].endswith("or the geomean is between 0.741x and 1.350x (within the "
+                                                            "noise floor, 35.0%)")
+    assert brief["rules"]["outcomes"]["inconclusive"] == (
+        "correct, and no verdict either way after the most process pairs judge runs: the geomean's 95% interval "
+        "reaches past the noise floor (35.0%) on one side and across 1 on the other")
+    markdown = (tmp_path / "reports" / "brief-round-2-axpy.md").read_text()
+    assert ("faster needs a geomean of 1.350x or more and slower 0.741x or less, with its 95% interval clear of 1: "
+            f"the noise floor is {words}") in markdown
+    card = Path(json.loads(judge("report", "--round", "1", "--json"))["path"]).read_text().splitlines()
+    assert [line for line in card if line.startswith("- Meaning: ")] == [
+        f"- Meaning: {brief['rules']['outcomes']['unchanged']}", f"- Meaning: {brief['rules']['outcomes']['faster']}"]
+    assert f"- noise floor of axpy: {words}: faster from 1.350x, slower from 0.741x." in card
+    assert not [line for line in card + markdown.splitlines() if "1%" in line or "1.01x" in line or "1.0%" in line]

@@ -1,5 +1,6 @@
 """The CLI: each command's output for people and for agents (--json), and one-line errors with exit 2."""
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -82,9 +83,11 @@ def test_a_hunk_that_does_not_apply_is_named_with_the_base(env):
     proposal_dir(root, "stale", patch=PATCH.replace(" CHUNKS = 1", " CHUNKS = 8"))
     result = judge("submit", "proposals/stale")
     assert result.exit_code == 2
+    sha = hashlib.sha256((FIXTURE / "submission.py").read_bytes()).hexdigest()
     assert result.stderr == (
         "error: proposals/stale/patch.diff: hunk 1 '@@ -5,3 +5,3 @@' of submission.py does not apply to the base "
-        f"(context not found; first line: '# knobs') (base: {FIXTURE / 'submission.py'})\n"
+        "(context not found; first line: '# knobs'); tried against round 1's base of axpy "
+        f"({FIXTURE / 'submission.py'}; sha256 {sha[:12]}); get it with 'judge base --target axpy --round 1'\n"
     )
 
 
@@ -299,7 +302,7 @@ def test_run_ends_with_where_the_time_went(env, fake_stages):
     stages = summary["time"]["stages_s"]
     assert set(stages) == {"patch", "screen", "compile", "correctness", "timing"}
     assert summary["time"]["wall_s"] > 0 and all(v >= 0 for v in stages.values())
-    from judge.cli import time_line
+    from judge.cli_rounds import time_line
 
     assert time_line({"wall_s": 93.14, "stages_s": {"compile": 12.04, "timing": 50.2, "measuring": 40.0, "patch": 0.0}}) \
         == "time: 93.1 s wall; compile 12.0 s, timing 50.2 s, measuring 40.0 s"
@@ -331,3 +334,115 @@ def test_run_progress_counts_each_workers_candidates(monkeypatch):
     lines = buffer.getvalue().splitlines()
     assert lines[0] == f"worker 1: {describe_place(places[0])}"
     assert lines[3] == f"  b: faster (geomean 1.1x) [{describe_place(places[1])}]"
+
+
+def test_base_gives_the_exact_source_whose_sha256_the_brief_names(env, fake_stages):
+    judge, root = env
+    proposal_dir(root, "alpha", patch=PATCH.replace("SCALE = 2.0  # same, faster?", "SCALE = 2.0  # verdict: speedup 1.25"))
+    judge("submit", "proposals")
+    judge("run", "--round", "1")
+    expected = (FIXTURE / "submission.py").read_text().replace("SCALE = 2.0\n", "SCALE = 2.0  # verdict: speedup 1.25\n")
+    printed = judge("base")
+    assert (printed.exit_code, printed.stdout, printed.stderr) == (0, expected, "")
+    brief = json.loads(judge("brief", "--json").stdout)["brief"]
+    sha = hashlib.sha256(expected.encode()).hexdigest()
+    assert (brief["round"], brief["base"]["sha256"], brief["base"]["origin"]) == (2, sha, "round 1 base + winner alpha r1")
+    assert brief["base"]["command"] == "judge base --target axpy --round 2 --out submission.py"
+    written = judge("base", "--target", "axpy", "--round", "2", "--out", "mine.py")
+    assert written.stderr == f"mine.py: round 2 base of axpy (round 1 base + winner alpha r1), sha256 {sha[:12]}, 14 lines\n"
+    assert (root / "mine.py").read_bytes() == expected.encode()
+    assert judge("base", "--round", "1").stdout == (FIXTURE / "submission.py").read_text()
+    data = json.loads(judge("base", "--json").stdout)
+    assert (data["round"], data["sha256"], data["source"]) == (2, sha, expected)
+    refused = judge("base", "--out", str(root))
+    assert (refused.exit_code, refused.stderr) == (2, f"error: {root}: is a directory (name the file to write, e.g. "
+                                                      f"{root / 'submission.py'})\n")
+
+
+def test_json_is_taken_before_the_subcommand_too(env):
+    judge, root = env
+    proposal_dir(root, "alpha")
+    judge("submit", "proposals")
+    assert json.loads(judge("--json", "list").stdout)[0]["id"] == "alpha"
+    result = judge("--json", "show", "nobody")
+    assert (result.exit_code, json.loads(result.stdout)) == (
+        2, {"error": "proposal 'nobody' is not in the ledger (see 'judge list')", "exit": 2})
+
+
+def test_a_folder_submission_names_every_bad_proposal_and_writes_nothing(env):
+    judge, root = env
+    proposal_dir(root, "alpha")
+    proposal_dir(root, "beta", patch=PATCH.replace(" CHUNKS = 1", " CHUNKS = 8"))
+    (proposal_dir(root, "gamma") / "pitch.md").unlink()
+    proposal_dir(root, "delta", extra="confidence = 3\n")
+    result = judge("submit", "proposals")
+    sha = hashlib.sha256((FIXTURE / "submission.py").read_bytes()).hexdigest()
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"error: {Path('proposals/delta/proposal.toml')}: field 'confidence': Input should be less than or equal to 1",
+        f"error: {Path('proposals/gamma/pitch.md')}: not found (every proposal needs a pitch)",
+        "error: proposals/beta/patch.diff: hunk 1 '@@ -5,3 +5,3 @@' of submission.py does not apply to the base (context "
+        f"not found; first line: '# knobs'); tried against round 1's base of axpy ({FIXTURE / 'submission.py'}; "
+        f"sha256 {sha[:12]}); get it with 'judge base --target axpy --round 1'",
+    ]
+    assert list(root.glob("ledger.db*")) == []
+    as_json = json.loads(judge("submit", "proposals", "--json").stdout)
+    assert (as_json["exit"], len(as_json["errors"]), as_json["error"].splitlines()) == (2, 3, as_json["errors"])
+
+
+def test_list_keeps_the_target_column_in_80_columns(env, monkeypatch):
+    from judge import cli
+
+    judge, root = env
+    proposal_dir(root, "pipeline-stages-3-with-tma-store-epilogue")
+    judge("submit", "proposals")
+    monkeypatch.setattr(cli.out, "_width", 80)
+    header = next(line for line in judge("list").output.splitlines() if " id " in line)
+    assert [cell.strip() for cell in header.strip("┃ ").split("┃")] == ["id", "round", "target", "outcome"]
+
+
+def test_a_write_that_waits_for_another_process_says_so_and_counts_the_wait(env):
+    import sqlite3
+    import threading
+    import time as clock
+
+    from judge.cli_rounds import time_line
+    from judge.ledger import Ledger
+
+    judge, root = env
+    judge("init")
+    other = sqlite3.connect(root / "ledger.db", check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(1.0, lambda: (other.execute("ROLLBACK"), other.close()))
+    release.start()
+    proposal_dir(root, "alpha")
+    started = clock.monotonic()
+    result = judge("submit", "proposals")
+    assert clock.monotonic() - started >= 0.9
+    assert (result.exit_code, result.stdout) == (0, "new       alpha revision 1\n")
+    assert result.stderr == ("waiting for ledger.db: another judge process is writing to it (judge waits up to 60 s)\n")
+    ledger = Ledger(root / "ledger.db")
+    other = sqlite3.connect(root / "ledger.db", check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    threading.Timer(0.5, lambda: (other.execute("ROLLBACK"), other.close())).start()
+    with ledger.transaction():
+        pass
+    assert 0.4 <= ledger.waited_s < 5
+    assert time_line({"wall_s": 50.0, "stages_s": {"timing": 3.0}, "ledger_wait_s": 45.04}) == \
+        "time: 50.0 s wall; timing 3.0 s, waiting for the ledger's lock 45.0 s"
+
+
+def test_a_cpu_target_names_the_cpu_it_runs_on_and_looks_for_no_gpu():
+    import io
+
+    from rich.console import Console
+
+    from judge.run_progress import RunProgress
+
+    buffer = io.StringIO()
+    device = {"kind": "cpu", "name": "AMD EPYC 7B13", "cores": 2, "threads": 4, "torch": "2.13.0+cpu"}
+    with RunProgress(Console(file=buffer, width=120, force_terminal=False), enabled=True) as progress:
+        progress.event("cpu", target="vecadd_cpu", device=device)
+    assert buffer.getvalue().splitlines()[0] == \
+        "vecadd_cpu: runs on this machine's CPU: AMD EPYC 7B13, 2 cores, 4 threads, torch 2.13.0+cpu"
+    assert "GPU" not in buffer.getvalue()

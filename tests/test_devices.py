@@ -77,3 +77,37 @@ def test_nvml_reads_what_nvidia_smi_reads():
     assert nvml["sm_clock_max_mhz"] == smi["sm_clock_max_mhz"]
     assert abs(nvml["temperature_c"] - smi["temperature_c"]) <= 3
     assert set(nvml) == set(smi)
+
+
+CPUINFO = """processor\t: 0
+model name\t: AMD EPYC 7B13
+physical id\t: 0
+core id\t\t: 0
+
+processor\t: 1
+model name\t: AMD EPYC 7B13
+physical id\t: 0
+core id\t\t: 0
+
+processor\t: 2
+model name\t: AMD EPYC 7B13
+physical id\t: 0
+core id\t\t: 1
+
+processor\t: 3
+model name\t: AMD EPYC 7B13
+physical id\t: 0
+core id\t\t: 1
+"""
+
+
+def test_a_cpu_target_records_the_cpu_its_model_cores_and_threads():
+    from judge.devices import host_facts
+    from judge.report.formatting import fmt_device
+
+    facts = host_facts(CPUINFO)
+    assert {k: facts[k] for k in ("kind", "name", "cores", "threads")} == \
+        {"kind": "cpu", "name": "AMD EPYC 7B13", "cores": 2, "threads": 4}
+    assert fmt_device({**facts, "torch": "2.13.0+cpu"}) == "CPU: AMD EPYC 7B13, 2 cores, 4 threads, torch 2.13.0+cpu"
+    here = host_facts()  # this machine's, from /proc/cpuinfo
+    assert here["threads"] >= here["cores"] >= 1 and here["name"]

@@ -234,7 +234,7 @@ def test_ranking_ranks_the_measured_and_leaves_the_eliminated_to_the_graveyard(l
         "not timed yet), then pitches (no patch). Eliminated proposals are in the graveyard. Mean shark total: over "
         "the totals judge computed; a pending vote waits on a measurement.")
     assert ("**Winner: tma-store-epilogue revision 1** by team-epilogue, geomean 1.060x [1.040, 1.080] (evaluation #4). "
-            "Its patch applied to this round's base becomes the base of round 2.") in text
+            "Its patch applied to this round's base became the base of round 2.") in text
     assert "- Status: pitch: no patch, nothing to evaluate until a revision brings one" in text
     text2 = lines(render_round(ledger, 2, tmp_path))
     start = text2.index("| rank | proposal | author | outcome | geomean [95% CI] | mean shark total | votes | evaluation |")
@@ -261,7 +261,8 @@ def test_claims_vs_measured_per_author(ledger, tmp_path):
     text = lines(render_round(ledger, 2, tmp_path))
     assert "### team-epilogue: 1 measured, 0 inside, 0 above, 1 below the claim" in text
     assert "| 1 | tma-store-epilogue r1 | 1.12-1.15x | 1.060x [1.040, 1.080] | below | faster | #4 |" in text
-    assert "Nothing measured yet for team-tiles, team-warps." in text
+    assert ("No timed verdict to compare a claim with for: team-tiles (tile-64-rows r1: compile-error, tile-64-rows r2: "
+            "not-run, wide-n-tile r1: patch-failed); team-warps (warp-specialization r1: pitch).") in text
     assert not [line for line in text if "not measured" in line]  # claims tables hold only what was measured
 
 

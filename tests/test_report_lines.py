@@ -149,7 +149,8 @@ def test_a_timed_round_without_a_faster_proposal_says_so(untimed, tmp_path):
     assert "- Device: none recorded (evaluations #1, #2, #3, #4)" in text  # a stage ran; no row holds a device
     assert "- % of SoL = speed of light / after, 1 decimal (100% is the hardware bound)." in text
     assert "| 1 | stages-3 r1 | 1.5-1.8x | 0.735x [0.720, 0.750] | below | slower | #4 |" in text
-    assert "Nothing measured yet for team-tiles, team-warps." in text
+    assert ("No timed verdict to compare a claim with for: team-tiles (tile-64 r1: compile-error); team-warps "
+            "(warp r1: pitch).") in text
 
 
 def test_a_cleared_implausible_result_ranks_at_the_outcome_it_stands_at(untimed, tmp_path):
@@ -252,3 +253,31 @@ def test_the_clock_table_says_where_the_timed_inputs_were(untimed, tmp_path):
     assert "| # | deciding clock | medians per clock, before / after (us) | wall-clock excess (us) | replay, candidate / base | inputs |" in text
     assert "| 0 | gpu | call 120 / 100; gpu 100 / 80.0 | call call -2.0; gpu call +1.5 | 1.01 / 1.0 | shared; 2 processes each |" in text
     assert "| 1 | gpu | call 120 / 100; gpu 100 / 80.0 | call call -2.0; gpu call +1.5 | 1.01 / 1.0 | separate (no shared slots: no GPU); 1 process each |" in text
+
+
+def test_a_held_result_is_named_with_its_command_until_its_round_closes(untimed, tmp_path):
+    """Held as implausible and not cleared: unranked as 'implausible (held)', not in the graveyard, the verdict line
+    names the command that clears it, the leaderboard counts it; once round 2 begins it is dead."""
+    r1 = untimed.round_row(TARGET, 1)
+    stages3 = untimed.latest_revision("stages-3")["id"]
+    run = untimed.start_run(r1["id"], ["judge", "run", "--again"])
+    evaluate(untimed, run, r1, stages3, "implausible", "geomean 20.000x is past the target's bound of 10x (timing "
+             "said faster: geomean 20.000x [19.9, 20.1] over 4 benchmarks); held until a person clears it",  # 4
+             [PATCHED, CORRECT, FASTER], None)
+    untimed.finish_run(run, "finished")
+    text = lines(render_round(untimed, 1, tmp_path))
+    assert "| - | stages-3 r1 | team-pipeline | implausible (held) | 1.060x [1.040, 1.080] | 8.575 | 1 computed, 1 pending | #4 |" in text
+    assert ("**No winner yet**: stages-3 r1 (evaluation #4) is held as implausible. A person who has checked the "
+            "numbers clears a result with `judge clear 4 --note \"why it is real\"` before round 2 starts; it then "
+            "stands at its timing's verdict and may win. Otherwise round 2 starts from this round's base unchanged.") in text
+    assert ("- Held: a person who has checked the numbers clears it with `judge clear 4 --note \"...\"`, possible until "
+            "round 2 starts; until then it cannot win.") in text
+    assert not [line for line in section(text, "## Graveyard") if "stages-3" in line]
+    board = lines(render_leaderboard(untimed, tmp_path))
+    assert [line for line in board if line.startswith("| 1 |")][0].endswith(
+        "| none (none faster; 1 held as implausible) | | | - | |")
+    untimed.create_round(TARGET, 2, BASE_1, "round 1 base (round 1 had no winner)")
+    text = lines(render_round(untimed, 1, tmp_path))
+    assert ("**No winner**: stages-3 r1 (evaluation #4) is held as implausible, and nobody cleared it before round 2 "
+            "began. Round 2 started from this round's base unchanged.") in text
+    assert [line for line in section(text, "## Graveyard") if "stages-3" in line]

@@ -69,3 +69,24 @@ def test_every_import_inside_judge_resolves():
                 if not hasattr(module, alias.name) and importlib.util.find_spec(f"{name}.{alias.name}") is None:
                     missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}.{alias.name}")
     assert missing == []
+
+
+def test_setup_names_the_file_torch_came_from_not_the_index_it_asked(tmp_path):
+    """scripts/setup.sh reads pip's own install reports: an index that cannot be reached is skipped, and torch
+    then comes from PyPI, which setup must say (scripts/pip_origin.py)."""
+    import json
+    import sys
+
+    asked = tmp_path / "1.json"  # the CPU index was unreachable: pip installed nothing on that call
+    asked.write_text(json.dumps({"version": "1", "install": []}))
+    fell_back = tmp_path / "2.json"
+    url = "https://files.pythonhosted.org/packages/ab/cd/torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    fell_back.write_text(json.dumps({"version": "1", "install": [
+        {"metadata": {"name": "torch", "version": "2.13.0"}, "download_info": {"url": url}},
+        {"metadata": {"name": "sympy"}, "download_info": {"url": "https://files.pythonhosted.org/sympy.whl"}}]}))
+    run = [sys.executable, str(ROOT / "scripts" / "pip_origin.py"), "torch"]
+    out = subprocess.run([*run, str(asked), str(fell_back)], capture_output=True, text=True, check=True).stdout
+    assert out == f"{url}\n"
+    out = subprocess.run([*run, str(asked)], capture_output=True, text=True, check=True).stdout
+    assert out == "no download of torch in this setup (it was installed already)\n"
+    assert 'scripts/pip_origin.py torch "$reports"/*.json' in (ROOT / "scripts" / "setup.sh").read_text()

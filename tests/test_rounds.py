@@ -15,6 +15,7 @@ import pytest
 from fakestages import FakeStages
 from judge.errors import JudgeError
 from judge.ledger import Ledger
+from judge.noise import Floor
 from judge.records import Outcome, Proposal
 from judge.report import render_round
 from judge.rounds import RoundRun, Settings, base_for, run_round
@@ -194,6 +195,18 @@ def test_a_small_significant_change_says_why_it_is_unchanged():
         Outcome.UNCHANGED, "geomean 0.998x; a change under 1.0% is within run-to-run drift")
 
 
+@pytest.mark.parametrize("recorded, default, outcome", [
+    ({"min_effect": 0.35}, None, "unchanged"),                   # the target's minimum, as timing records it
+    ({"floor": {"effect": 0.05, "min_effect": 0.01, "source": "controls", "controls": 4}}, None, "faster"),
+    ({}, Floor(effect=0.35, min_effect=0.35), "unchanged"),     # nothing recorded: the round's default floor
+    ({}, None, "faster"),                                       # nothing at all: MIN_EFFECT
+])
+def test_a_verdict_clears_the_floor_its_timing_detail_records(recorded, default, outcome):
+    detail = TimingDetail.from_json({"geomean": 1.2, "geomean_ci": [1.19, 1.21], **recorded})
+    stages = [StageResult("timing", "passed", "geomean 1.2x", 1.0, detail)]
+    assert decide(stages, default)[0].value == outcome
+
+
 RUNNER = textwrap.dedent("""
     import sys
     from pathlib import Path
@@ -250,8 +263,9 @@ def test_an_implausible_speedup_cannot_win_until_a_person_clears_it(setup):
     with pytest.raises(JudgeError, match="field 'note': say why the result is real"):
         actions.clear_evaluation(ledger, evaluation["id"], "  ", "referee")
     result = actions.clear_evaluation(ledger, evaluation["id"], "re-timed by hand: the base sleeps", "referee")
-    assert result == {"clearance_id": 1, "evaluation_id": evaluation["id"], "outcome": "faster",
-                      "reason": "geomean 20.000x [19.900, 20.100] over 2 benchmarks", "round_winner": "a-too-good"}
+    assert result == {"clearance_id": 1, "evaluation_id": evaluation["id"], "target": "axpy", "round": 1,
+                      "outcome": "faster", "reason": "geomean 20.000x [19.900, 20.100] over 2 benchmarks",
+                      "round_winner": "a-too-good"}
     assert ledger.rounds("axpy")[0]["winner_revision_id"] == evaluation["revision_id"]
     with pytest.raises(JudgeError, match=f"evaluation {evaluation['id']} is already cleared"):
         actions.clear_evaluation(ledger, evaluation["id"], "again", "referee")
@@ -289,3 +303,20 @@ def test_the_peer_is_timed_against_each_rounds_base_once_and_never_ranked(tmp_pa
     assert (peer["outcome"], peer["reason"]) == ("slower", "torch axpy: geomean 0.500x [0.497, 0.502] over 2 benchmarks")
     run_round(ledger, 1, settings=settings)
     assert ledger.query("select count(*) as n from evaluations where subject = 'peer'")[0]["n"] == 1
+
+
+def test_the_library_refuses_a_round_out_of_order_too(setup):
+    """run_round checks the target's round order itself (judge.schedule), so a harness calling the library cannot
+    run round 3 before round 2, nor round 1 again once round 2 started; nothing is written."""
+    ledger, settings = setup
+    ledger.submit(proposal("a", "speedup 1.25"), "test")
+    run_round(ledger, 1, settings=settings)
+    target = load_target(settings.kernels_dir / "axpy")
+    with pytest.raises(JudgeError, match="^round 3 of axpy cannot run: round 1 has started, so the next is round 2$"):
+        run_round(ledger, 3, target=target, settings=settings)
+    run_round(ledger, 2, target=target, settings=settings)
+    rows = ledger.query("select count(*) as n from evaluations")[0]["n"]
+    with pytest.raises(JudgeError, match="^round 1 of axpy is closed: round 2 began on .* from its result"):
+        run_round(ledger, 1, target=target, settings=settings.__class__(**{**settings.__dict__, "again": True}))
+    assert ledger.query("select count(*) as n from evaluations")[0]["n"] == rows
+    assert [r["round"] for r in ledger.rounds("axpy")] == [1, 2]

@@ -11,9 +11,10 @@ import json
 import os
 import socket
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 import sqlite_utils
 
@@ -37,8 +38,15 @@ class Submitted:
     status: str  # "new" | "revised" | "unchanged"
 
 
+BUSY_S = 60  # how long a write waits for another process's write lock before it fails
+
+
 class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords):
-    """One ledger.db: open it, and every table is migrated to the current schema."""
+    """One ledger.db: open it, and every table is migrated to the current schema. A write that has to wait for
+    another process's lock calls `on_wait(ledger)` first, and the wait adds to `waited_s`."""
+
+    on_wait: Optional[Callable[["Ledger"], None]] = None
+    waited_s: float = 0.0
 
     def __init__(self, path: str | Path, create: bool = True):
         """Open the ledger, creating it only if `create` (so that a mistyped path that is only read is an error,
@@ -52,12 +60,12 @@ class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords):
         writable = not exists or os.access(self.path, os.W_OK)
         try:
             conn = sqlite3.connect(str(self.path) if writable else f"{self.path.absolute().as_uri()}?mode=ro",
-                                   timeout=60, uri=not writable)
+                                   timeout=BUSY_S, uri=not writable)
         except sqlite3.OperationalError as error:
             raise JudgeError(f"{self.path}: cannot open ledger: {error}") from None
         self.db = sqlite_utils.Database(conn)
         try:
-            self.db.execute("PRAGMA busy_timeout = 60000")
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_S * 1000}")
             self.db.execute("PRAGMA foreign_keys = ON")
             migrate(self.db, str(self.path))  # refuses a later judge's ledger before writing anything
             if writable:
@@ -79,7 +87,7 @@ class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords):
             with self.db.atomic():
                 yield self.db
             return
-        self.db.execute("BEGIN IMMEDIATE")
+        self._begin()
         try:
             yield self.db
         except BaseException:
@@ -89,15 +97,34 @@ class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords):
         else:
             self.db.execute("COMMIT")
 
+    def _begin(self) -> None:
+        """BEGIN IMMEDIATE at once where no other process writes; else say so (on_wait), wait, and count the wait."""
+        self.db.execute("PRAGMA busy_timeout = 0")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as error:
+            if getattr(error, "sqlite_errorname", "") != "SQLITE_BUSY":
+                raise
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_S * 1000}")
+        if self.on_wait is not None:
+            self.on_wait(self)
+        start = time.monotonic()
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        finally:
+            self.waited_s += time.monotonic() - start
+
     def query(self, sql: str, params: dict | tuple = ()) -> list[dict]:
         return list(self.db.query(sql, params))
 
     # proposals ------------------------------------------------------------
 
     def submit(self, proposal: Proposal, source: str) -> Submitted:
-        """Record a proposal; changed content becomes a new revision, nothing is overwritten."""
-        content = proposal.model_dump(mode="json")
-        digest = sha256(_json(content))
+        """Record a proposal; changed content becomes a new revision, nothing is overwritten. Whether its round takes
+        proposals is judge.schedule's to say (actions.submit asks it, again inside its write transaction)."""
+        digest = _digest(proposal)
         with self.transaction() as db:
             latest = self.latest_revision(proposal.id)
             if latest and latest["content_sha256"] == digest:
@@ -131,6 +158,11 @@ class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords):
             }
             revision_id = db["revisions"].insert(row).last_pk
         return Submitted(proposal.id, number, revision_id, "new" if latest is None else "revised")
+
+    def unchanged(self, proposal: Proposal) -> bool:
+        """Whether the proposal's latest revision has exactly this content (submitting it again writes nothing)."""
+        latest = self.latest_revision(proposal.id)
+        return latest is not None and latest["content_sha256"] == _digest(proposal)
 
     def latest_revision(self, proposal_id: str) -> dict | None:
         rows = self.query(
@@ -286,13 +318,16 @@ class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords):
         with self.transaction() as db:
             db["rounds"].update(round_id, {"winner_revision_id": revision_id})
 
-    def start_run(self, round_id: int, argv: list[str]) -> int:
+    def start_run(self, round_id: int, argv: list[str], check: Optional[Callable[["Ledger"], None]] = None) -> int:
         """Record that this process runs the round, the lock of `judge run`: refused while a live judge process on
-        this host runs it (checked and inserted in one write transaction, so two starting together cannot both pass)."""
+        this host runs it (checked and inserted in one write transaction, so two starting together cannot both pass);
+        `check(ledger)`, run in the same transaction, may refuse it too (judge.schedule: a round closed meanwhile)."""
         with self.transaction() as db:
             running = self.running_run(round_id)
             if running:
                 raise JudgeError(self.running_message(running))
+            if check is not None:
+                check(self)
             return db["runs"].insert(
                 {
                     "round_id": round_id,
@@ -364,6 +399,10 @@ def shark_from_row(row: dict) -> Shark:
             "criteria": json.loads(row["rubric_json"]),
         }
     )
+
+
+def _digest(proposal: Proposal) -> str:
+    return sha256(_json(proposal.model_dump(mode="json")))
 
 
 def _alive(pid: int) -> bool:

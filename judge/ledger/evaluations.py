@@ -123,13 +123,17 @@ class EvaluationRecords:
         )
         return rows[0] if rows else None
 
-    def clear(self, evaluation_id: int, outcome: str, note: str, cleared_by: str) -> int:
-        """Record that a person cleared an implausible result; it then stands at `outcome`. Once only."""
+    def clear(self, evaluation_id: int, outcome: str, note: str, cleared_by: str, reason: str | None = None,
+              check=None) -> int:
+        """Record that a person cleared an implausible result; it then stands at `outcome` for `reason`. Once only;
+        `check(ledger)`, run inside the write transaction, may still refuse it (judge.schedule: a closed round)."""
         with self.transaction() as db:
             if self.clearance(evaluation_id):
                 raise JudgeError(f"evaluation {evaluation_id} is already cleared")
-            return db["clearances"].insert({"evaluation_id": evaluation_id, "outcome": outcome, "note": note,
-                                            "cleared_by": cleared_by, "cleared_at": now()}).last_pk
+            if check is not None:
+                check(self)
+            return db["clearances"].insert({"evaluation_id": evaluation_id, "outcome": outcome, "reason": reason,
+                                            "note": note, "cleared_by": cleared_by, "cleared_at": now()}).last_pk
 
     def clearance(self, evaluation_id: int) -> dict | None:
         rows = self.query("select * from clearances where evaluation_id = ?", (evaluation_id,))
@@ -167,7 +171,7 @@ class EvaluationRecords:
         return self.query(
             """
             select e.*, r.proposal_id, r.revision, r.author, r.title, r.claim_low, r.claim_high,
-                   c.outcome as cleared_outcome
+                   c.outcome as cleared_outcome, c.reason as cleared_reason
             from evaluations e
             join revisions r on r.id = e.revision_id
             left join clearances c on c.evaluation_id = e.id
@@ -181,7 +185,7 @@ class EvaluationRecords:
     def latest_evaluation_of_revision(self, revision_id: int) -> dict | None:
         """A revision's latest candidate evaluation in any round, with `cleared_outcome` as above."""
         rows = self.query(
-            "select e.*, c.outcome as cleared_outcome from evaluations e "
+            "select e.*, c.outcome as cleared_outcome, c.reason as cleared_reason from evaluations e "
             "left join clearances c on c.evaluation_id = e.id "
             "where e.revision_id = ? and e.subject = 'candidate' order by e.id desc limit 1",
             (revision_id,),
@@ -191,12 +195,19 @@ class EvaluationRecords:
     def evaluations_of_revision(self, revision_id: int) -> list[dict]:
         return self.query("select * from evaluations where revision_id = ? order by id", (revision_id,))
 
+    def held(self, round_id: int) -> list[dict]:
+        """The round's latest candidate evaluations held as implausible that no person has cleared, oldest first."""
+        return [e for e in self.latest_candidate_evaluations(round_id)
+                if e["outcome"] == "implausible" and not e["cleared_outcome"]]
+
     def outcome_counts(self, round_id: int) -> dict[str, int]:
-        """How many of a round's revisions stand at each outcome (their latest candidate evaluation)."""
+        """How many of a round's revisions stand at each outcome (their latest candidate evaluation; a cleared one
+        at the outcome it was cleared to, as 'faster (cleared)')."""
         rows = self.query(
-            "select outcome, count(*) as n from evaluations where id in "
+            "select coalesce(c.outcome || ' (cleared)', e.outcome) as outcome, count(*) as n from evaluations e "
+            "left join clearances c on c.evaluation_id = e.id where e.id in "
             "(select max(id) from evaluations where round_id = ? and subject = 'candidate' group by revision_id) "
-            "group by outcome order by outcome",
+            "group by 1 order by 1",
             (round_id,),
         )
         return {r["outcome"]: r["n"] for r in rows}
@@ -217,7 +228,7 @@ class EvaluationRecords:
     def runs_of_round(self, round_id: int) -> list[dict]:
         """Every run of a round: where and when it ran and how it ended."""
         return self.query(
-            "select id, status, host, started_at, finished_at from runs where round_id = ? order by id", (round_id,)
+            "select id, status, host, pid, started_at, finished_at from runs where round_id = ? order by id", (round_id,)
         )
 
     def proposal_authors(self, target: str) -> list[dict]:

@@ -26,11 +26,12 @@ def _landed(claim: Optional[list], geomean: Optional[float]) -> str:
 def claims_view(ledger: Ledger, target: str, history: list[tuple[dict, dict[int, dict]]]) -> dict:
     """Per author, each measured proposal's claim against its measured geomean; and who has nothing measured."""
     measured: dict[str, list[dict]] = {}
-    authors: set[str] = set()
+    states: dict[str, list[str]] = {}
     for round_row, latest in history:
         for revision in ledger.revisions_of_round(target, round_row["round"]):
-            authors.add(revision["author"])
             e = latest.get(revision["id"])
+            state = ev.standing(e) if e else ("pitch" if revision["patch"] is None else "pending")
+            states.setdefault(revision["author"], []).append(f"{revision['proposal_id']} r{revision['revision']}: {state}")
             if e is None or ev.standing(e) not in ev.MEASURED or e["geomean_speedup"] is None:
                 continue
             claim = ev.claim_of(revision)
@@ -53,7 +54,8 @@ def claims_view(ledger: Ledger, target: str, history: list[tuple[dict, dict[int,
         rows = measured[author]
         counts = {k: sum(1 for r in rows if r["landed"] == k) for k in ("inside", "above", "below")}
         tables.append({"author": author, "measured": len(rows), **counts, "rows": rows})
-    return {"authors": tables, "unmeasured_authors": sorted(authors - set(measured)),
+    unmeasured = [{"author": a, "proposals": states[a]} for a in sorted(set(states) - set(measured))]
+    return {"authors": tables, "unmeasured_authors": unmeasured,
             "sharks": _sharks(ledger, target, history)}
 
 

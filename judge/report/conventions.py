@@ -19,21 +19,32 @@ SPEEDUPS = [
     "geomean: the geometric mean of the per-benchmark speedups (every benchmark weighs the same).",
     "95% intervals: paired bootstrap of the ratio of medians per benchmark, and of the geomean over all "
     "benchmarks; \"significant\" means the interval excludes 1.000x. An outcome is faster (slower) only when "
-    "the geomean's interval lies wholly above (below) 1 and the geomean is at least 1% away from 1.000x: "
-    "within one run the interval can exclude 1 for a change smaller than the drift between runs (up to 0.8% on the H100).",
+    "the geomean's interval lies wholly above (below) 1 and the geomean clears the noise floor: within one run the "
+    "interval can exclude 1 for a change smaller than the drift between runs. inconclusive: correct, and still "
+    "undecided after the most process pairs judge runs.",
     "speedups 3 decimals with \"x\"; changes 1 decimal; halves round up.",
 ]
 
-TIMING = [
+TIMING_GPU = (
     "before/after: median time in microseconds (us) of the round's base and of the candidate, each in confined "
     "processes of its own (two per kernel on a GPU, taken in pairs), taking turns on the device (order and input "
     "sets alternated, the idle ones stopped), each call after an L2 flush, on fresh input sets from secret seeds "
     "copied into inputs both kernels share on the device (inputs: shared) or each its own (separate); shown to 3 "
     "significant digits (whole us from 1000 us up). The deciding clock is the target's: gpu (the call queued "
-    "behind a short GPU spin, so the host's launch time is excluded), call (the GPU idle at the start, events "
-    "around the whole call, launch included, as GPU MODE times), or host (CPU targets). GPU targets measure both "
-    "GPU clocks, the one that does not decide on one round in eight; a kernel that leaves work on a side stream "
-    "is compared on the call clock, then measured every other round.",
+    "behind a short GPU spin, so the host's launch time is excluded) or call (the GPU idle at the start, events "
+    "around the whole call, launch included, as GPU MODE times). GPU targets measure both GPU clocks, the one that "
+    "does not decide on one round in eight; a kernel that leaves work on a side stream is compared on the call "
+    "clock, then measured every other round."
+)
+
+TIMING_CPU = (
+    "before/after: median time in microseconds (us) of the round's base and of the candidate, each in a confined "
+    "process of its own on this machine's CPU, taking turns (order and input sets alternated, the idle one "
+    "stopped), on fresh input sets from secret seeds; shown to 3 significant digits (whole us from 1000 us up). "
+    "The deciding clock is host: the host's clock around each call."
+)
+
+TIMING = [
     "% of SoL = speed of light / after, 1 decimal (100% is the hardware bound).",
     "trust: every timed call's output is checked against the oracle (a process that never imported contestant "
     "code); the parent's wall clock must account for the times a process reports (wall-clock excess: how much "
@@ -57,13 +68,27 @@ SHARKS = (
 )
 
 
+def floor_line(target: str, floors: list[dict]) -> str:
+    """The noise floor the verdicts of a target's evaluations used (judge.noise), as they recorded it."""
+    each = "; ".join(f"{f['words']}: faster from {f['faster_at']:.3f}x, slower from {f['slower_at']:.3f}x"
+                     for f in floors)
+    return f"noise floor of {target}: {each}."
+
+
 def conventions(shown: dict) -> list[str]:
-    """The convention lines for what a report shows: `shown` says whether it holds speedups, timing tables,
-    compile resources, votes, and which measurements the voting sharks' criteria are bound to."""
+    """The convention lines for what a report shows: `shown` says whether it holds speedups (and the noise floors
+    their verdicts used, per target), timing tables (and on which clocks), compile resources, votes, and which
+    measurements the voting sharks' criteria are bound to."""
     lines = [LEDGER]
     if shown["speedups"]:
         lines += SPEEDUPS
+        lines += [floor_line(target, floors) for target, floors in sorted(shown["floors"].items()) if floors]
     if shown["timing"]:
+        clocks = shown["clocks"]
+        if clocks - {"host"}:
+            lines.append(TIMING_GPU)
+        if "host" in clocks or not clocks:
+            lines.append(TIMING_CPU)
         lines += TIMING
     if shown["resources"]:
         lines += RESOURCES

@@ -13,7 +13,8 @@ from typing import Optional
 from ..errors import JudgeError
 from ..ledger import Ledger
 from ..patching import patch_stats
-from ..records import OUTCOME_MEANING, Outcome, Vote
+from ..noise import recorded_floor
+from ..records import Outcome, Vote, meaning
 from ..scoring import MEASURED, format_score, measurement, score_vote, standing  # noqa: F401 (scorecard, leaderboard)
 from ..stage_details import StaticDetail
 from .formatting import signature_label
@@ -223,14 +224,19 @@ def evaluation(ledger: Ledger, row: dict, base: Optional[dict[str, list[dict]]])
     geomean = row["geomean_speedup"]
     screen = next((x for x in stages if x.stage == "screen"), None)
     clearance = ledger.clearance(row["id"]) if outcome == Outcome.IMPLAUSIBLE else None
+    standing = Outcome(clearance["outcome"]) if clearance else outcome
+    timing = next((x for x in stages if x.stage == "timing" and x.detail.geomean is not None), None)
+    floor = recorded_floor(timing.detail) if timing else None
     ci = interval(row)
     return {
         "id": row["id"],
         "run_id": row["run_id"],
         "outcome": outcome.value,
-        "reason": row["reason"],
-        "meaning": OUTCOME_MEANING[outcome],
-        "eliminates": Outcome(clearance["outcome"] if clearance else outcome).eliminates,
+        "standing": standing.value,
+        "reason": standing_reason(row, clearance),
+        "meaning": meaning(standing, floor),
+        "floor": floor.to_json() if floor else None,
+        "eliminates": standing.eliminates,
         "geomean": geomean,
         "geomean_ci": ci,
         "geomean_change_pct": change_pct(geomean),
@@ -243,9 +249,23 @@ def evaluation(ledger: Ledger, row: dict, base: Optional[dict[str, list[dict]]])
         "resources": resources(ledger.kernel_resources(row["id"]), base),
         "flags": [f.to_json() for f in screen.detail.flags] if screen else [],
         "confinement": row.get("confinement"),
-        "clearance": clearance,
+        "clearance": {**clearance, "held_because": held_because(row["reason"])} if clearance else None,
         "held": outcome == Outcome.IMPLAUSIBLE and clearance is None,
     }
+
+
+def held_because(reason: str) -> str:
+    """What made a result implausible, from its verdict's reason (verdicts.decide writes 'WHY (timing said ...);
+    held until a person clears it')."""
+    return reason.split(" (timing said ")[0]
+
+
+def standing_reason(row: dict, clearance: Optional[dict]) -> str:
+    """The reason of the outcome an evaluation stands at: a cleared one stands at its timing's verdict, so its
+    reason is that verdict's, not the hold's."""
+    if clearance is None:
+        return row["reason"]
+    return clearance.get("reason") or row["reason"]
 
 
 # votes ---------------------------------------------------------------------------------------

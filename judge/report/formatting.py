@@ -112,7 +112,10 @@ def fmt_votes(counts: dict) -> str:
 
 
 def fmt_device(device: dict) -> str:
-    """One line of what a GPU was: name, SMs, architecture, clocks, driver and software versions."""
+    """One line of what a GPU was: name, SMs, architecture, clocks, driver and software versions; for a CPU target,
+    the CPU: its model, cores and hardware threads."""
+    if device.get("kind") == "cpu":
+        return fmt_cpu(device)
     parts = [str(device.get("name", "unknown GPU"))]
     if device.get("sm_count") is not None:
         parts.append(f"{device['sm_count']} SMs")
@@ -132,6 +135,19 @@ def fmt_device(device: dict) -> str:
     for key, name in (("driver", "driver"), ("cuda", "CUDA"), ("torch", "torch"), ("cutedsl", "CuTe DSL")):
         if device.get(key):
             parts.append(f"{name} {device[key]}")
+    return ", ".join(parts)
+
+
+def fmt_cpu(device: dict) -> str:
+    """`CPU: AMD EPYC 7B13, 2 cores, 2 threads, torch 2.13.0+cpu`."""
+    cores, threads = device.get("cores"), device.get("threads")
+    parts = [f"CPU: {device.get('name') or 'unknown CPU'}"]
+    if cores:
+        parts.append(f"{cores} core{'s' if cores != 1 else ''}")
+    if threads:
+        parts.append(f"{threads} thread{'s' if threads != 1 else ''}")
+    if device.get("torch"):
+        parts.append(f"torch {device['torch']}")
     return ", ".join(parts)
 
 

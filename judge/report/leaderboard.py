@@ -15,7 +15,8 @@ def _no_winner(latest: list[dict]) -> dict:
     """Why a round has no winner: nothing was timed, or nothing timed was faster; and how many are pending."""
     timed = any(e["geomean_speedup"] is not None for e in latest)
     pending = sum(1 for e in latest if ev.standing(e) == Outcome.NOT_RUN.value)
-    return {"why": "none faster" if timed else "nothing timed", "pending": pending}
+    held = sum(1 for e in latest if ev.standing(e) == Outcome.IMPLAUSIBLE.value)
+    return {"why": "none faster" if timed else "nothing timed", "pending": pending, "held": held}
 
 
 def _base_times(ledger: Ledger, latest: list[dict]) -> Optional[list[dict]]:

@@ -11,7 +11,9 @@ from typing import Optional
 
 from ..errors import JudgeError
 from ..ledger import Ledger
+from ..noise import recorded_floor
 from ..records import Outcome
+from ..schedule import clear_command
 from ..stages import not_run_reason
 from ..stats import median
 from . import evaluations as ev
@@ -55,21 +57,23 @@ def _target_rounds(ledger: Ledger, round: int, target: Optional[str]) -> list[di
 # proposals and the ranking ---------------------------------------------------------------
 
 
-def _state(revision: dict, evaluation: Optional[dict]) -> str:
-    """measured (stands faster), pending (a patch not yet timed), pitch (no patch) or eliminated."""
+def _state(revision: dict, evaluation: Optional[dict], closed: bool) -> str:
+    """measured (stands faster), held (implausible, and a person may still clear it), pending (a patch not yet
+    timed), pitch (no patch) or eliminated."""
     if evaluation is None:
         return "pending" if revision["patch"] is not None else "pitch"
-    standing = evaluation["clearance"]["outcome"] if evaluation["clearance"] else evaluation["outcome"]
-    if standing == Outcome.NOT_RUN.value:
+    if evaluation["held"] and not closed:
+        return "held"
+    if evaluation["standing"] == Outcome.NOT_RUN.value:
         return "pending"
-    return "eliminated" if Outcome(standing).eliminates else "measured"
+    return "eliminated" if evaluation["eliminates"] else "measured"
 
 
 def _proposal(ledger: Ledger, revision: dict, round_row: dict, context: dict) -> dict:
     row = context["latest"].get(revision["id"])
     evaluation = ev.evaluation(ledger, row, context["base_resources"]) if row else None
     votes = ev.votes(ledger, round_row["round"], revision["proposal_id"], context["latest"])
-    state = _state(revision, evaluation)
+    state = _state(revision, evaluation, context["closed"])
     return {
         **ev.revision_head(revision),
         "category": revision["category"],
@@ -93,18 +97,19 @@ def _outcome_shown(p: dict) -> str:
     e = p["evaluation"]
     if e is None:
         return p["state"]  # pitch or pending
+    if p["state"] == "held":
+        return "implausible (held)"
     return f"{e['clearance']['outcome']} (cleared {e['outcome']})" if e["clearance"] else e["outcome"]
 
 
 def _ranking(proposals: list[dict], winner_revision_id: Optional[int]) -> list[dict]:
-    """Proposals that stand faster, ranked by geomean; then pending ones and pitches, unranked, by name.
+    """Proposals that stand faster, ranked by geomean; then held, pending ones and pitches, unranked, by name.
     Eliminated proposals are not ranked: they are in the graveyard."""
     measured = sorted((p for p in proposals if p["state"] == "measured"),
                       key=lambda p: (-p["evaluation"]["geomean"], p["evaluation"]["id"]))
-    pending = [p for p in proposals if p["state"] == "pending"]
-    pitches = [p for p in proposals if p["state"] == "pitch"]
+    unranked = [p for state in ("held", "pending", "pitch") for p in proposals if p["state"] == state]
     rows = []
-    for position, p in enumerate(measured + pending + pitches, start=1):
+    for position, p in enumerate(measured + unranked, start=1):
         e = p["evaluation"]
         rows.append(
             {
@@ -125,11 +130,18 @@ def _ranking(proposals: list[dict], winner_revision_id: Optional[int]) -> list[d
     return rows
 
 
-def _verdict(evaluations: list[dict], ranking: list[dict], gpu_reason: Optional[str], next_round: Optional[dict]) -> dict:
-    """Why there is no winner, in words that say what ran: nothing timed is not 'none faster'.
-    `evaluations`: the views of the proposals' latest evaluations in this round."""
+def _verdict(proposals: list[dict], ranking: list[dict], gpu_reason: Optional[str], next_round: Optional[dict]) -> dict:
+    """Why there is no winner, in words that say what ran: nothing timed is not 'none faster', and a result held as
+    implausible is neither. `proposals`: the round's proposal views."""
+    evaluations = [p["evaluation"] for p in proposals if p["evaluation"]]
     timed = sum(1 for e in evaluations if e["geomean"] is not None)
-    if timed:
+    held = [{"proposal_id": p["proposal_id"], "revision": p["revision"], "evaluation_id": p["evaluation"]["id"],
+             "command": clear_command(p["evaluation"]["id"])}
+            for p in proposals if p["evaluation"] and p["evaluation"]["held"]]
+    if held:
+        names = ", ".join(f"{h['proposal_id']} r{h['revision']} (evaluation #{h['evaluation_id']})" for h in held)
+        why = f"{names} {'is' if len(held) == 1 else 'are'} held as implausible"
+    elif timed:
         why = "no proposal was significantly faster than the base"
     elif gpu_reason:
         why = f"nothing was timed in this round ({gpu_reason})"
@@ -139,6 +151,7 @@ def _verdict(evaluations: list[dict], ranking: list[dict], gpu_reason: Optional[
         why = "nothing was timed in this round (no proposal reached the timing stage)"
     return {
         "timed": timed,
+        "held": held,
         "why_none": why,
         "pending": [r for r in ranking if r["state"] == "pending"],
         "next_round_started": next_round is not None,
@@ -233,12 +246,16 @@ def _history(ledger: Ledger, target: str, round: int) -> list[tuple[dict, dict[i
     ]
 
 
-def _graveyard(history: list[tuple[dict, dict[int, dict]]]) -> list[dict]:
-    """Every proposal revision eliminated in this target's rounds so far, with its promise and what happened."""
+def _graveyard(history: list[tuple[dict, dict[int, dict]]], open_round: Optional[int]) -> list[dict]:
+    """Every proposal revision eliminated in this target's rounds so far, with its promise and what happened; a
+    result held as implausible is not, until its round closes (`open_round`: this round, if the next has not
+    started)."""
     rows = []
     for round_row, latest in history:
         for e in latest.values():
             if not Outcome(ev.standing(e)).eliminates:
+                continue
+            if round_row["round"] == open_round and ev.standing(e) == Outcome.IMPLAUSIBLE.value:
                 continue
             rows.append(
                 {
@@ -315,7 +332,8 @@ def _proposals(ledger: Ledger, round_row: dict, base_resources: dict) -> tuple[l
     for row in ledger.superseded_candidate_evaluations(round_row["id"]):
         superseded.setdefault(row["revision_id"], []).append({"id": row["id"], "outcome": row["outcome"]})
     context = {"latest": {e["revision_id"]: e for e in latest_rows}, "superseded": superseded,
-               "base_resources": base_resources}
+               "base_resources": base_resources,
+               "closed": ledger.round_row(round_row["target"], round_row["round"] + 1) is not None}
     revisions = ledger.revisions_of_round(round_row["target"], round_row["round"])
     proposals = [_proposal(ledger, r, round_row, context) for r in revisions]
     return proposals, _ranking(proposals, round_row["winner_revision_id"])
@@ -331,8 +349,8 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
         winner = ev.winner(ledger, round_row)
     devices = _device_groups(ledger, round_row["id"])
     evaluations = ledger.evaluations(round_row["id"])
-    candidates = [p["evaluation"] for p in proposals if p["evaluation"]]
     history = _history(ledger, target, round)
+    next_round = ledger.round_row(target, round + 1)
     return {
         "target": target,
         "round": round,
@@ -348,12 +366,30 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
         "ranking": ranking,
         "times": _times(proposals),
         "winner": winner,
-        "verdict": _verdict(candidates, ranking, devices["gpu_reason"], ledger.round_row(target, round + 1)),
+        "verdict": _verdict(proposals, ranking, devices["gpu_reason"], next_round),
+        "closed": next_round is not None,
+        "floors": _floors(ledger, history),
         "peer": peer_view(ledger, round_row, winner["geomean"] if winner else None),
-        "graveyard": _graveyard(history),
+        "graveyard": _graveyard(history, None if next_round else round),
         "claims": claims_view(ledger, target, history),
         "lineage": _lineage(ledger, target, round),
     }
+
+
+def _floors(ledger: Ledger, history: list[tuple[dict, dict[int, dict]]]) -> list[dict]:
+    """The noise floors the timed verdicts of this target's rounds so far used, as their timing details record
+    them (judge.noise), each once."""
+    floors: dict[str, dict] = {}
+    for _, latest in history:
+        for e in latest.values():
+            if e["geomean_speedup"] is None:
+                continue
+            timing = next((s for s in ledger.stage_results(e["id"]) if s.stage == "timing"), None)
+            if timing is not None:
+                floor = recorded_floor(timing.detail)
+                floors.setdefault(floor.words(), {**floor.to_json(), "words": floor.words(),
+                                                  "faster_at": floor.faster_at, "slower_at": floor.slower_at})
+    return list(floors.values())
 
 
 def _shown(targets: list[dict]) -> dict:
@@ -367,6 +403,8 @@ def _shown(targets: list[dict]) -> dict:
     return {
         "speedups": any(g is not None for g in geomeans),
         "timing": any(e["benchmarks"] for e in evaluations),
+        "floors": {t["target"]: t["floors"] for t in targets},
+        "clocks": {b["clock"] for e in evaluations for b in e["benchmarks"] if b["clock"]},
         "resources": any(e["resources"] for e in evaluations),
         "votes": bool(votes),
         "bounds": sorted({b for v in votes for b in v["bounds"]}),

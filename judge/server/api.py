@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from .. import actions, participants
+from .. import actions, round_actions, participants
 from ..errors import JudgeError
 from ..migrations import applied
 from ..proposals import load_votes, parse_json, proposal_from
@@ -177,9 +177,7 @@ def _start_round(state: State, ledger, who, data: Any) -> Response:
     run = parse(RunRequest, data if isinstance(data, dict) else {"round": data}, "request body")
     config = state.config
     target = find_target(run.target, config.kernels) if run.target else None
-    round = run.round
-    if round is None:
-        round = actions.latest_round(ledger) if target is None else (ledger.latest_proposal_round() or 1)
+    round = run.round  # None: each target's own round (judge.schedule), as `judge run` picks it
     settings = Settings(kernels_dir=config.kernels, work_dir=config.work_dir, cache_dir=config.cache_dir,
                         workers=run.workers, timing_budget_s=run.timing_budget, again=run.again,
                         ray=config.ray_address is not None, ray_address=config.ray_address or None, gpus=config.gpus)
@@ -211,7 +209,10 @@ def _clear(evaluation_id: int) -> Callable:
         if not isinstance(note, str):
             raise JudgeError("request body: field 'note': required field is missing (say why the result is real)")
         with state.write_lock:
-            return answer(actions.clear_evaluation(ledger, evaluation_id, note, who.name))
+            result = actions.clear_evaluation(ledger, evaluation_id, note, who.name, state.config.kernels)
+            result["reports"] = [str(p) for p in round_actions.refresh_reports(
+                ledger, state.config.kernels, result["target"], result["round"], state.config.out_dir)]
+            return answer(result)
 
     return work
 
