@@ -241,12 +241,13 @@ def test_run_json_gives_each_verdict_its_evaluation_and_the_report(env, fake_sta
     from judge.ledger import Ledger
 
     rows = Ledger(root / "ledger.db").query("select id, subject from evaluations order by id")
-    assert rows == [{"id": 1, "subject": "base"}, {"id": 2, "subject": "candidate"}]
-    assert (verdict["proposal_id"], verdict["outcome"], verdict["evaluation_id"]) == ("alpha", "faster", 2)
+    # the base, the round's A/A control (the base against an identical copy), then the candidate
+    assert rows == [{"id": 1, "subject": "base"}, {"id": 2, "subject": "control"}, {"id": 3, "subject": "candidate"}]
+    assert (verdict["proposal_id"], verdict["outcome"], verdict["evaluation_id"]) == ("alpha", "faster", 3)
     assert (summary["base_evaluation_id"], summary["report"], summary["pitches"]) == (1, "reports/round-1.md", ["beta"])
     assert (root / "reports" / "round-1.md").read_text().startswith("# Round 1")
     again = json.loads(judge("run", "--round", "1", "--json").stdout)[0]["verdicts"][0]
-    assert (again["skipped"], again["evaluation_id"]) == (True, 2)
+    assert (again["skipped"], again["evaluation_id"]) == (True, 3)
 
 
 def test_a_second_run_of_a_round_is_refused_while_the_first_lives(env, fake_stages):

@@ -19,6 +19,7 @@ from ..stats import median
 from . import evaluations as ev
 from .conventions import conventions
 from .claims import claims_view
+from .control import control_view, round_floor
 from .peer import peer_view
 from .formatting import fmt_claim, fmt_patch
 
@@ -370,6 +371,7 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
         "closed": next_round is not None,
         "floors": _floors(ledger, history),
         "peer": peer_view(ledger, round_row, winner["geomean"] if winner else None),
+        "control": control_view(ledger, round_row, round_floor(ledger, round_row["id"])),
         "graveyard": _graveyard(history, None if next_round else round),
         "claims": claims_view(ledger, target, history),
         "lineage": _lineage(ledger, target, round),

@@ -1,0 +1,52 @@
+"""The view of a round's A/A control: what an identical copy of the base read when judged as a candidate is, the
+noise floor the round's verdicts cleared, and whether the round was noisy enough to say so at the top."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Optional
+
+from ..ledger import Ledger
+from ..noise import Floor
+
+# A round is called noisy where identical code's interval reaches this far from 1 (either way), or where the
+# floor its controls set is this many times the target's own minimum.
+NOISY_REACH = 0.05
+NOISY_FLOOR_TIMES = 3.0
+
+
+def control_view(ledger: Ledger, round_row: dict, floor: Optional[Floor]) -> Optional[dict]:
+    """The round's latest control and the floor of its verdicts; None where no control was recorded."""
+    row = ledger.control_evaluation(round_row["id"])
+    if row is None:
+        return None
+    timing = next((s for s in ledger.stage_results(row["id"]) if s.stage == "timing"), None)
+    detail = timing.detail if timing is not None and timing.status == "passed" else None
+    low, high = row["geomean_ci_low"], row["geomean_ci_high"]
+    reach = max(abs(math.log(low)), abs(math.log(high))) if low and high else None
+    view = {"evaluation_id": row["id"], "outcome": row["outcome"], "reason": row["reason"],
+            "geomean": row["geomean_speedup"], "ci": [low, high] if low and high else None,
+            "pairs": detail.pairs if detail is not None else None,
+            "pair_geomeans": detail.pair_geomeans if detail is not None else None,
+            "floor": {**floor.to_json(), "words": floor.words(), "faster_at": floor.faster_at,
+                      "slower_at": floor.slower_at} if floor else None}
+    noisy = []
+    if reach is not None and reach > math.log1p(NOISY_REACH):
+        noisy.append(f"identical code read {low:.3f}x to {high:.3f}x")
+    if floor is not None and floor.effect > NOISY_FLOOR_TIMES * floor.min_effect:
+        noisy.append(f"verdicts needed a change of {floor.percent()}, {floor.effect / floor.min_effect:.0f} times the "
+                     f"target's minimum")
+    view["noisy"] = "; ".join(noisy)
+    return view
+
+
+def round_floor(ledger: Ledger, round_id: int) -> Optional[Floor]:
+    """The floor the round's candidates' timing verdicts recorded (the latest one)."""
+    rows = ledger.query(
+        "select s.detail_json from stage_results s join evaluations e on e.id = s.evaluation_id "
+        "where e.round_id = ? and e.subject = 'candidate' and s.stage = 'timing' and s.status = 'passed' "
+        "order by e.id desc limit 1", (round_id,))
+    if not rows:
+        return None
+    return Floor.from_json(json.loads(rows[0]["detail_json"]).get("floor"))
