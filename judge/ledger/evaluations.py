@@ -62,20 +62,7 @@ class EvaluationRecords:
                     "finished_at": now(),
                 }
             ).last_pk
-            for stage in stages:
-                db["stage_results"].insert(
-                    {
-                        "evaluation_id": evaluation_id,
-                        "stage": stage.stage,
-                        "status": stage.status,
-                        "summary": stage.summary,
-                        "seconds": stage.seconds,
-                        "detail_json": _json(stage.detail.to_json()),
-                        "log_tail": stage.log_tail,
-                    }
-                )
-                if isinstance(stage.detail, CompileDetail):
-                    db["kernel_resources"].insert_all(_resource_rows(evaluation_id, stage.detail))
+            _insert_stages(db, evaluation_id, stages)
             if timing:
                 _insert_benchmarks(db, evaluation_id, timing.detail.benchmarks)
         return evaluation_id
@@ -230,6 +217,24 @@ class EvaluationRecords:
         return self.query(
             "select distinct author, proposal_id from revisions where target = ? order by author, proposal_id", (target,)
         )
+
+
+def _insert_stages(db, evaluation_id: int, stages: list[StageResult]) -> None:
+    """An evaluation's stages and each compiled kernel's resources, inside the evaluation's transaction."""
+    for stage in stages:
+        db["stage_results"].insert(
+            {
+                "evaluation_id": evaluation_id,
+                "stage": stage.stage,
+                "status": stage.status,
+                "summary": stage.summary,
+                "seconds": stage.seconds,
+                "detail_json": _json(stage.detail.to_json()),
+                "log_tail": stage.log_tail,
+            }
+        )
+        if isinstance(stage.detail, CompileDetail):
+            db["kernel_resources"].insert_all(_resource_rows(evaluation_id, stage.detail))
 
 
 def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[TimedBenchmark]) -> None:
