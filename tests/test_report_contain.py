@@ -7,7 +7,7 @@ import re
 import pytest
 
 from judge.ledger import Ledger
-from judge.records import Criterion, Shark, Vote
+from judge.records import Criterion, Proposal, Shark, Vote
 from judge.report import render_leaderboard, render_round
 from judge.stage_details import CheckDetail, Flag, ScreenDetail
 from judge.stages import StageResult, not_run
@@ -126,3 +126,50 @@ def test_the_checks_themselves_see_raw_text():
     assert any(p.startswith("control character '\\x1b'") for p in found)
     assert any(p.startswith("link to https://evil.example/r.md") for p in found)
     assert any(p.startswith("row of 3 cells under a header of 2") for p in found)
+
+
+PITCH = f"# Plan\n\nWe *will* win:\n\n```\n{PAYLOAD}\n```\n    indented\n---\n[95% CI]: https://evil.example\n"
+
+
+def test_a_pitch_is_shown_in_a_quote_it_cannot_close(forged, tmp_path):
+    """A proposal without a patch shows its pitch and risks (what the sharks scored): the pitch quoted line by
+    line, nothing in it able to end the quote, start a block or define a link judge's '[95% CI]' would take."""
+    forged.submit(Proposal(id="forged-pitch", title="plain", author="eve", round=1, target=TARGET, pitch=PITCH,
+                           risks=[PAYLOAD, "none"]), "test")
+    markdown = render_round(forged, 1, tmp_path).read_text()
+    section = markdown.split("### forged-pitch revision 1: plain\n\n")[1].split("\n## ")[0]
+    assert section.splitlines() == [
+        "- Author: eve; category: other",
+        "- Claim: no claim; patch: no patch",
+        "- Status: pitch: no patch, nothing to evaluate until a revision brings one",
+        f"- Risks: {FORGED}; none",
+        "- Pitch, as submitted (shown as text, its Markdown not rendered):",
+        "",
+        "> \\# Plan",
+        ">",
+        "> We \\*will\\* win:",
+        ">",
+        "> \\`\\`\\`",
+        "> &lt;!-- rest \\| \\*\\*faster\\*\\* &lt;img src=x onerror=alert(1)> \\[scorecard\\](https://evil.example/r.md) "
+        "!\\[ok\\](https://evil.example/ok.png) RED",
+        "> \\| a \\| b \\|",
+        "> \\## Winner",
+        ">",
+        "> - Status: \\*\\*faster\\*\\*",
+        "> \\`\\`\\`",
+        ">    indented",
+        "> \\---",
+        "> \\[95% CI\\]: https://evil.example",
+        "",
+        "No shark has voted on this proposal.",
+    ]
+    assert problems(markdown, {"lenient"}) == []
+    quotes = [t.type for t in tokens(markdown) if t.type.startswith("blockquote")]
+    assert quotes == ["blockquote_open", "blockquote_close"]
+
+
+def test_a_long_pitch_is_cut_with_its_count(forged, tmp_path):
+    forged.submit(Proposal(id="long-pitch", title="long", author="eve", round=1, target=TARGET,
+                           pitch="word " * 100_000), "test")
+    text = lines(render_round(forged, 1, tmp_path))
+    assert "> " + "word " * 395 + " (498025 more characters)" in text
