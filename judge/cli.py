@@ -13,8 +13,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from . import actions, inputs
+from .contain import LINE_CAP, json_safe, terminal
 from .errors import JudgeError
 from .ledger import Ledger
 from .migrations import applied
@@ -43,15 +45,17 @@ class Context:
 
 
 def emit_json(data) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
+    """`--json` output: contestant text in it without escapes or control characters, each field capped
+    (judge/contain.py json_safe)."""
+    click.echo(json.dumps(json_safe(json.loads(json.dumps(data, default=str))), indent=2))
 
 
 def fail(message: str, code: int, as_json: bool):
     """Every error's one way out: one line on stderr, or under --json one JSON object on stdout; same exit code."""
     if as_json:
-        click.echo(json.dumps({"error": message, "exit": code}))
+        click.echo(json.dumps(json_safe({"error": message, "exit": code})))
     else:
-        err.print(f"error: {message}", markup=False)
+        err.print(f"error: {terminal(message, LINE_CAP)}", markup=False)
     sys.exit(code)
 
 
@@ -228,16 +232,20 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
         emit_json(summaries)
         return
     for s in summaries:
-        table = Table(title=f"round {s['round']} · {s['target']} · base: {s['base_origin']}", title_justify="left")
+        # Cells as rich Text: a contestant's `[bold]` is text, not markup. Each capped: rich folds a long cell in
+        # time that grows with the square of its length (a 16 MiB reason kept `judge run` busy for minutes).
+        title = f"round {s['round']} · {terminal(s['target'])} · base: {terminal(s['base_origin'])}"
+        table = Table(title=Text(title), title_justify="left")
         for column in ("proposal", "rev", "outcome", "eval", "reason"):
             table.add_column(column, overflow="fold")
         for v in s["verdicts"]:
-            table.add_row(v["proposal_id"], str(v["revision"]), v["outcome"] + (" (earlier run)" if v["skipped"] else ""),
-                          f"#{v['evaluation_id']}" if v["evaluation_id"] else "", v["reason"])
+            table.add_row(Text(terminal(v["proposal_id"])), str(v["revision"]),
+                          v["outcome"] + (" (earlier run)" if v["skipped"] else ""),
+                          f"#{v['evaluation_id']}" if v["evaluation_id"] else "", Text(terminal(v["reason"])))
         for p in s["pitches"]:
-            table.add_row(p, "", "pitch", "", "no patch yet: scored by sharks, not evaluated")
+            table.add_row(Text(terminal(p)), "", "pitch", "", "no patch yet: scored by sharks, not evaluated")
         out.print(table)
-        out.print(f"winner: {s['winner'] or _no_winner(s['verdicts'])}", markup=False)
+        out.print(f"winner: {terminal(s['winner']) or _no_winner(s['verdicts'])}", markup=False)
         out.print(time_line(s["time"]), markup=False)
     out.print(f"report: {summaries[0]['report']}" if summaries else "no target ran", markup=False)
 
@@ -319,8 +327,9 @@ def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, as_j
     if as_json:
         emit_json(result)
         return
-    out.print(f"evaluation {evaluation_id} cleared: it stands as {result['outcome']} ({result['reason']})")
-    out.print(f"round winner: {result['round_winner'] or 'none'}")
+    out.print(f"evaluation {evaluation_id} cleared: it stands as {result['outcome']} ({terminal(result['reason'])})",
+              markup=False)
+    out.print(f"round winner: {terminal(result['round_winner']) or 'none'}", markup=False)
 
 
 @command(main, "list")
@@ -331,8 +340,8 @@ def list_cmd(ctx: Context, round_, as_json: bool):
     if as_json:
         emit_json(rows)
         return
-    cells = [{"id": r["id"], "rev": str(r["revision"]), "round": str(r["round"]), "target": r["target"],
-              "author": r["author"], "claim": f"{r['claim'][0]}-{r['claim'][1]}x" if r["claim"] else "",
+    cells = [{"id": terminal(r["id"]), "rev": str(r["revision"]), "round": str(r["round"]), "target": terminal(r["target"]),
+              "author": terminal(r["author"]), "claim": f"{r['claim'][0]}-{r['claim'][1]}x" if r["claim"] else "",
               "outcome": r["outcome"], "geomean": f"{r['geomean_speedup']:.3f}x" if r["geomean_speedup"] else ""}
              for r in rows]
     columns = fitting(LIST_COLUMNS, cells, out.width)
@@ -340,7 +349,7 @@ def list_cmd(ctx: Context, round_, as_json: bool):
     for column in columns:
         table.add_column(column, overflow="fold")
     for c in cells:
-        table.add_row(*(c[column] for column in columns))
+        table.add_row(*(Text(c[column]) for column in columns))
     out.print(table)
 
 
@@ -371,14 +380,15 @@ def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
     for rev in data["revisions"]:
         claim = rev["claim"]
         claim_text = f"claims {claim['low']}-{claim['high']}x" if claim else "no claim"
-        out.print(f"{proposal_id} r{rev['revision']} (round {rev['round']}, {rev['target']}): {rev['title']} by {rev['author']}; {claim_text}", markup=False)
+        out.print(f"{terminal(proposal_id)} r{rev['revision']} (round {rev['round']}, {terminal(rev['target'])}): "
+                  f"{terminal(rev['title'])} by {terminal(rev['author'])}; {claim_text}", markup=False)
         for e in rev["evaluations"]:
-            out.print(f"  evaluation #{e['evaluation_id']}: {e['outcome']} ({e['reason']})", markup=False)
+            out.print(f"  evaluation #{e['evaluation_id']}: {e['outcome']} ({terminal(e['reason'])})", markup=False)
             for s in e["stages"]:
-                out.print(f"    {s['stage']:12} {s['status']:9} {s['summary']}", markup=False)
+                out.print(f"    {s['stage']:12} {s['status']:9} {terminal(s['summary'])}", markup=False)
     for v in data["votes"]:
         flag = f"  FLAG: {v['flag']}" if v["flag"] else ""
-        out.print(f"  vote {v['shark']}: total {v['total']}{flag}", markup=False)
+        out.print(f"  vote {terminal(v['shark'])}: total {v['total']}{flag}", markup=False)
 
 
 @command(main, "status")
@@ -392,7 +402,8 @@ def status_cmd(ctx: Context, as_json: bool):
     out.print(f"{data['ledger']}: {counts}", markup=False)
     for r in data["rounds"]:
         outcomes = ", ".join(f"{n} {o}" for o, n in r["outcomes"].items()) or "no verdicts"
-        out.print(f"  {r['target']} round {r['round']}: {outcomes}; winner: {r['winner'] or 'none'}; base: {r['base_origin']}", markup=False)
+        out.print(f"  {terminal(r['target'])} round {r['round']}: {outcomes}; winner: {terminal(r['winner']) or 'none'}; "
+                  f"base: {terminal(r['base_origin'])}", markup=False)
 
 
 if __name__ == "__main__":
