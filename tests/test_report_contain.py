@@ -21,8 +21,8 @@ CELL = FORGED.replace(" | ", " \\| ")
 AUTHOR_SHOWN = "eve \\| \\*\\*faster\\*\\* &lt;i>x&lt;/i>"
 CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
-JUDGES_BOLD = {"crashed", "compile-error", "incorrect", "timed-out", "tampered", "slower", "unchanged", "not-run",
-               "implausible", "No winner", "No winner yet"}
+JUDGES_BOLD = {"faster", "crashed", "compile-error", "static-check-failed", "incorrect", "timed-out", "tampered",
+               "slower", "unchanged", "inconclusive", "not-run", "implausible", "No winner", "No winner yet"}
 
 
 def problems(markdown: str, shark_names: set[str] = frozenset()) -> list[str]:
@@ -120,9 +120,9 @@ def test_the_leaderboard_and_the_brief_show_them_contained(forged, tmp_path):
 
 def test_the_checks_themselves_see_raw_text():
     """problems() is what the red-team round's report is held to: it must flag the payload left raw."""
-    raw = f"- Status: **crashed**: {PAYLOAD}\n\n| a | b |\n|---|---|\n| 1 | x | y |\n"
+    raw = f"- Status: **crashed**: {PAYLOAD} **won**\n\n| a | b |\n|---|---|\n| 1 | x | y |\n"
     found = problems(raw)
-    assert "raw <!--" in found and "raw <img" in found and "bold 'faster'" in found
+    assert "raw <!--" in found and "raw <img" in found and "bold 'won'" in found and "bold 'crashed'" not in found
     assert any(p.startswith("control character '\\x1b'") for p in found)
     assert any(p.startswith("link to https://evil.example/r.md") for p in found)
     assert any(p.startswith("row of 3 cells under a header of 2") for p in found)
