@@ -259,6 +259,7 @@ def show_proposal(ledger: Ledger, proposal_id: str) -> dict:
                 "claim": json.loads(rev["claim_json"]) if rev["claim_json"] else None,
                 "risks": json.loads(rev["risks_json"] or "[]"),
                 "references": json.loads(rev["references_json"] or "[]"),
+                "pitch": rev["pitch"],
                 "has_patch": rev["patch"] is not None,
                 "submitted_at": rev["submitted_at"],
                 "evaluations": evaluations,

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
+from .contain import chart_label
+
 MISSING = "charts not drawn: matplotlib is not installed"
 STYLE = {
     "svg.hashsalt": "judge",
@@ -164,7 +166,7 @@ def times_chart(path: Path, title: str, times: dict) -> Path:
     the benchmark's speed of light as a dashed line across its group. `times`: a round view's t["times"]."""
     benchmarks, runs = times["benchmarks"], times["proposals"]
     series = [("base", BASE_COLOR, [b["base_us"] for b in benchmarks])]
-    series += [(f"{p['proposal_id']} r{p['revision']}" + (f" ({p['geomean']:.3f}x)" if p["geomean"] else ""),
+    series += [(f"{chart_label(p['proposal_id'])} r{p['revision']}" + (f" ({p['geomean']:.3f}x)" if p["geomean"] else ""),
                 COLORS[k % len(COLORS)], p["after_us"]) for k, p in enumerate(runs)]
     with _style():
         figure = _figure(8.0, 4.8)
@@ -270,8 +272,9 @@ def claims_chart(path: Path, title: str, authors: list[dict]) -> Path:
                 ax.errorbar([g], [middle], yerr=[[middle - claim_low], [claim_high - middle]],
                             xerr=[[max(0.0, g - ci[0])], [max(0.0, ci[1] - g)]],
                             fmt="o", markersize=4, color=color, capsize=4, elinewidth=1.5,
-                            label=f"{a['author']}: {a['inside']} inside, {a['above']} above, {a['below']} below" if n == 0 else "_nolegend_")
-                ax.annotate(f"{r['proposal_id']} r{r['revision']} (round {r['round']})", (g, claim_high), textcoords="offset points",
+                            label=f"{chart_label(a['author'])}: {a['inside']} inside, {a['above']} above, {a['below']} below"
+                            if n == 0 else "_nolegend_")
+                ax.annotate(f"{chart_label(r['proposal_id'])} r{r['revision']} (round {r['round']})", (g, claim_high), textcoords="offset points",
                             xytext=(-5 if g > right else 5, 3), ha="right" if g > right else "left", fontsize=7, color=color)
         ax.set_xlim(low, high)
         ax.set_ylim(low, high)

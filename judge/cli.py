@@ -14,8 +14,10 @@ from pathlib import Path
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from . import actions, inputs
+from .contain import LINE_CAP, json_safe, terminal
 from .errors import JudgeError
 from .ledger import Ledger
 from .migrations import applied
@@ -62,7 +64,9 @@ def _say_waiting(ledger: Ledger) -> None:
 
 
 def emit_json(data) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
+    """`--json` output: contestant text in it without escapes or control characters, each field capped
+    (judge/contain.py json_safe)."""
+    click.echo(json.dumps(json_safe(json.loads(json.dumps(data, default=str))), indent=2))
 
 
 def fail(message: str, code: int, as_json: bool):
@@ -70,10 +74,11 @@ def fail(message: str, code: int, as_json: bool):
     --json one JSON object on stdout (with `errors`, a list, where there are several); same exit code."""
     lines = message.splitlines() or [message]
     if as_json:
-        click.echo(json.dumps({"error": message, "exit": code, **({"errors": lines} if len(lines) > 1 else {})}))
+        click.echo(json.dumps(json_safe({"error": message, "exit": code,
+                                         **({"errors": lines} if len(lines) > 1 else {})})))
     else:
         for line in lines:
-            err.print(f"error: {line}", markup=False)
+            err.print(f"error: {terminal(line, LINE_CAP)}", markup=False)
     sys.exit(code)
 
 
@@ -239,8 +244,8 @@ def list_cmd(ctx: Context, round_, as_json: bool):
     if as_json:
         emit_json(rows)
         return
-    cells = [{"id": r["id"], "rev": str(r["revision"]), "round": str(r["round"]), "target": r["target"],
-              "author": r["author"], "claim": f"{r['claim'][0]}-{r['claim'][1]}x" if r["claim"] else "",
+    cells = [{"id": terminal(r["id"]), "rev": str(r["revision"]), "round": str(r["round"]), "target": terminal(r["target"]),
+              "author": terminal(r["author"]), "claim": f"{r['claim'][0]}-{r['claim'][1]}x" if r["claim"] else "",
               "outcome": r["outcome"] + (" (cleared)" if r["cleared"] else ""), "geomean": f"{r['geomean_speedup']:.3f}x" if r["geomean_speedup"] else ""}
              for r in rows]
     columns = fitting(LIST_COLUMNS, cells, out.width)
@@ -248,7 +253,7 @@ def list_cmd(ctx: Context, round_, as_json: bool):
     for column in columns:
         table.add_column(column, overflow="fold")
     for c in cells:
-        table.add_row(*(c[column] for column in columns))
+        table.add_row(*(Text(c[column]) for column in columns))
     out.print(table)
 
 
@@ -279,20 +284,21 @@ def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
     for rev in data["revisions"]:
         claim = rev["claim"]
         claim_text = f"claims {claim['low']}-{claim['high']}x" if claim else "no claim"
-        out.print(f"{proposal_id} r{rev['revision']} (round {rev['round']}, {rev['target']}): {rev['title']} by {rev['author']}; {claim_text}", markup=False)
+        out.print(f"{terminal(proposal_id)} r{rev['revision']} (round {rev['round']}, {terminal(rev['target'])}): "
+                  f"{terminal(rev['title'])} by {terminal(rev['author'])}; {claim_text}", markup=False)
         for e in rev["evaluations"]:
             cleared = e["cleared"]
             if cleared:
-                out.print(f"  evaluation #{e['evaluation_id']}: {cleared['outcome']} ({cleared['reason'] or e['reason']}); "
-                          f"cleared by {cleared['cleared_by']} on {cleared['cleared_at']}, held before as "
-                          f"{e['outcome']}", markup=False)
+                out.print(f"  evaluation #{e['evaluation_id']}: {cleared['outcome']} "
+                          f"({terminal(cleared['reason'] or e['reason'])}); cleared by {terminal(cleared['cleared_by'])} "
+                          f"on {cleared['cleared_at']}, held before as {e['outcome']}", markup=False)
             else:
-                out.print(f"  evaluation #{e['evaluation_id']}: {e['outcome']} ({e['reason']})", markup=False)
+                out.print(f"  evaluation #{e['evaluation_id']}: {e['outcome']} ({terminal(e['reason'])})", markup=False)
             for s in e["stages"]:
-                out.print(f"    {s['stage']:12} {s['status']:9} {s['summary']}", markup=False)
+                out.print(f"    {s['stage']:12} {s['status']:9} {terminal(s['summary'])}", markup=False)
     for v in data["votes"]:
         flag = f"  FLAG: {v['flag']}" if v["flag"] else ""
-        out.print(f"  vote {v['shark']}: total {v['total']}{flag}", markup=False)
+        out.print(f"  vote {terminal(v['shark'])}: total {v['total']}{flag}", markup=False)
 
 
 @command(main, "status")
@@ -306,17 +312,18 @@ def status_cmd(ctx: Context, as_json: bool):
     out.print(f"{data['ledger']}: {counts}", markup=False)
     for r in data["rounds"]:
         outcomes = ", ".join(f"{n} {o}" for o, n in r["outcomes"].items()) or "no verdicts"
-        out.print(f"  {r['target']} round {r['round']}{' (closed)' if r['closed'] else ''}: {outcomes}; "
-                  f"winner: {r['winner'] or 'none'}; base: {r['base_origin']}", markup=False)
+        out.print(f"  {terminal(r['target'])} round {r['round']}{' (closed)' if r['closed'] else ''}: {outcomes}; "
+                  f"winner: {terminal(r['winner']) or 'none'}; base: {terminal(r['base_origin'])}", markup=False)
         for h in r["held"]:
-            what = f"    held: {h['proposal_id']} r{h['revision']} (evaluation #{h['evaluation_id']}), implausible"
+            what = (f"    held: {terminal(h['proposal_id'])} r{h['revision']} (evaluation #{h['evaluation_id']}), "
+                    "implausible")
             if h["command"]:
                 out.print(f"{what} until a person clears it: {h['command']}", markup=False)
             else:
                 out.print(f"{what}, never cleared: round {r['round'] + 1} has begun, so it can no longer win",
                           markup=False)
     for t in data["targets"]:
-        out.print(f"  {t['target']}: proposals go to round {t['open_round']}", markup=False)
+        out.print(f"  {terminal(t['target'])}: proposals go to round {t['open_round']}", markup=False)
 
 
 from . import cli_network, cli_noise, cli_rounds  # noqa: E402,F401 (commands registered on `main`)

@@ -8,8 +8,11 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from rich.text import Text
+
 from . import round_actions
 from .cli import Context, command, emit_json, err, fail, main, out
+from .contain import terminal
 from .errors import JudgeError
 from .run_progress import RunProgress
 from .targets import find_target
@@ -75,19 +78,23 @@ def _print_runs(summaries: list[dict], as_json: bool) -> None:
 
 
 def _print_summary(s: dict) -> None:
-    """One target's round on the terminal: its verdicts, the winner or why none, the held results, the time."""
-    table = Table(title=f"round {s['round']} · {s['target']} · base: {s['base_origin']}", title_justify="left")
+    """One target's round on the terminal: its verdicts, the winner or why none, the held results, the time. Cells
+    are rich Text, each capped: a contestant's `[bold]` is text, not markup, and rich folds a long cell in time
+    that grows with the square of its length (a 16 MiB reason kept `judge run` busy for minutes)."""
+    title = f"round {s['round']} · {terminal(s['target'])} · base: {terminal(s['base_origin'])}"
+    table = Table(title=Text(title), title_justify="left")
     for column in ("proposal", "rev", "outcome", "eval", "reason"):
         table.add_column(column, overflow="fold")
     for v in s["verdicts"]:
-        table.add_row(v["proposal_id"], str(v["revision"]), v["outcome"] + (" (earlier run)" if v["skipped"] else ""),
-                      f"#{v['evaluation_id']}" if v["evaluation_id"] else "", v["reason"])
+        table.add_row(Text(terminal(v["proposal_id"])), str(v["revision"]),
+                      v["outcome"] + (" (earlier run)" if v["skipped"] else ""),
+                      f"#{v['evaluation_id']}" if v["evaluation_id"] else "", Text(terminal(v["reason"])))
     for p in s["pitches"]:
-        table.add_row(p, "", "pitch", "", "no patch yet: scored by sharks, not evaluated")
+        table.add_row(Text(terminal(p)), "", "pitch", "", "no patch yet: scored by sharks, not evaluated")
     out.print(table)
-    out.print(f"winner: {s['winner'] or _no_winner(s['verdicts'], s['held'])}", markup=False)
+    out.print(f"winner: {terminal(s['winner']) or _no_winner(s['verdicts'], s['held'])}", markup=False)
     for h in s["held"]:
-        out.print(f"held: {h['proposal_id']} r{h['revision']} (evaluation #{h['evaluation_id']}) is implausible and "
+        out.print(f"held: {terminal(h['proposal_id'])} r{h['revision']} (evaluation #{h['evaluation_id']}) is implausible and "
                   f"cannot win until a person who has checked it runs: {h['command']} (before round {s['round'] + 1} "
                   f"starts)", markup=False)
     out.print(time_line(s["time"]), markup=False)
@@ -107,7 +114,7 @@ def time_line(spent: dict) -> str:
 def _no_winner(verdicts: list[dict], held: list[dict]) -> str:
     """Why a round has no winner, in the report's words: a held result, nothing timed, or nothing faster."""
     if held:
-        names = ", ".join(f"{h['proposal_id']} (evaluation #{h['evaluation_id']})" for h in held)
+        names = ", ".join(f"{terminal(h['proposal_id'])} (evaluation #{h['evaluation_id']})" for h in held)
         return f"none yet ({names} {'is' if len(held) == 1 else 'are'} held as implausible, see below)"
     timed = {"faster", "slower", "inconclusive", "unchanged", "implausible"}
     if not any(v["outcome"] in timed for v in verdicts):
@@ -220,13 +227,14 @@ def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, out_
     if as_json:
         emit_json(result)
         return
-    out.print(f"evaluation {evaluation_id} cleared: it stands as {result['outcome']} ({result['reason']})", markup=False)
-    out.print(f"round {result['round']} winner: {result['round_winner'] or 'none'}", markup=False)
+    out.print(f"evaluation {evaluation_id} cleared: it stands as {result['outcome']} ({terminal(result['reason'])})",
+              markup=False)
+    out.print(f"round {result['round']} winner: {terminal(result['round_winner']) or 'none'}", markup=False)
     following = result["next_round"]
     out.print(f"round {following['round']} of {result['target']} will start from: {following['origin']} "
               f"(sha256 {following['sha256'][:12]})", markup=False)
     if following["no_longer_apply"]:
-        out.print(f"no longer apply to that base (they need a new revision): {', '.join(following['no_longer_apply'])}",
-                  markup=False)
+        out.print("no longer apply to that base (they need a new revision): "
+                  + ", ".join(terminal(p) for p in following["no_longer_apply"]), markup=False)
     for path in result["reports"]:
         out.print(f"rendered again: {path}", markup=False)

@@ -10,10 +10,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
+
+from .contain import LOG_CAP
 
 if TYPE_CHECKING:
     from .confine import Policy
@@ -212,9 +213,19 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    if not path.exists():
+def tail(path: Path, lines: int = LOG_TAIL_LINES, limit: int = LOG_CAP) -> str:
+    """The last `lines` lines of a log, read from at most its last `limit` bytes: a child that printed 100 MiB,
+    or one line of 100 MiB, costs judge `limit` bytes here. Where the window cuts into a line, the tail starts
+    with how many bytes of the log came before it."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            start = size - limit + 64 if size > limit else 0  # 64: room for the note, within `limit` in all
+            handle.seek(start)
+            split = list(handle)  # lines end at b"\n" only, as the log's reader sees them
+    except FileNotFoundError:
         return ""
-    with open(path, "rb") as handle:
-        last = deque(handle, maxlen=lines)
-    return b"".join(last).decode("utf-8", errors="replace")
+    text = b"".join(split[-lines:]).decode("utf-8", errors="replace")
+    if start and len(split) <= lines:  # the window starts inside a line: say how much came before it
+        return f"({start} more bytes before)\n{text}"
+    return text

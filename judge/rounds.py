@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from . import contain
 from .errors import JudgeError
 from .devices import facts_dict, host_facts
 from .dispatch import Job
@@ -214,7 +215,9 @@ class RoundRun:
                subject: Optional[str] = None) -> Verdict:
         """Write one evaluation; `place` is the Ray worker that ran its GPU stages, when one did; `subject` is
         'candidate' with a revision, else 'base' unless named ('peer')."""
+        stages = [s.bounded() for s in stages]  # the reason, the ledger and the terminal see the same capped text
         outcome, reason = outcome or decide(stages, default_floor(self.target))
+        reason = contain.cap(reason, contain.REASON_CAP)
         self._count(stages)
         device = self.device if place is None else {**(place.get("device") or {}), "host": place["host"],
                                                     "gpus": place["gpus"]}

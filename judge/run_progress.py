@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .contain import terminal
 from .dispatch import describe_place
 
 
@@ -39,19 +40,21 @@ class RunProgress:
         elif kind == "compile-progress" and self.task is not None:
             self.progress.update(self.task, completed=info["done"])
         elif kind == "stage":
-            self.progress.console.print(f"  {info['proposal']}: {info['stage']} ...", markup=False)
+            self.progress.console.print(f"  {terminal(info['proposal'])}: {info['stage']} ...", markup=False)
         elif kind == "gpu-start":
             self.gpu_task = self.progress.add_task("correctness and timing", total=info["total"])
         elif kind == "verdict":
             where = f" [{info['where']}]" if info.get("where") else ""
-            self.progress.console.print(f"  {info['proposal']}: {info['outcome']} ({info['reason']}){where}", markup=False)
+            self.progress.console.print(f"  {terminal(info['proposal'])}: {info['outcome']} ({terminal(info['reason'])}){where}",
+                                        markup=False)
             self._advance(info.get("where"))
         elif kind == "workers":
             for n, place in enumerate(info["places"], start=1):
                 self.progress.console.print(f"worker {n}: {describe_place(place)}", markup=False)
                 self.worker_tasks[describe_place(place)] = self.progress.add_task(f"  worker {n}", total=None)
         elif kind == "skip":
-            self.progress.console.print(f"  {info['proposal']}: {info['outcome']} in an earlier run, kept", markup=False)
+            self.progress.console.print(f"  {terminal(info['proposal'])}: {info['outcome']} in an earlier run, kept",
+                                        markup=False)
         elif kind == "probe":
             self.progress.console.print(f"{info['target']}: looking for a GPU ...", markup=False)
         elif kind == "calibrate":

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import contain
 from .stage_details import Detail, detail_type
 
 STATUSES = ("passed", "failed", "crashed", "timed-out", "tampered", "not-run")
@@ -35,6 +36,15 @@ class StageResult:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    def bounded(self) -> "StageResult":
+        """This result as the ledger keeps it: its summary and every string of its detail capped at a line
+        (contain.LINE_CAP), its log tail to its last contain.LOG_CAP characters; each cut says how much it left out."""
+        detail = self.detail.to_json()
+        capped = contain.cap_strings(detail, contain.LINE_CAP)
+        return StageResult(self.stage, self.status, contain.cap(self.summary, contain.LINE_CAP), self.seconds,
+                           self.detail if capped == detail else type(self.detail).from_json(capped),
+                           contain.cap_tail(self.log_tail, contain.LOG_CAP))
 
     def to_dict(self) -> dict[str, Any]:
         """As `judge show --json` prints it: the detail as the ledger stores it."""

@@ -132,3 +132,15 @@ def test_nothing_due_nothing_said(tmp_path, monkeypatch):
     monkeypatch.setattr(charts, "available", lambda: False)
     empty = Ledger(tmp_path / "ledger.db")
     assert "charts not drawn" not in render_leaderboard(empty, tmp_path).read_text()
+
+
+def test_a_contestants_name_is_drawn_as_text(tmp_path):
+    """An author that matplotlib would read as mathtext (and stop on), or hide from the legend with its leading
+    underscore, is drawn as written; controls and ANSI escapes, which SVG cannot hold, are gone."""
+    row = {"round": 1, "proposal_id": "p", "revision": 1, "claim": [1.1, 1.2], "geomean": 1.15, "geomean_ci": [1.1, 1.2]}
+    authors = [{"author": name, "inside": 1, "above": 0, "below": 0, "rows": [row]}
+               for name in ("$\\frac{1}{0$ \x1b[31mred\x07", "_hidden")]
+    svg = charts.claims_chart(tmp_path / "claims.svg", "claims", authors).read_text()
+    assert "$\\frac{1}{0$ red: 1 inside, 0 above, 0 below" in svg
+    assert " _hidden: 1 inside, 0 above, 0 below" in svg
+    assert "\x1b" not in svg and "\x07" not in svg

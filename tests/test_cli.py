@@ -433,6 +433,62 @@ def test_a_write_that_waits_for_another_process_says_so_and_counts_the_wait(env)
         "time: 50.0 s wall; timing 3.0 s, waiting for the ledger's lock 45.0 s"
 
 
+def test_contestant_text_reaches_the_terminal_and_json_as_plain_text(env):
+    """rich markup in a title is text, not style; ANSI escapes and other controls are gone, in both outputs."""
+    judge, root = env
+    proposal_dir(root, "alpha", extra='risks = ["\\u001b]8;;https://evil\\u001b\\\\link\\u001b]8;;\\u001b\\\\"]\n')
+    toml = root / "proposals" / "alpha" / "proposal.toml"
+    toml.write_text(toml.read_text().replace('title = "alpha title"', 'title = "[bold red]won[/bold red] \\u001b[2J\\u0007!"'))
+    (root / "proposals" / "alpha" / "pitch.md").write_text("line one\n\x1b[31mred\x1b[0m\tand \u202eevil\n")
+    judge("submit", "proposals")
+    assert judge("show", "alpha").stdout.splitlines()[0] == \
+        "alpha r1 (round 1, axpy): [bold red]won[/bold red] ! by team-a; claims 1.1-1.2x"
+    [revision] = json.loads(judge("show", "alpha", "--json").stdout)["revisions"]
+    assert (revision["title"], revision["risks"], revision["pitch"]) == (
+        "[bold red]won[/bold red] !", ["link"], "line one\nred\tand evil\n")
+
+
+def test_a_huge_reason_leaves_judge_run_at_once(env, monkeypatch):
+    """rich folds a table cell in time that grows with the square of its length: a 16 MiB reason kept `judge run`
+    busy for minutes after the report was written. Each cell is contained and capped first."""
+    import time
+
+    from judge import actions
+
+    judge, root = env
+    judge("init")
+    reason = "correctness: crashed: RuntimeError: \x1b[31m[bold]forged[/bold] " + "x" * (16 << 20)
+    summary = {"round": 1, "target": "axpy", "base_origin": "[red]round 1 base[/red]", "pitches": [], "winner": None,
+               "verdicts": [{"proposal_id": "alpha", "revision": 1, "outcome": "crashed", "skipped": False,
+                             "evaluation_id": 2, "reason": reason}], "time": {"wall_s": 1.0}, "report": "reports/round-1.md"}
+    monkeypatch.setattr(actions, "run", lambda *args: [summary])
+    started = time.monotonic()
+    result = judge("run", "--round", "1")
+    assert time.monotonic() - started < 10
+    out = result.stdout
+    assert out.startswith("round 1 · axpy · base: [red]round 1 base[/red]\n") and "\x1b" not in out
+    folded = "".join(out.replace("│", "").split())  # the reason column, folded over many lines
+    assert "RuntimeError:[bold]forged[/bold]xxx" in folded and folded.count("x") > 900
+    assert "xxx(16776299morecharacters)" in folded
+    as_json = json.loads(judge("run", "--round", "1", "--json").stdout)[0]["verdicts"][0]["reason"]
+    assert as_json == reason.replace("\x1b[31m", "")[:4069] + " (16773203 more characters)"
+
+
+def test_run_progress_prints_a_verdicts_reason_contained():
+    import io
+
+    from rich.console import Console
+
+    from judge.run_progress import RunProgress
+
+    buffer = io.StringIO()
+    with RunProgress(Console(file=buffer, soft_wrap=True, force_terminal=False), enabled=True) as progress:
+        progress.event("verdict", proposal="alpha", outcome="crashed",
+                       reason="correctness: crashed: \x1b[31m[bold]<!--[/bold]\x07\nnext " + "y" * 5000)
+    assert buffer.getvalue().splitlines()[0] == \
+        "  alpha: crashed (correctness: crashed: [bold]<!--[/bold] next " + "y" * 932 + " (4068 more characters))"
+
+
 def test_a_cpu_target_names_the_cpu_it_runs_on_and_looks_for_no_gpu():
     import io
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.isolation import run_isolated
+from judge.isolation import run_isolated, tail
 
 FIXTURE = Path(__file__).parent / "fixtures" / "children"
 
@@ -119,3 +119,31 @@ def test_log_path_and_tail_of_forty_lines(workspace, tmp_path):
     lines = outcome.log_tail.splitlines()
     assert len(lines) == 40
     assert lines[0] == "line 60" and lines[-1] == "line 99"
+
+
+def test_a_tail_reads_only_the_end_of_a_huge_log(tmp_path):
+    """One 8 MiB line with no newline: the tail is its last 64 KiB less room for the note, not the whole line."""
+    log = tmp_path / "flood.log"
+    log.write_bytes(b"z" * (8 << 20))
+    text = tail(log)
+    assert text == f"({(8 << 20) - (64 << 10) + 64} more bytes before)\n" + "z" * ((64 << 10) - 64)
+    assert len(text) <= 64 << 10
+
+
+def test_a_tail_of_short_lines_is_its_last_forty_whole_lines(tmp_path):
+    log = tmp_path / "lines.log"
+    log.write_bytes(b"".join(b"line %d\r\n" % i for i in range(100_000)))
+    assert tail(log).splitlines() == [f"line {i}" for i in range(99_960, 100_000)]
+    log.write_bytes(b"a\nb")
+    assert tail(log) == "a\nb"
+    assert tail(tmp_path / "missing.log") == ""
+
+
+def test_a_window_that_cuts_into_long_lines_says_so(tmp_path):
+    log = tmp_path / "long.log"
+    log.write_bytes(b"".join(bytes([65 + i]) * 20_000 + b"\n" for i in range(10)))
+    text = tail(log)
+    first, *rest = text.split("\n")
+    assert first == "(134538 more bytes before)"  # 10 lines of 20,001 bytes, less the 65,472 read
+    assert rest[0] == "G" * 5468 and [line[0] for line in rest[1:-1]] == ["H", "I", "J"] and rest[-1] == ""
+    assert len(text) <= 64 << 10

@@ -8,7 +8,7 @@ import pytest
 
 from judge.ledger import Ledger
 from judge.records import Proposal, Shark, Vote
-from judge.stage_details import TimedBenchmark, TimingDetail
+from judge.stage_details import CheckDetail, TimedBenchmark, TimingDetail
 from judge.stages import StageResult
 
 
@@ -81,6 +81,28 @@ def test_an_evaluation_is_written_whole_or_not_at_all(tmp_path):
     # raw repetitions live in `timings`, not duplicated in the stage's JSON
     stored = json.loads(ledger.query("select detail_json from stage_results where id = 1")[0]["detail_json"])
     assert "base_us" not in stored["benchmarks"][0]
+
+
+def test_text_a_candidate_produced_is_capped_before_it_is_stored(tmp_path):
+    """A 16 MiB error line, in the summary, the detail and the reason, and a 1 MiB log tail: the ledger keeps
+    4 KiB of each line, 8 KiB of the reason, the last 64 KiB of the tail, each saying how much it left out."""
+    ledger = Ledger(tmp_path / "l.db")
+    ledger.submit(make(), "x")
+    round_row = ledger.create_round("axpy", 1, "src", "origin")
+    run_id = ledger.start_run(round_row["id"], [])
+    error = "RuntimeError: " + "x" * (16 << 20)
+    crashed = StageResult("correctness", "crashed", f"crashed: {error}", 2.0, CheckDetail(error=error),
+                          "head\n" + "t" * (1 << 20))
+    ledger.record_evaluation(run_id=run_id, round_id=round_row["id"], revision_id=1, subject="candidate",
+                             kernel_sha256="k", outcome="crashed", reason=f"correctness: crashed: {error}",
+                             stages=[crashed], device=None, started_at="t")
+    [stage] = ledger.stage_results(1)
+    assert stage.summary == "crashed: RuntimeError: " + "x" * 4046 + " (16773170 more characters)"
+    assert stage.detail.error == "RuntimeError: " + "x" * 4055 + " (16773161 more characters)"
+    assert stage.log_tail == "(983077 more characters before)\n" + "t" * 65504
+    assert ledger.evaluation(1)["reason"] == "correctness: crashed: RuntimeError: " + "x" * 8129 + " (16769087 more characters)"
+    ledger.close()
+    assert sum(path.stat().st_size for path in tmp_path.glob("l.db*")) < 1 << 20
 
 
 def test_a_round_base_is_frozen_once_created(tmp_path):

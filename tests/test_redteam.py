@@ -580,6 +580,46 @@ def test_other_processes_cannot_be_reniced_or_pinned(request, key):
     assert not done, done[:4]
 
 
+# ---- what the round's report shows of them --------------------------------------------------------------
+
+# Cheats whose crash message, error line or output is written to rewrite or swamp the scorecard.
+TEXT_CHEATS = ("text_in_error", "text_in_import_error", "huge_error_line", "huge_error_lines", "flood_output",
+               "flood_output_lines")
+REPORT_SECONDS = 60  # judge's renderer on a 2-core VM: 3.6 s for the round with a 16 MiB error stored whole
+ROW_BYTES = 256 << 10  # what the ledger may hold of one evaluation's text: its reason, summaries, details, log tails
+
+
+@pytest.mark.parametrize("key", _targets())
+def test_the_report_shows_what_candidates_wrote_contained(request, key, tmp_path):
+    """judge's own renderer on the round's ledger: in seconds, no control character, raw tag or comment, link,
+    bold judge did not write or split row; the forged text there only as text; the ledger small."""
+    from judge.report import render_round
+    from test_report_contain import problems
+
+    rr = _round(request, key)
+    if not {"text_in_error", "huge_error_line", "flood_output"} <= set(rr.cheats_by_name):
+        pytest.skip("the text cheats were not selected")
+    ledger = Ledger(rr.ledger_path)
+    try:
+        started = time.monotonic()
+        markdown = render_round(ledger, 1, tmp_path, target=rr.main_target).read_text()
+        assert time.monotonic() - started < REPORT_SECONDS
+        sizes = {row["id"]: row["n"] for row in ledger.query(
+            "select e.id, length(e.reason) + sum(length(s.summary) + length(s.detail_json) + length(s.log_tail)) as n "
+            "from evaluations e join stage_results s on s.evaluation_id = e.id group by e.id")}
+    finally:
+        ledger.close()
+    assert problems(markdown) == []
+    assert [line for line in markdown.splitlines() if "**faster**" in line and not line.startswith("- Status: **faster**")] == []
+    assert "\\*\\*faster\\*\\* (evaluation #1)" in markdown and "&lt;img src=x onerror=alert(1)>" in markdown
+    assert len(markdown) < 2 << 20
+    for name in TEXT_CHEATS:
+        cheat = rr.cheats_by_name.get(name)
+        if cheat is not None:
+            evaluation = rr.results[cheat.proposal_id]["id"]
+            assert sizes[evaluation] < ROW_BYTES, f"{name}: {sizes[evaluation]} characters of text in the ledger"
+
+
 def test_every_cheat_file_is_well_formed():
     names = {c.name for c in CHEATS}
     assert len(CHEATS) >= 25

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from .. import contain
 from ..errors import JudgeError
 from ..stage_details import CheckDetail, CompileDetail, CompileError, TimedBenchmark, TimingDetail, detail_type
 from ..stages import StageResult
@@ -30,7 +31,11 @@ class EvaluationRecords:
         device: dict | None,
         started_at: str,
     ) -> int:
-        """Write one finished evaluation with its stages, benchmarks, repetitions and resources at once."""
+        """Write one finished evaluation with its stages, benchmarks, repetitions and resources at once. Text a
+        candidate's processes produced is capped first (StageResult.bounded, contain.REASON_CAP): a 16 MiB error
+        line is kept as its first 4 KiB and how much more there was."""
+        stages = [s.bounded() for s in stages]
+        reason = contain.cap(reason, contain.REASON_CAP)
         timing = next((s for s in stages if s.stage == "timing" and s.status == "passed"), None)
         confinement = next((s.detail.confinement for s in stages
                             if isinstance(s.detail, (CheckDetail, TimingDetail)) and s.detail.confinement), None)
@@ -57,20 +62,7 @@ class EvaluationRecords:
                     "finished_at": now(),
                 }
             ).last_pk
-            for stage in stages:
-                db["stage_results"].insert(
-                    {
-                        "evaluation_id": evaluation_id,
-                        "stage": stage.stage,
-                        "status": stage.status,
-                        "summary": stage.summary,
-                        "seconds": stage.seconds,
-                        "detail_json": _json(stage.detail.to_json()),
-                        "log_tail": stage.log_tail,
-                    }
-                )
-                if isinstance(stage.detail, CompileDetail):
-                    db["kernel_resources"].insert_all(_resource_rows(evaluation_id, stage.detail))
+            _insert_stages(db, evaluation_id, stages)
             if timing:
                 _insert_benchmarks(db, evaluation_id, timing.detail.benchmarks)
         return evaluation_id
@@ -238,6 +230,24 @@ class EvaluationRecords:
         )
 
 
+def _insert_stages(db, evaluation_id: int, stages: list[StageResult]) -> None:
+    """An evaluation's stages and each compiled kernel's resources, inside the evaluation's transaction."""
+    for stage in stages:
+        db["stage_results"].insert(
+            {
+                "evaluation_id": evaluation_id,
+                "stage": stage.stage,
+                "status": stage.status,
+                "summary": stage.summary,
+                "seconds": stage.seconds,
+                "detail_json": _json(stage.detail.to_json()),
+                "log_tail": stage.log_tail,
+            }
+        )
+        if isinstance(stage.detail, CompileDetail):
+            db["kernel_resources"].insert_all(_resource_rows(evaluation_id, stage.detail))
+
+
 def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[TimedBenchmark]) -> None:
     """A timing stage's per-benchmark results and every repetition, inside the evaluation's transaction."""
     for bench in (b.require() for b in benchmarks):
@@ -293,7 +303,7 @@ def _resource_rows(evaluation_id: int, detail: CompileDetail) -> list[dict]:
             "ptx_bytes": config.ptx_bytes,
             "cubin_bytes": config.cubin_bytes,
             "compile_seconds": config.seconds,
-            "error": error.line if isinstance(error, CompileError) else error,
+            "error": _capped(error.line if isinstance(error, CompileError) else error),
         }
         kernels = config.kernels or [None]
         for kernel in kernels:
@@ -305,7 +315,7 @@ def _resource_rows(evaluation_id: int, detail: CompileDetail) -> list[dict]:
             rows.append(
                 {
                     **common,
-                    "kernel": kernel.name,
+                    "kernel": _capped(kernel.name),
                     "registers": kernel.registers,
                     "smem_bytes": kernel.smem_total,
                     "spill_bytes": sum(spills) if None not in spills else None,
@@ -316,3 +326,8 @@ def _resource_rows(evaluation_id: int, detail: CompileDetail) -> list[dict]:
                 }
             )
     return rows
+
+
+def _capped(text: str | None) -> str | None:
+    """A compile error or a kernel's name (both the candidate's doing) as the ledger keeps them: a line at most."""
+    return None if text is None else contain.cap(text, contain.LINE_CAP)

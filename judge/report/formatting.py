@@ -8,6 +8,8 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Optional
 
+from .. import contain
+
 KIB = 1024
 
 
@@ -176,22 +178,42 @@ def fmt_knob_changes(changes: Optional[list]) -> str:
     return "; ".join(f"{c['knob']} {fmt_knob(c['base'])} -> {fmt_knob(c['value'])}" for c in changes)
 
 
-def fmt_cell(value: Any) -> str:
-    """Text safe inside a GitHub table cell: one line, pipes escaped."""
-    if value is None:
-        return ""
-    return " ".join(str(value).split()).replace("|", "\\|")
-
-
 def fmt_line(value: Any) -> str:
-    """Text on one Markdown line (log lines and error messages may hold newlines)."""
+    """Judge's own text on one Markdown line (its confinement summary, its notes): whitespace made one space.
+    Text that a contestant, a shark or candidate code wrote goes through judge/contain.py instead."""
     return "" if value is None else " ".join(str(value).split())
 
 
+def fmt_text(value: Any) -> str:
+    """Contestant text on one line (error lines, summaries, reasons, notes), contained: judge/contain.py."""
+    return contain.md_text(value)
+
+
+def fmt_cell(value: Any) -> str:
+    """Contestant text in a table cell: contained as on a line, pipes escaped too."""
+    return contain.md_text(value, cell=True)
+
+
+def fmt_name(value: Any) -> str:
+    """An id, a name or an author, contained and capped at contain.NAME_CAP, on a line or in a cell."""
+    return contain.md_text(value, contain.NAME_CAP, cell=True)
+
+
+def fmt_title(value: Any) -> str:
+    """A title or a list of a proposal's (risks, references, joined), contained and capped at contain.TITLE_CAP."""
+    if isinstance(value, (list, tuple)):
+        value = "; ".join(str(v) for v in value)
+    return contain.md_text(value, contain.TITLE_CAP, cell=True)
+
+
 def fmt_code(value: Any) -> str:
-    """Inline code on one line; a backtick inside (Python tracebacks have them) gets a longer fence."""
-    text = fmt_line(value)
-    return f"`` {text} ``" if "`" in text else f"`{text}`"
+    """Inline code on one line (a patch line, a compile error), contained: judge/contain.py md_code."""
+    return contain.md_code(value)
+
+
+def fmt_quote(value: Any) -> str:
+    """A pitch as a Markdown quote it cannot close, capped at contain.PITCH_CAP: judge/contain.py md_quote."""
+    return contain.md_quote(value)
 
 
 def fmt_ids(ids: list[int]) -> str:
@@ -214,8 +236,12 @@ FILTERS = {
     "device": fmt_device,
     "knob": fmt_knob,
     "knob_changes": fmt_knob_changes,
-    "cell": fmt_cell,
     "line": fmt_line,
+    "text": fmt_text,
+    "cell": fmt_cell,
+    "name": fmt_name,
+    "title": fmt_title,
     "code": fmt_code,
+    "quote": fmt_quote,
     "ids": fmt_ids,
 }
