@@ -36,6 +36,7 @@ import torch as _judge_cal_torch
 _judge_cal_kernel = custom_kernel
 _JUDGE_CAL_DELAY_US = {delays!r}  # by the bytes of the call's input tensors
 _judge_cal_rate = []
+_judge_cal_known = {{}}  # id(data) -> (data, delay): judge calls the same data objects again and again
 
 
 def _judge_cal_bytes(data):
@@ -63,8 +64,11 @@ def _judge_cal_cycles_per_us():
 
 
 def custom_kernel(data):
+    known = _judge_cal_known.get(id(data))
+    if known is None or known[0] is not data:  # worked out before the call: no host work between kernel and delay
+        known = _judge_cal_known[id(data)] = (data, _JUDGE_CAL_DELAY_US.get(_judge_cal_bytes(data), 0.0))
+    delay = known[1]
     out = _judge_cal_kernel(data)
-    delay = _JUDGE_CAL_DELAY_US.get(_judge_cal_bytes(data), 0.0)
     if delay > 0:
         if _judge_cal_torch.cuda.is_available():
             _judge_cal_torch.cuda._sleep(int(delay * _judge_cal_cycles_per_us()))

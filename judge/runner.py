@@ -49,6 +49,10 @@ class Runner:
         self.prims = callframe.Primitives()
         if self.cuda:
             self.events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
+            # A runtime call on this thread makes CUDA's primary context current here: the driver calls that map
+            # the oracle's memory (judge.cuda_ipc) need one, and nothing else of torch has run on the GPU yet.
+            torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
         self.guard = tamper.install_guard()
         self.baseline = tamper.Snapshot.take(str(self.workspace.resolve()))
 
