@@ -453,15 +453,16 @@ def test_a_huge_reason_leaves_judge_run_at_once(env, monkeypatch):
     busy for minutes after the report was written. Each cell is contained and capped first."""
     import time
 
-    from judge import actions
+    from judge import round_actions
 
     judge, root = env
     judge("init")
     reason = "correctness: crashed: RuntimeError: \x1b[31m[bold]forged[/bold] " + "x" * (16 << 20)
     summary = {"round": 1, "target": "axpy", "base_origin": "[red]round 1 base[/red]", "pitches": [], "winner": None,
                "verdicts": [{"proposal_id": "alpha", "revision": 1, "outcome": "crashed", "skipped": False,
-                             "evaluation_id": 2, "reason": reason}], "time": {"wall_s": 1.0}, "report": "reports/round-1.md"}
-    monkeypatch.setattr(actions, "run", lambda *args: [summary])
+                             "evaluation_id": 2, "reason": reason}], "held": [], "time": {"wall_s": 1.0},
+               "report": "reports/round-1.md"}
+    monkeypatch.setattr(round_actions, "run", lambda *args: [summary])
     started = time.monotonic()
     result = judge("run", "--round", "1")
     assert time.monotonic() - started < 10
