@@ -353,8 +353,11 @@ def test_a_round_run_by_the_runner_reports_through_the_cli(tmp_path, monkeypatch
     assert "| 0 | size=1048576 | 100 | 80.0 | +20.0% | 1.250x [1.244, 1.256] | yes | - | - | 3 |" in text
     assert "| 1 | size=4194304 | 200 | 160 | +20.0% | 1.250x [1.244, 1.256] | yes | - | - | 3 |" in text
     assert "| 0, 1 | none | 128 (+32) | 1.0 (+0.0) | 0 (+0) | 0 (+0) | 128 (+0) | 4 (+0) limited by registers | 0.1 (+0.0) | 0.2 (+0.0) |" in text
-    assert "| 1 | a-fast r1 | 1.1-1.2x | 1.250x [1.244, 1.256] | above | faster | #2 |" in text
-    assert "- Device: Fake GPU, 4 SMs (evaluations #1, #2)" in text
+    # the round's A/A control is evaluation #2: fake stages record no process pairs, so none are counted
+    assert ("- Noise control (evaluation #2): the base against an identical copy of itself, judged as a candidate is, "
+            "read 1.000x [0.995, 1.005] (unchanged)") in text
+    assert "| 1 | a-fast r1 | 1.1-1.2x | 1.250x [1.244, 1.256] | above | faster | #3 |" in text
+    assert "- Device: Fake GPU, 4 SMs (evaluations #1, #2, #3)" in text
     data = json.loads(runner.invoke(main, ["--ledger", "ledger.db", "report", "--json"], catch_exceptions=False).output)
     assert data["round"]["targets"][0]["winner"]["proposal_id"] == "a-fast"
     assert runner.invoke(main, ["--ledger", "ledger.db", "report", "--round", "4"]).exit_code == 2
