@@ -222,5 +222,5 @@ def test_an_agents_loop_runs_through_judge_server_alone(served, tmp_path_factory
     card = _agent(["report", "--round", "1"], home, agent)
     assert card["path"] == "reports/round-1.md"
     assert card["round"]["targets"][0]["winner"]["proposal_id"] == "one-pass"
-    assert "| 1 | one-pass r1 (winner) | alice | faster | 1.300x [1.294, 1.307] | - | none | #2 |" in (home / card["path"]).read_text()
+    assert "| 1 | one-pass r1 (winner) | alice | faster | 1.300x [1.294, 1.307] | - | none | #3 |" in (home / card["path"]).read_text()
     assert sorted(p.name for p in home.iterdir()) == ["reports"] and status["rounds"][0]["target"] == "axpy"
