@@ -216,25 +216,25 @@ def test_clear_is_refused_once_the_next_round_began_and_rebases_before(contest):
     judge, root = contest
     ok(judge, "submit", str(propose(root, "a1", 1, "axpy", "speedup 20")), str(propose(root, "b1", 1, "bxpy", "speedup 20")))
     out = ok(judge, "run", "--round", "1")
-    assert "winner: none yet (a1 (evaluation #2) is held as implausible, see below)" in out.splitlines()
-    assert ('held: a1 r1 (evaluation #2) is implausible and cannot win until a person who has checked it runs: '
-            'judge clear 2 --note "why it is real" (before round 2 starts)') in out.splitlines()
+    assert "winner: none yet (a1 (evaluation #3) is held as implausible, see below)" in out.splitlines()
+    assert ('held: a1 r1 (evaluation #3) is implausible and cannot win until a person who has checked it runs: '
+            'judge clear 3 --note "why it is real" (before round 2 starts)') in out.splitlines()
     # axpy: cleared before round 2 starts; its winner becomes round 2's base
-    out = ok(judge, "clear", "2", "--note", "re-timed by hand")
+    out = ok(judge, "clear", "3", "--note", "re-timed by hand")
     assert out.splitlines()[:3] == [
-        "evaluation 2 cleared: it stands as faster (geomean 20.000x [19.900, 20.100] over 2 benchmarks)",
+        "evaluation 3 cleared: it stands as faster (geomean 20.000x [19.900, 20.100] over 2 benchmarks)",
         "round 1 winner: a1",
         f"round 2 of axpy will start from: round 1 base + winner a1 r1 (sha256 "
         f"{json.loads(ok(judge, 'base', '--target', 'axpy', '--json'))['sha256'][:12]})",
     ]
     shown = ok(judge, "show", "a1").splitlines()
-    assert shown[1].startswith("  evaluation #2: faster (geomean 20.000x [19.900, 20.100] over 2 benchmarks); cleared by ")
+    assert shown[1].startswith("  evaluation #3: faster (geomean 20.000x [19.900, 20.100] over 2 benchmarks); cleared by ")
     assert shown[1].endswith(", held before as implausible")
     # bxpy: round 2 starts with b1 still held; then its clearance is refused
     ok(judge, "run", "--target", "bxpy", "--round", "2")
     began = Ledger(root / "ledger.db", create=False).round_row("bxpy", 2)["created_at"]
-    refused(judge, root, ("clear", "4", "--note", "it was real"),
-            f"evaluation 4 cannot be cleared: it is in round 1 of bxpy, which closed when round 2 began on {began}, and "
+    refused(judge, root, ("clear", "6", "--note", "it was real"),
+            f"evaluation 6 cannot be cleared: it is in round 1 of bxpy, which closed when round 2 began on {began}, and "
             "a clearance now would change a base already in use; nothing was written (a new revision for round 3 can "
             "win there)")
     refused(judge, root, ("run", "--target", "bxpy", "--round", "1", "--again"),
@@ -247,7 +247,7 @@ def test_clear_is_refused_once_the_next_round_began_and_rebases_before(contest):
     assert ("- Held: nobody cleared it before round 2 began, so it can no longer win (`judge clear` refuses a closed "
             "round); a new revision for a later round is judged afresh.") in report
     status = ok(judge, "status").splitlines()
-    assert ("    held: b1 r1 (evaluation #4), implausible, never cleared: round 2 has begun, so it can no longer win"
+    assert ("    held: b1 r1 (evaluation #6), implausible, never cleared: round 2 has begun, so it can no longer win"
             in status)
 
 
@@ -260,7 +260,7 @@ def test_a_round_starts_only_after_the_one_before_finished(contest):
     code, stdout, stderr = judge("run", "--target", "axpy")
     assert (code, stdout) == (130, "")
     assert stderr.splitlines()[-1] == (
-        "interrupted: round 1 of axpy kept 1 verdict of this run (#2) in ledger.db; 1 proposal has no verdict yet "
+        "interrupted: round 1 of axpy kept 1 verdict of this run (#3) in ledger.db; 1 proposal has no verdict yet "
         "(b1); 'judge run --target axpy --round 1' resumes with the proposals that have no verdict yet")
     base = ok(judge, "base", "--target", "axpy")  # round 2's, as round 1 stands so far
     ok(judge, "submit", str(propose(root, "a2", 2, "axpy", "speedup 1.1", base=base, knob="CHUNKS = 1")))
