@@ -95,7 +95,7 @@ def test_the_round_page_shows_the_winner_its_charts_and_contestant_text_as_text(
     browser.find_element("link text", "Round 1").click()
     assert browser.current_url == f"{site.url}/pages/round-1.html"
     body = browser.find_element("tag name", "main").text
-    assert "Winner: fast revision 1 by alice, geomean 1.250x [1.244, 1.256] (evaluation #2)." in body
+    assert "Winner: fast revision 1 by alice, geomean 1.250x [1.244, 1.256] (evaluation #3)." in body
     assert sorted(src.rsplit("/", 1)[1] for src, width in _images(browser) if width > 0) == [
         "round-1-axpy-claims.svg", "round-1-axpy-times.svg"]
     assert HOSTILE in body  # shown as written, every character of it
