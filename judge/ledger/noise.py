@@ -18,6 +18,15 @@ class NoiseRecords:
         """The round's latest A/A control (judge/control.py), or None."""
         return self.latest_evaluation(round_id, None, subject=CONTROL)
 
+    def verdict_floor(self, round_id: int) -> dict | None:
+        """The noise floor (judge.noise.Floor's JSON) that the round's latest passed candidate timing recorded, or
+        None where none did."""
+        rows = self.query(
+            "select s.detail_json from stage_results s join evaluations e on e.id = s.evaluation_id "
+            "where e.round_id = ? and e.subject = 'candidate' and s.stage = 'timing' and s.status = 'passed' "
+            "order by e.id desc limit 1", (round_id,))
+        return json.loads(rows[0]["detail_json"]).get("floor") if rows else None
+
     def control_samples(self, target: str, device: str) -> list[list[float]]:
         """Per control and calibration A/A run of `target` on `device`, oldest first: its process pairs' geomean
         log ratios."""

@@ -3,7 +3,6 @@ noise floor the round's verdicts cleared, and whether the round was noisy enough
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Optional
 
@@ -43,10 +42,4 @@ def control_view(ledger: Ledger, round_row: dict, floor: Optional[Floor]) -> Opt
 
 def round_floor(ledger: Ledger, round_id: int) -> Optional[Floor]:
     """The floor the round's candidates' timing verdicts recorded (the latest one)."""
-    rows = ledger.query(
-        "select s.detail_json from stage_results s join evaluations e on e.id = s.evaluation_id "
-        "where e.round_id = ? and e.subject = 'candidate' and s.stage = 'timing' and s.status = 'passed' "
-        "order by e.id desc limit 1", (round_id,))
-    if not rows:
-        return None
-    return Floor.from_json(json.loads(rows[0]["detail_json"]).get("floor"))
+    return Floor.from_json(ledger.verdict_floor(round_id))
