@@ -64,7 +64,7 @@ def _targets(ledger: Ledger) -> list[str]:
 
 def round_page(ledger: Ledger, round: int) -> tuple[str, dict[str, bytes]]:
     """Round N's scorecard page (every target of it) and the charts it shows."""
-    if not ledger.query("select 1 from rounds where round = ?", (round,)):
+    if not any(r["round"] == round for r in ledger.rounds()):
         raise NotFound(f"round {round} has not run (see the contest's page)")
     view = round_view(ledger, round)
     with tempfile.TemporaryDirectory(prefix="judge-page-") as scratch:
