@@ -25,7 +25,10 @@ import re  # noqa: E402
 PACKAGE = ROOT / "judge"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 # The first migration builds the whole initial schema; an applied migration is never edited.
-LONG_ALLOWED = {("migrations.py", "m001_initial")}
+# judge.callframe.serve_calls is one frame by design, the structural defence: everything that follows the kernel's
+# call runs in that frame with locals only (no function looked up, no helper a kernel could have replaced), so it
+# cannot be split into functions.
+LONG_ALLOWED = {("migrations.py", "m001_initial"), ("callframe.py", "serve_calls")}
 SQL = re.compile(r"""["'](?:\s*)(select|insert|update|delete|create table|alter table)\s""", re.I)
 
 
