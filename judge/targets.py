@@ -225,7 +225,31 @@ def load_target(path: str | Path) -> Target:
         raise JudgeError(
             f"{where}: field 'speed_of_light_us': {len(sol)} values for {len(benchmarks)} benchmarks"
         )
-    arch = str(meta.get("arch", "any"))
+    measuring = _measuring(meta, where)
+    return Target(
+        name=meta.get("name", path.name),
+        path=path,
+        kernel_file=kernel_file,
+        arch=str(meta.get("arch", "any")),
+        tests=list(task.get("tests") or []),
+        benchmarks=list(benchmarks),
+        files=files,
+        rtol=tolerance.get("rtol"),
+        atol=tolerance.get("atol"),
+        limits=limits,
+        speed_of_light_us=sol,
+        compile_entry=(meta.get("compile") or {}).get("entry"),
+        ranking_by=str(task.get("ranking_by", "geom")),
+        distributions=_distributions(meta.get("distributions"), path, where),
+        static=_static(meta.get("static"), path, where),
+        peer=_peer(meta.get("peer"), path, where, kernel_file),
+        forbidden=_forbidden(meta.get("rules"), where),
+        **measuring,
+    )
+
+
+def _measuring(meta: dict[str, Any], where: Path) -> dict[str, Any]:
+    """judge.toml's keys for how a candidate is timed and judged: its clock, min_effect, cores and max_speedup."""
     clock = str(meta.get("clock", "gpu"))
     if clock not in CLOCKS[:2]:
         raise JudgeError(f"{where}: field 'clock': '{clock}' — 'gpu' (launch hidden) or 'call' (the whole call, "
@@ -240,29 +264,8 @@ def load_target(path: str | Path) -> Target:
     max_speedup = float(plausibility.get("max_speedup", DEFAULT_MAX_SPEEDUP))
     if max_speedup <= 1:
         raise JudgeError(f"{where}: field 'plausibility.max_speedup': must be above 1, got {max_speedup}")
-    return Target(
-        name=meta.get("name", path.name),
-        path=path,
-        kernel_file=kernel_file,
-        arch=arch,
-        tests=list(task.get("tests") or []),
-        benchmarks=list(benchmarks),
-        files=files,
-        rtol=tolerance.get("rtol"),
-        atol=tolerance.get("atol"),
-        limits=limits,
-        speed_of_light_us=sol,
-        compile_entry=(meta.get("compile") or {}).get("entry"),
-        ranking_by=str(task.get("ranking_by", "geom")),
-        clock=clock,
-        distributions=_distributions(meta.get("distributions"), path, where),
-        max_speedup=max_speedup,
-        min_effect=float(min_effect) if min_effect is not None else None,
-        static=_static(meta.get("static"), path, where),
-        peer=_peer(meta.get("peer"), path, where, kernel_file),
-        cores=cores,
-        forbidden=_forbidden(meta.get("rules"), where),
-    )
+    return {"clock": clock, "min_effect": float(min_effect) if min_effect is not None else None, "cores": cores,
+            "max_speedup": max_speedup}
 
 
 def _files(task: dict, path: Path, kernel_file: str) -> list[tuple[str, str]]:
