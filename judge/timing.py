@@ -164,26 +164,7 @@ def _benchmark(ev: Evaluator, runners: dict[str, Worker], index: int, pair: int,
                   flush=not target.on_cpu)
     current = "cand"
     try:
-        for who, worker in runners.items():
-            current = who
-            worker.start("build", plan=made["plans"][str(worker.pid)])
-        for who, worker in runners.items():
-            current = who
-            worker.finish(time_left(deadline))
-            worker.freeze()
-        ev.ask("stage", key=key, name="warm", copies=list(range(copies)), runners=list(pids.values()))
-        warm = []
-        for who, worker in runners.items():
-            current = who
-            warm.append((who, worker.call("warm_up", time_left(deadline)).value))
-            worker.freeze()
-        spin = _spin(target, warm)
-        serials = {}
-        for who, worker in runners.items():
-            current = who
-            serials[who], entered = worker.enter("calls", time_left(deadline))
-            worker.freeze()
-            (result.base_findings if who == "base" else result.findings).extend(entered.value.get("found", []))
+        spin, serials = _enter_frames(ev, runners, key, made, copies, deadline, result)
         clocks = ["host"] if target.on_cpu else ["gpu", "call"]
         turns = PairTurns(ev, key, index, runners, clocks, target.deciding_clock, sets, copies, spin,
                           random.Random(ev.shift(nonce, pair, index + 1000)), first, deadline)
@@ -213,6 +194,37 @@ def _benchmark(ev: Evaluator, runners: dict[str, Worker], index: int, pair: int,
     if turns.failure and turns.failure != "raised":
         bench["failure"] = turns.failure
     return bench
+
+
+def _enter_frames(ev: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
+                  result: PairResult) -> tuple[dict, dict[str, int]]:
+    """Both runners build their data from the oracle's plans, warm up on the warm-up set and enter the call frame,
+    each stopped in between: the benchmark's spin and each runner's serial in the frame."""
+    current = "cand"
+    try:
+        for who, worker in runners.items():
+            current = who
+            worker.start("build", plan=made["plans"][str(worker.pid)])
+        for who, worker in runners.items():
+            current = who
+            worker.finish(time_left(deadline))
+            worker.freeze()
+        ev.ask("stage", key=key, name="warm", copies=list(range(copies)), runners=[w.pid for w in runners.values()])
+        warm = []
+        for who, worker in runners.items():
+            current = who
+            warm.append((who, worker.call("warm_up", time_left(deadline)).value))
+            worker.freeze()
+        spin = _spin(ev.target, warm)
+        serials = {}
+        for who, worker in runners.items():
+            current = who
+            serials[who], entered = worker.enter("calls", time_left(deadline))
+            worker.freeze()
+            (result.base_findings if who == "base" else result.findings).extend(entered.value.get("found", []))
+    except (WorkerError, CommandFailed) as error:
+        raise _stopped(error, current) from None
+    return spin, serials
 
 
 def _spin(target: Target, warm: list[tuple[str, dict]]) -> dict:
