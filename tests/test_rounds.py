@@ -76,7 +76,7 @@ def test_each_proposal_gets_the_outcome_its_stages_dictate(setup):
     assert summary.pitches == ["g-pitch"]
     assert summary.winner == "a-fast"
     rows = ledger.query("select count(*) as n from timings")
-    assert rows[0]["n"] == 3 * 2 * 3  # three timed proposals x two benchmarks x three repetitions
+    assert rows[0]["n"] == 4 * 2 * 3  # three timed proposals and the control x two benchmarks x three repetitions
 
 
 def test_a_patch_that_no_longer_applies_is_patch_failed(setup):
@@ -142,7 +142,7 @@ def test_a_patch_that_adds_a_forbidden_call_stops_at_the_screen(tmp_path):
     assert "fused" not in settings.stages.compiled  # stopped before anything was compiled
     lines = render_round(ledger, 1, tmp_path / "reports").read_text().splitlines()
     assert (f"- Status: **forbidden-call** (evaluation #{verdict.evaluation_id}): uses torch.lerp, which this target "
-            "forbids (one call does it all): submission.py:9: _fused = _t.lerp") in lines
+            "forbids (one call does it all): submission.py:9: \\_fused = \\_t.lerp") in lines  # contained: _ escaped
     heading = lines.index("Screening flags (a static read of the patch: `forbidden-call` is the verdict above, the others "
                           "are for the sharks):")
     assert lines[heading + 2] == ("- line 9, forbidden-call: uses torch.lerp, which this target forbids (one call does "
