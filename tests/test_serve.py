@@ -103,8 +103,12 @@ def test_progress_is_readable_while_a_round_runs(tmp_path, monkeypatch):
                                work_dir=tmp_path / "work", cache_dir=tmp_path / "cache"))
     try:
         boss = server.client(tokens["boss"])
+        nothing = boss.post("/api/rounds", json={})  # planned before any job starts, as `judge run` plans
+        assert (nothing.status_code, nothing.json()["error"], boss.get("/api/jobs").json()) == (
+            400, "the ledger has no proposals yet (submit some with 'judge submit')", [])
         server.client(tokens["alice"]).post("/api/proposals", json=proposal("hang", patch=knob_patch("hang-timing")))
         job = boss.post("/api/rounds", json={}).json()
+        assert job["round"] == 1  # each target's own round, named before it runs
         time.sleep(0.8)
         now = boss.get(f"/api/jobs/{job['job']}").json()
         assert now["state"] == "running" and now["events"][0]["kind"] == "probe" and now["summaries"] is None

@@ -176,12 +176,16 @@ def _start_round(state: State, ledger, who, data: Any) -> Response:
     who.require_organizer("run a round")
     run = parse(RunRequest, data if isinstance(data, dict) else {"round": data}, "request body")
     config = state.config
+    state.jobs.refuse_if_busy()
     target = find_target(run.target, config.kernels) if run.target else None
-    round = run.round  # None: each target's own round (judge.schedule), as `judge run` picks it
+    # run.round None: each target's own round (judge.schedule), as `judge run` picks it; planned here so that the
+    # job names the round it runs and a round that may not run is refused before any job starts
+    rounds = {plan.round for plan in round_actions.plan_run(ledger, run.round, target, config.kernels)}
     settings = Settings(kernels_dir=config.kernels, work_dir=config.work_dir, cache_dir=config.cache_dir,
                         workers=run.workers, timing_budget_s=run.timing_budget, again=run.again,
                         ray=config.ray_address is not None, ray_address=config.ray_address or None, gpus=config.gpus)
-    job = state.jobs.start(round, run.target, who.name, round_work(settings, target, config.out_dir))
+    job = state.jobs.start(rounds.pop() if len(rounds) == 1 else None, run.target, who.name,
+                           round_work(run.round, settings, target, config.out_dir))
     return answer(job.answer(), 202)
 
 

@@ -24,7 +24,7 @@ class Busy(JudgeError):
 @dataclass
 class Job:
     id: int
-    round: int
+    round: Optional[int]  # the round it runs; None where the targets it runs are at different rounds
     target: Optional[str]
     by: str
     started_at: str
@@ -53,14 +53,19 @@ class Jobs:
         self.jobs: dict[int, Job] = {}
         self.ids = itertools.count(1)
 
-    def start(self, round: int, target: Optional[str], by: str, work: Callable[[Ledger, Job], list[dict]]) -> Job:
-        """Start a round in a thread of its own; refused while another runs (the ledger's run lock cannot tell two
-        runs of one process apart)."""
+    def refuse_if_busy(self) -> None:
+        """Busy while a job runs (the ledger's run lock cannot tell two runs of one process apart)."""
+        running = next((j for j in self.jobs.values() if j.state == "running"), None)
+        if running is not None:
+            what = f"round {running.round}" if running.round is not None else "a round of each target"
+            raise Busy(f"{what} is already being run by this server (job {running.id}, started {running.started_at} "
+                       f"by '{running.by}'): wait for it to finish")
+
+    def start(self, round: Optional[int], target: Optional[str], by: str,
+              work: Callable[[Ledger, Job], list[dict]]) -> Job:
+        """Start a round in a thread of its own; refused while another runs."""
         with self.lock:
-            running = next((j for j in self.jobs.values() if j.state == "running"), None)
-            if running is not None:
-                raise Busy(f"round {running.round} is already being run by this server (job {running.id}, started "
-                           f"{running.started_at} by '{running.by}'): wait for it to finish")
+            self.refuse_if_busy()
             job = Job(next(self.ids), round, target, by, now())
             self.jobs[job.id] = job
         threading.Thread(target=self._run, args=(job, work), name=f"judge-round-{job.id}", daemon=True).start()
@@ -89,10 +94,11 @@ class Jobs:
         return job
 
 
-def round_work(settings, target, out_dir) -> Callable[[Ledger, Job], list[dict]]:
-    """What a job does: `judge run` on the server's ledger, its events kept on the job."""
+def round_work(round: Optional[int], settings, target, out_dir) -> Callable[[Ledger, Job], list[dict]]:
+    """What a job does: `judge run` on the server's ledger (`round` as the request gave it, None for each target's
+    own), its events kept on the job."""
 
     def work(ledger: Ledger, job: Job) -> list[dict]:
-        return actions.run(ledger, job.round, target, settings, job.event, out_dir)
+        return actions.run(ledger, round, target, settings, job.event, out_dir)
 
     return work
