@@ -57,10 +57,13 @@ def audit(pairs: list[dict], deciding: str) -> dict[str, Any]:
     for clock in clocks_seen:
         unexplained = {"base": [], "cand": []}
         claimed_all = []
+        per_pair = []  # each pair's paired residual differences: a forger's calls exceed in every pair
         for series in pairs:
             count = min(len(series.get(("base", clock), [])), len(series.get(("cand", clock), [])))
             for w in ("base", "cand"):
                 unexplained[w] += [_residual(r) for r in series[(w, clock)][:count]]
+            per_pair.append([_residual(c) - _residual(b) for b, c in zip(series[("base", clock)][:count],
+                                                                          series[("cand", clock)][:count])])
             claimed_all += [r["us"] for r in series.get(("base", clock), [])[:count]]
         if not claimed_all:
             continue
@@ -72,10 +75,13 @@ def audit(pairs: list[dict], deciding: str) -> dict[str, Any]:
             slack = max(WALL_SLACK_US, WALL_SLACK_FRACTION * claimed, RESIDUAL_SLACK_FRACTION * judges_own)
         key = f"{clock} call"
         overhead[key] = {w: round(stats.median(v), 2) for w, v in unexplained.items()}
-        # Paired by repetition: both ran the same input set at nearly the same moment, in the same pair.
+        # Paired by repetition: both ran the same input set at nearly the same moment, in the same pair. The
+        # excess must hold in every pair: one candidate process slowed by something of its machine's (on an H100,
+        # once, 144 us a call in one pair of a slowed but honest FP8 kernel, 2026-11-25) is not a lie about time.
         point, low, _ = stats.median_ci([c - b for b, c in zip(unexplained["base"], unexplained["cand"])])
         excess[key] = round(point, 2)
-        if low > slack:
+        lows = [stats.median_ci(diffs)[1] for diffs in per_pair if len(diffs) >= 2]
+        if lows and min(lows) > slack and low > slack:
             reasons.append(
                 f"its timed calls took {point:.1f} us longer on the parent's wall clock than the base's, beyond "
                 f"what the times it reported account for ({clock} clock; {slack:.0f} us allowed): the times it "
