@@ -215,9 +215,9 @@ class EvaluationActor:
                 "device": self.facts, "gate": self.gate_reason, "pid": os.getpid()}
 
     def warm(self) -> None:
-        """Start what every candidate here needs (the oracle, and the base's timing runner with its kernel
-        loaded) while the driver still compiles: Ray runs an actor's calls in order, so the first candidate
-        waits only for what is left of it. A failure is met again, and recorded, by the stage that needs it."""
+        """Start the oracle every candidate here needs while the driver still compiles: Ray runs an actor's calls
+        in order, so the first candidate waits only for what is left of it. No base runner is kept (each timed
+        pair starts fresh ones). A failure is met again, and recorded, by the stage that needs it."""
         if self.gate_reason:
             return
         try:

@@ -67,7 +67,7 @@ def test_ray_actors_give_the_local_verdicts_and_say_where_they_ran(local_ray, tm
     [(_, workers)] = [e for e in events if e[0] == "workers"]
     assert sorted(p["gpus"] for p in workers["places"]) == ["0", "1"]  # one actor per GPU, each holding one
     rows = ledger.query("select e.subject, e.device_json from evaluations e order by e.id")
-    assert [r["subject"] for r in rows] == ["base"] + ["candidate"] * 3
+    assert [r["subject"] for r in rows] == ["base", "control"] + ["candidate"] * 3  # the A/A control on Ray too
     devices = [json.loads(r["device_json"]) for r in rows]
     assert all(d["gpus"] in ("0", "1") and d["host"] for d in devices)
 
@@ -92,7 +92,7 @@ def test_a_worker_killed_mid_round_loses_nothing_and_the_round_completes(local_r
     assert killed[1:] == ["done"]
     assert {v.proposal_id: v.outcome for v in summary.verdicts} == EXPECTED
     rows = ledger.query("select subject from evaluations order by id")
-    assert [r["subject"] for r in rows] == ["base"] + ["candidate"] * 3  # each recorded once
+    assert [r["subject"] for r in rows] == ["base", "control"] + ["candidate"] * 3  # each recorded once
     assert ledger.query("select status from runs")[0]["status"] == "finished"
 
 
@@ -155,8 +155,9 @@ def test_a_target_travels_with_the_files_its_task_takes_from_beside_it(tmp_path)
         write_target({"../../escape.py": b""}, tmp_path / "other", "vecadd")
 
 
-def test_an_actor_starts_its_oracle_and_base_runner_before_its_first_candidate(tmp_path):
-    """`warm` runs while the driver compiles; without a GPU for a GPU target it starts nothing."""
+def test_an_actor_starts_its_oracle_before_its_first_candidate(tmp_path):
+    """`warm` runs while the driver compiles; without a GPU for a GPU target it starts nothing. No base runner is
+    kept: each timed pair starts a fresh base and candidate runner."""
     from judge.dispatch import EvaluationActor, target_files
     from judge.targets import load_target
 
@@ -164,8 +165,7 @@ def test_an_actor_starts_its_oracle_and_base_runner_before_its_first_candidate(t
     actor = EvaluationActor(target_files(cpu), "vecadd_cpu", cpu.kernel_source(), 0.5)
     try:
         actor.warm()
-        assert actor.session._oracle is not None and actor.session._bases
-        assert actor.session.base.call("audit", 30).value == []  # loaded, and nothing changed in it
+        assert actor.session._oracle is not None and actor.session._oracle.is_ready()
         key, stages, _ = actor.evaluate("0", "same", cpu.kernel_source())
         assert [s.status for s in stages] == ["passed", "passed"]
     finally:
@@ -175,6 +175,6 @@ def test_an_actor_starts_its_oracle_and_base_runner_before_its_first_candidate(t
     try:
         if idle.gate_reason:
             idle.warm()
-            assert idle.session._oracle is None and idle.session._bases == []
+            assert idle.session._oracle is None and idle.session._pool == []
     finally:
         idle.close()
