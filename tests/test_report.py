@@ -322,6 +322,47 @@ def test_leaderboard_compounds_winners(ledger, tmp_path):
     assert [r["cumulative"] for r in view["targets"][0]["rounds"]] == [1.06, 1.06]
 
 
+def test_the_noise_control_line_and_a_noisy_round(tmp_path):
+    """The control's line names its pairs and the floor the round's verdicts cleared; identical code read far from 1,
+    or a floor three times the target's minimum, puts a noisy-round line above it."""
+    from judge.ledger.noise import CONTROL
+
+    ledger = Ledger(tmp_path / "ledger.db")
+    rev = ledger.submit(proposal("pipeline-stages-3", "team-pipeline", 1, "pipeline", (1.5, 1.8), "NUM_AB_STAGES = 3"),
+                        "test").revision_id
+    r1 = ledger.create_round(TARGET, 1, BASE_1, f"kernels/{TARGET}/submission.py")
+    run = ledger.start_run(r1["id"], ["judge", "run"])
+    evaluate(ledger, run, r1, None, "unchanged", "base kernel", [BASE_COMPILE, CORRECT], H100)  # 1
+
+    def control(ci):
+        same = timing([(373.0, 373.0)] * 4, [ci] * 4, 1.0, list(ci))
+        same = StageResult("timing", "passed", same.summary, 30.0,
+                           same.detail.updated(pairs=4, pair_geomeans=[0.99, 1.01, 1.0, 1.0], decision="unchanged"))
+        ledger.record_evaluation(run_id=run, round_id=r1["id"], revision_id=None, subject=CONTROL,
+                                 kernel_sha256="0" * 64, outcome="unchanged", reason=f"the base against itself: {same.summary}",
+                                 stages=[BASE_COMPILE, CORRECT, same], device=H100, started_at="2025-06-01T10:00:00+00:00")
+
+    control((0.995, 1.005))  # 2
+    floor = {"effect": 0.04, "min_effect": 0.01, "source": "controls", "controls": 3, "device": "NVIDIA H100 80GB HBM3"}
+    slower = StageResult("timing", "passed", SLOWER.summary, 30.0, SLOWER.detail.updated(floor=floor, decision="slower"))
+    evaluate(ledger, run, r1, rev, "slower", SLOWER.summary, [PATCHED, BASE_COMPILE, CORRECT, slower], H100)  # 3
+    text = lines(render_round(ledger, 1, tmp_path / "reports"))
+    words = ("4.0%, set by 3 A/A controls on NVIDIA H100 80GB HBM3 (an identical copy of the base judged the same way); "
+             "the target's minimum is 1.0%")
+    assert ("- Noise control (evaluation #2): the base against an identical copy of itself, judged as a candidate is, "
+            f"read 1.000x [0.995, 1.005] over 4 process pairs (unchanged); the noise floor of this round's verdicts: {words}"
+            ) in text
+    assert ("- **A noisy round**: verdicts needed a change of 4.0%, 4 times the target's minimum; a change smaller than "
+            "that was not called faster or slower here.") in text
+    control((0.93, 1.07))  # 4: the latest control is the one shown
+    text = lines(render_round(ledger, 1, tmp_path / "reports"))
+    assert ("- **A noisy round**: identical code read 0.930x to 1.070x; verdicts needed a change of 4.0%, 4 times the "
+            "target's minimum; a change smaller than that was not called faster or slower here.") in text
+    # the controls (#2, #4) are named by their own line and the device's only: never ranked, buried or charted
+    assert [line.split(" (")[0] for line in text if "#2" in line or "#4" in line] == [
+        "- Noise control", "- Device: NVIDIA H100 80GB HBM3, 132 SMs, sm_90"]
+
+
 def test_a_round_run_by_the_runner_reports_through_the_cli(tmp_path, monkeypatch):
     """The runner's own rows (fake stages: no speed of light, a bare device) render, and `judge report` prints the path."""
     import os
