@@ -346,7 +346,9 @@ def _prepare(run: RoundRun, revision: dict, base_source: str):
     screened = screen_stage(base_source, source, revision["patch"], target.forbidden, target.kernel_file)
     if not screened.passed:  # a forbidden call: the verdict, before anything is compiled
         return run.record(revision, sha256(source), [patch_stage, screened], started)
-    workspace = run.root / revision["proposal_id"]
+    # Under candidates/: a proposal id is any slug, and 'base', 'control' or 'peer' beside them would be judge's own
+    # workspaces (a proposal 'base' replaced the kernel every candidate was timed against).
+    workspace = run.root / "candidates" / revision["proposal_id"]
     fresh(workspace)
     target.assemble(workspace, source)
     return revision, source, workspace, [patch_stage, screened], started

@@ -260,7 +260,7 @@ def run_redteam_round(key: str, tmp: Path) -> RedTeamRound:
     listener.setblocking(False)
     values = {
         "LEDGER": str(ledger_path), "KERNELS_DIR": str(kernels),
-        "OTHER_WORKSPACE": str(work / main / "round-1" / "control-unchanged"),
+        "OTHER_WORKSPACE": str(work / main / "round-1" / "candidates" / "control-unchanged"),
         "PORT": str(listener.getsockname()[1]),
         "TEST_SPECS": json.dumps(task["tests"]), "PUBLIC_SPECS": json.dumps(task["tests"] + task["benchmarks"]),
         "CORRECTNESS_CALLS": str(len(target.distributions) * (2 * len(target.tests) + len(target.benchmarks))),
@@ -286,10 +286,10 @@ def run_redteam_round(key: str, tmp: Path) -> RedTeamRound:
         copy_base = (kernels / copy / "submission.py").read_text()
         rr.cheats[cheat.proposal_id] = cheat
         _submit(ledger, cheat.proposal_id, copy, _patch(copy_base, source))
-        rr.workspaces[cheat.proposal_id] = work / copy / "round-1" / cheat.proposal_id
+        rr.workspaces[cheat.proposal_id] = work / copy / "round-1" / "candidates" / cheat.proposal_id
     for pid, (mixin, _, _) in CONTROLS.items():
         _submit(ledger, pid, main, _patch(base, base.rstrip("\n") + mixin))
-        rr.workspaces[pid] = work / main / "round-1" / pid
+        rr.workspaces[pid] = work / main / "round-1" / "candidates" / pid
 
     # Files no candidate may change, by their bytes before the round (those judge writes itself are checked
     # for the marker instead; judge's own source is only opened for writing, and the log must show it refused).
@@ -319,7 +319,7 @@ def run_redteam_round(key: str, tmp: Path) -> RedTeamRound:
 
     for pid in list(rr.cheats) + list(CONTROLS):
         revision = ledger.latest_revision(pid)
-        target_name = Path(rr.workspaces[pid]).parent.parent.name
+        target_name = Path(rr.workspaces[pid]).parents[2].name
         row = ledger.round_row(target_name, 1)
         evaluation = ledger.latest_evaluation(row["id"], revision["id"]) if row else None
         if evaluation is not None:
@@ -530,7 +530,8 @@ def test_no_file_outside_its_workspace_is_changed(request, key):
     changed = [str(p) for p, before in rr.protected.items() if not p.exists() or p.read_bytes() != before]
     assert not changed
     workspace = rr.workspaces[cheat.proposal_id]
-    judge_written = [workspace.parent / "base" / "submission.py", workspace.parent / ".judge-round" / "oracle" / "reference.py",
+    round_dir = workspace.parents[1]
+    judge_written = [round_dir / "base" / "submission.py", round_dir / ".judge-round" / "oracle" / "reference.py",
                      workspace.parent / "control-unchanged" / "submission.py"]
     for path in judge_written:
         assert path.exists() and MARKER not in path.read_bytes(), path

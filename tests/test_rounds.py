@@ -116,8 +116,30 @@ def test_the_winner_patch_becomes_the_next_round_base(setup):
     ledger.submit(c, "test")
     [second] = run_round(ledger, 2, settings=settings)
     assert second.base_origin == "round 1 base + winner b r1"
-    workspace = (settings.work_dir / "axpy" / "round-2" / "c" / "submission.py").read_text()
+    workspace = (settings.work_dir / "axpy" / "round-2" / "candidates" / "c" / "submission.py").read_text()
     assert "CHUNKS = 4" in workspace and "SCALE = 2.0  # tuned" in workspace
+
+
+def test_a_proposal_named_like_judges_own_workspaces_leaves_them_alone(setup):
+    """A proposal id is any slug, so 'base', 'control' and 'peer' are ids a contestant may pick. Before, a proposal
+    'base' was assembled into the round's base directory: every candidate was then timed against its kernel."""
+    ledger, settings = setup
+    bases = []
+
+    class Watching(FakeStages):
+        def evaluate(self, session, workspace, budget_s, floor=None):
+            bases.append((session.base_dir / "submission.py").read_text())
+            return super().evaluate(session, workspace, budget_s, floor)
+
+    settings.stages = Watching()
+    for pid, verdict in [("base", "speedup 0.5"), ("control", "speedup 0.5"), ("peer", "speedup 0.5"),
+                         ("honest", "speedup 1.25")]:
+        ledger.submit(proposal(pid, verdict), "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert len(bases) == 5 and set(bases) == {BASE}  # the control and four candidates, each against the base
+    assert outcomes(summary)["honest"][0] == "faster" and summary.winner == "honest"
+    root = settings.work_dir / "axpy" / "round-1"
+    assert (root / "base" / "submission.py").read_text() == (root / "control" / "submission.py").read_text() == BASE
 
 
 def test_a_patch_that_adds_a_forbidden_call_stops_at_the_screen(tmp_path):
