@@ -22,7 +22,8 @@ AUTHOR_SHOWN = "eve \\| \\*\\*faster\\*\\* &lt;i>x&lt;/i>"
 CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
 JUDGES_BOLD = {"faster", "crashed", "compile-error", "static-check-failed", "incorrect", "timed-out", "tampered",
-               "slower", "unchanged", "inconclusive", "not-run", "implausible", "No winner", "No winner yet"}
+               "slower", "unchanged", "inconclusive", "not-run", "implausible", "No winner", "No winner yet",
+               "A noisy round"}
 
 
 def problems(markdown: str, shark_names: set[str] = frozenset()) -> list[str]:
