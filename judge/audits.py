@@ -101,7 +101,20 @@ def audit(pairs: list[dict], deciding: str) -> dict[str, Any]:
         reasons.append(f"calls on input sets it had seen before ran {replay['cand']:.2f}x faster than calls on new "
                        f"ones (the base: {replay['base']:.2f}x): it replays answers it kept")
     return {"wall_excess_us": excess, "wall_overhead_us": overhead, "replay_ratio": replay,
-            "first_calls": {w: len(r) for w, r in ratios.items()}, "reasons": reasons}
+            "first_calls": {w: len(r) for w, r in ratios.items()}, "between_calls_cpu_us": _between_calls(pairs),
+            "reasons": reasons}
+
+
+def _between_calls(pairs: list[dict]) -> dict[str, float | None]:
+    """The most CPU time each kernel's other Python threads spent between two of its timed calls (judge.callframe
+    measures it). A fact, not a verdict: on an H200 honest torch.compile kernels' threads spent up to 0.63 ms there
+    (2026-11-25), as much as a thread that watches for the next input set would."""
+    out = {}
+    for who in ("base", "cand"):
+        spent = [r["others_cpu_us"] for series in pairs for (w, _), reps in series.items() if w == who
+                 for r in reps if r.get("others_cpu_us") is not None]
+        out[who] = round(max(spent), 1) if spent else None
+    return out
 
 
 def _clocks_with_the_work(series: dict) -> list[str]:

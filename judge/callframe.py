@@ -13,13 +13,18 @@ between that the kernel could have hooked:
   up after entry, so replacing `torch.X`, `torch.Tensor.Y` or `builtins.Z` reaches nothing here;
 - profiling, tracing and sys.monitoring are switched off and the garbage collector is held on entry and again
   right after each call, inside the clock: a hook the kernel installs runs, if at all, while it is timed;
-- signals are blocked while the frame waits and copies, so no handler runs between a set's arrival and its call;
+- signals are blocked in this thread while the frame waits and copies, and every signal handler installed since
+  before the kernel's import is set to SIG_IGN on entry and right after each call, inside the clock (another
+  thread of the process can still take a signal, and CPython then runs its Python handler in this thread), so
+  no handler runs between a set's arrival and its call or after the clock stops;
 - what a call returned is kept until the stretch ends or the parent asks for a release after the oracle has
   read the outbox, so no finalizer runs between a set's arrival and its call or between an output's copy and
   its read;
 - the output is copied into the oracle's outbox by C-level tensor methods on plain tensors, and every reply
   says what could have run Python during that copy (torch modes, a kernel registered for the operators it uses,
-  threads, hooks the call left): the parent, not this process, decides whether that is tampering.
+  threads, hooks the call left) and how much CPU the process's other Python threads spent between the last output's
+  copy and this call's start, where an honest kernel's threads are idle: the parent, not this process, decides
+  whether that is tampering.
 
 What the kernel does inside its call is its own business: that is timed, and its output is checked.
 """
@@ -59,6 +64,7 @@ class Primitives:
     """The C-level callables and types the frame uses, bound by the runner before the kernel is imported."""
 
     def __init__(self):
+        import _thread
         import _signal  # the C module: signal.pthread_sigmask is a Python wrapper around it
         import gc
         import os
@@ -76,7 +82,9 @@ class Primitives:
             "gettrace": sys.gettrace, "gc_disable": gc.disable, "gc_enable": gc.enable, "gc_isenabled": gc.isenabled,
             "sigmask": _signal.pthread_sigmask, "frames": sys._current_frames, "len": len, "list": list, "type": type,
             "tuple": tuple, "dict": dict, "reversed": reversed, "slice": slice, "range": range, "zip": zip,
-            "str": str, "hash": hash, "max": max, "base_exception": BaseException,
+            "str": str, "hash": hash, "max": max, "base_exception": BaseException, "cpu_ns": time.clock_gettime_ns,
+            "clock_of": time.pthread_getcpuclockid, "ident": _thread.get_ident,
+            "getsignal": _signal.getsignal, "setsignal": _signal.signal,
             "json_str": json_string,
             "modes_f": torch._C._len_torch_function_stack, "modes_d": torch._C._len_torch_dispatch_stack,
             "dump": torch._C._dispatch_dump, "size": tb.size, "stride": tb.stride,
@@ -91,6 +99,10 @@ class Primitives:
                         "sig_setmask": signal.SIG_SETMASK,
                         "dtypes": tuple(getattr(torch, name, None) for name in DTYPE_NAMES)}
         self.blocked = frozenset(signal.valid_signals()) - {signal.SIGUSR1, signal.SIGKILL, signal.SIGSTOP}
+        # Every signal's handler as it was before the kernel was imported: the frame sets any other to SIG_IGN.
+        self.signals = tuple(sorted(frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}))
+        self.handlers = tuple(_signal.getsignal(number) for number in self.signals)
+        self.objects["sig_ign"] = _signal.SIG_IGN  # the C module's own object: signal.SIG_IGN is an enum it refuses
         self.cuda = torch.cuda.is_available()
         if self.cuda:
             event = torch._C._CudaEventBase
@@ -116,10 +128,11 @@ def not_c_level(values: dict) -> list[str]:
 
 
 def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: list, outboxes: dict,
-                events: tuple, stream, workspace: str, threads_before: int, entered_serial: int) -> dict:
+                events: tuple, stream, workspace: str, threads_before: int | None, entered_serial: int) -> dict:
     """Answer call records until the parent says stop; returns what the stretch saw (for the JSON reply).
 
-    `outboxes`: area ("device" or "host") -> (a uint8 tensor over that outbox, its capacity in bytes)."""
+    `outboxes`: area ("device" or "host") -> (a uint8 tensor over that outbox, its capacity in bytes).
+    `threads_before`: the Python threads no call may add to, or None where new threads are not counted."""
     v, o = prims.values, prims.objects
     replaced = not_c_level(v)
     if replaced or o["tensor"].__flags__ & _HEAP_TYPE == 0:
@@ -137,6 +150,32 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
     blocked, sig_block, sig_setmask = prims.blocked, o["sig_block"], o["sig_setmask"]
     operators, digest_before, keep_limit = COPY_OPERATORS, prims.digest, KEEP_BYTES
     code = serve_calls.__code__
+    cpu_ns, clock_of, own = v["cpu_ns"], v["clock_of"], v["ident"]()
+    getsignal, setsignal, sig_ign, zip_ = v["getsignal"], v["setsignal"], o["sig_ign"], v["zip"]
+    signals, handlers = prims.signals, prims.handlers
+
+    def others_cpu(frames, own, clock_of, cpu_ns, base_exception, before):
+        """(CPU ns the process's other Python threads spent since `before`, their CPU ns now): a thread new since
+        then counts all of its time. Native threads (CUDA's, OpenMP's) are not Python threads and not counted:
+        on an H200 they spent 0.2-0.35 ms between an honest kernel's calls (2026-11-25)."""
+        spent, now = 0, {}
+        for ident in frames():
+            if ident != own:
+                try:
+                    ns = cpu_ns(clock_of(ident))
+                except base_exception:
+                    continue
+                now[ident] = ns
+                earlier = before.get(ident, 0)
+                spent += ns - earlier if ns >= earlier else ns
+        return spent, now
+
+    def handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers):
+        """Set SIG_IGN for each signal whose handler is not the one from before the kernel's import: a Python
+        handler runs in this thread at any bytecode boundary once any thread of the process takes its signal."""
+        for number, handler in zip_(signals, handlers):
+            if getsignal(number) is not handler:
+                setsignal(number, sig_ign)
 
     def monitoring_off(mon_get, mon_set, mon_local, code, range_):
         on = 0
@@ -164,6 +203,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
     take = _taker(v, o)
     was_enabled = v["gc_isenabled"]()
     old_mask = sigmask(sig_block, blocked)
+    handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
     gc_disable()
     found = []
     if getprofile() is not None or gettrace() is not None:
@@ -172,8 +212,9 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
     settrace(None)
     if monitoring_off(mon_get, mon_set, mon_local, code, range_):
         found.append("a sys.monitoring tool is registered")
+    counted = threads_before is not None
     threads, where = threads_now(frames, length, v["str"], workspace, code)
-    if threads > threads_before:
+    if counted and threads > threads_before:
         found.append(f"{threads - threads_before} Python thread(s) started by the kernel are alive")
     if where:
         found.append(f"a thread runs the kernel's code ({where})")
@@ -185,6 +226,9 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
     json_str = v["json_str"]
     write(reply_fd, b'{"serial": %d, "ok": true, "value": {"entered": true, "found": [%s]}}\n'
           % (entered_serial, ", ".join(json_str(f) for f in found).encode()))
+    # CPU time of the process's other threads (exited ones included) since the last call's output was copied:
+    # between calls the runner is stopped or in this loop, so an honest kernel's threads spend none of it.
+    others_mark = others_cpu(frames, own, clock_of, cpu_ns, base_exception, {})[1]
     try:
         while True:
             raw = read(cmd_fd, 28)
@@ -209,6 +253,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                     ev_sync(end_ev)
                     null = elapsed(stream_end_ev, end_ev) * 1e3
                 sleep(spin)
+                between = others_cpu(frames, own, clock_of, cpu_ns, base_exception, others_mark)[0]
                 record(start_ev, stream)
                 h0 = perf()
                 try:
@@ -222,6 +267,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 settrace(None)
                 gc_disable()
                 sigmask(sig_block, blocked)
+                handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
                 sync()
                 record(end_ev, stream)
                 ev_sync(end_ev)
@@ -229,6 +275,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 tail = elapsed(stream_end_ev, end_ev) * 1e3
             elif cuda:  # call clock, or a correctness call on a GPU: the GPU idle, events around everything
                 sync()
+                between = others_cpu(frames, own, clock_of, cpu_ns, base_exception, others_mark)[0]
                 record(start_ev, stream)
                 h0 = perf()
                 try:
@@ -241,11 +288,13 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 settrace(None)
                 gc_disable()
                 sigmask(sig_block, blocked)
+                handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
                 sync()
                 record(end_ev, stream)
                 ev_sync(end_ev)
                 us = elapsed(start_ev, end_ev) * 1e3
             else:  # the host clock, or a correctness call on a CPU
+                between = others_cpu(frames, own, clock_of, cpu_ns, base_exception, others_mark)[0]
                 h0 = perf()
                 try:
                     out = kernel(data)
@@ -256,6 +305,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 settrace(None)
                 gc_disable()
                 sigmask(sig_block, blocked)
+                handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
                 h1 = perf()
                 us = (h1 - h0) * 1e6
             monitored = monitoring_off(mon_get, mon_set, mon_local, code, range_)
@@ -275,13 +325,15 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 sync()
             kept_bytes += extra
             threads, where = threads_now(frames, length, v["str"], workspace, code)
+            others_mark = others_cpu(frames, own, clock_of, cpu_ns, base_exception, {})[1]
             write(reply_fd, b'{"serial": %d, "ok": true, "value": {"status": %d, "us": %a, "tail_us": %a, '
                   b'"host_us": %a, "null_tail_us": %a, "leaves": [%s], "problem": %s, "modes": %d, "hooks": %d, '
                   b'"monitoring": %d, "dispatch_changed": %d, "threads": %d, "thread_in_kernel": %s, '
-                  b'"release": %d}}\n'
+                  b'"others_cpu_us": %a, "release": %d}}\n'
                   % (serial, 2 if problem else 0, us, tail, (h1 - h0) * 1e6, null, leaves,
                      json_str(problem).encode(), modes, hooks, monitored, digest != digest_before,
-                     threads - threads_before, json_str(where).encode(), kept_bytes > keep_limit))
+                     threads - threads_before if counted else 0, json_str(where).encode(), between / 1e3,
+                     kept_bytes > keep_limit))
     finally:
         sigmask(sig_setmask, old_mask)
         if was_enabled:

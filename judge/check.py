@@ -114,7 +114,7 @@ def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: i
     made = evaluator.ask("case", key=key, spec=case.spec, distribution=case.distribution, runner=worker.pid)
     try:
         worker.call("build", time_left(deadline), plan=made["plan"])
-        serial, entered = worker.enter("calls", time_left(deadline))
+        serial, entered = worker.enter("calls", time_left(deadline), count_threads=False)
         worker.freeze()
         found = entered.value.get("found") or []
         if found:

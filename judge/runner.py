@@ -45,7 +45,7 @@ class Runner:
         self.device_maps: dict[str, cuda_ipc.Imported] = {}
         self.host_maps: dict[str, exchange.MappedFile] = {}
         self.stretch: dict[str, Any] = {}
-        self.threads_before = 0
+        self.threads_before: int | None = None  # Python threads alive when warm-up ended
         self.prims = callframe.Primitives()
         if self.cuda:
             self.events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
@@ -54,6 +54,7 @@ class Runner:
             torch.zeros(1, device="cuda")
             torch.cuda.synchronize()
         self.guard = tamper.install_guard()
+        tamper.settle_torch()  # after the guard: an audit hook a torch import adds is refused like any other
         self.baseline = tamper.Snapshot.take(str(self.workspace.resolve()))
 
     # ---- the kernel -------------------------------------------------------------------------------------
@@ -62,8 +63,7 @@ class Runner:
         """Import the kernel file as GPU MODE does (`from submission import custom_kernel`)."""
         module = importlib.import_module(self.kernel_file.removesuffix(".py").replace("/", "."))
         self.kernel = module.custom_kernel
-        self.threads_before = len(sys._current_frames())
-        return {"threads_after_import": self.threads_before}
+        return {"threads_after_import": len(sys._current_frames())}
 
     def audit(self) -> list[str]:
         """What the kernel changed of torch, builtins and judge in this process since before its import."""
@@ -125,17 +125,24 @@ class Runner:
             calls += 1
         host = [self._launch_time(datas[i % len(datas)]) for i in range(4)]
         rate = self._spin_rate() if self.cuda else 0.0
-        return {"host_us": host, "calls": calls + 4, "cycles_per_us": round(rate, 3)}
+        # Libraries start their pools in a kernel's first calls (torch.compile's compile workers): the threads
+        # alive now are the count a timed call must not raise. A thread that runs the kernel's own code is found
+        # on every call whenever it started (judge.callframe).
+        self.threads_before = len(sys._current_frames())
+        return {"host_us": host, "calls": calls + 4, "cycles_per_us": round(rate, 3),
+                "threads": self.threads_before}
 
-    def calls(self, entered_serial: int) -> dict:
-        """A stretch of calls in judge.callframe: it answers the parent's records until told to stop."""
+    def calls(self, entered_serial: int, count_threads: bool = True) -> dict:
+        """A stretch of calls in judge.callframe: it answers the parent's records until told to stop. New
+        threads are counted against those alive after warm-up, and not at all in a correctness stretch
+        (`count_threads` False): a correctness call may be a shape's first and start a library's pool."""
         if self.channel is None:
             raise RuntimeError("judge.child did not give the runner its pipes")
         stream = self.torch.cuda.current_stream() if self.cuda else None
         result = callframe.serve_calls(
             self.prims, self.channel[0], self.channel[1], self.kernel, self.stretch["datas"],
             self.stretch["outboxes"], self.events if self.cuda else (), stream, str(self.workspace.resolve()),
-            self.threads_before, entered_serial)
+            self.threads_before if count_threads else None, entered_serial)
         error = result.pop("error", None)
         if error is not None:
             import traceback

@@ -5,8 +5,13 @@ in judge's, the methods of every class defined there (torch.Tensor's among them)
 hooks (trace, profile, import hooks). `Snapshot.changes()` names whatever differs later, so a route judge never
 thought of (a torch function the kernel replaces, a Tensor method judge happens to call) is found all the same.
 
+torch patches some of its own bindings the first time torch.compile runs (dynamo's wrappers, module hooks,
+the compile cache's properties); `settle_torch()` imports and applies those before the snapshot, so that an
+honest torch.compile kernel changes nothing the snapshot compares.
+
 A guard, the process's first audit hook, refuses any later audit hook (one would run inside judge's own
-calls) and any rewrite of the code of judge's functions, and records a rewrite of the code of torch's, even one
+calls; a library's too, such as filelock's fork check: refused, it never runs, and that is no evidence against
+the kernel) and any rewrite of the code of judge's functions, and records a rewrite of the code of torch's, even one
 the kernel undoes before the snapshot is compared (Python audits code and defaults written on a function, not
 attributes written on a class: those the snapshot finds).
 
@@ -29,6 +34,32 @@ WATCHED_PREFIXES = ("torch", "judge")
 WATCHED_MODULES = ("builtins", "time", "os", "json", "struct", "signal", "gc", "threading", "importlib", "math")
 MAX_FINDINGS = 20
 _FUNCTION_PARTS = ("__code__", "__defaults__", "__kwdefaults__")
+
+
+# torch's modules that patch torch when they are imported or first used by torch.compile (torch 2.11-2.13).
+_TORCH_SELF_PATCHING = ("torch._dynamo", "torch._dynamo.eval_frame", "torch._dynamo.mutation_guard",
+                        "torch._dynamo.package", "torch._dynamo.pgo", "torch._inductor.codecache",
+                        "torch._inductor.runtime.autotune_cache", "torch._functorch._aot_autograd.autograd_cache")
+
+
+def settle_torch() -> list[str]:
+    """Let torch make the changes to itself that its compiler makes on first use, before the snapshot is
+    taken; returns the modules that could not be imported (an older or newer torch)."""
+    import importlib
+
+    missing = []
+    for name in _TORCH_SELF_PATCHING:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a torch without this module: nothing of it to settle
+            missing.append(name)
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    guard = sys.modules.get("torch._dynamo.mutation_guard")
+    if eval_frame is not None and hasattr(eval_frame, "TorchPatcher"):
+        eval_frame.TorchPatcher.patch()
+    if guard is not None and hasattr(guard, "install_generation_tagging_init"):
+        guard.install_generation_tagging_init()
+    return missing
 
 
 def _watched(name: str) -> bool:
@@ -222,8 +253,7 @@ def install_guard() -> Guard:
     def hook(event, args, _seen=seen, _stop=RuntimeError, _add="sys.addaudithook", _set="object.__setattr__",
              _parts=_FUNCTION_PARTS, _prefixes=WATCHED_PREFIXES, _function=types.FunctionType,
              _isinstance=isinstance, _getattr=getattr, _str=str):
-        if event == _add:
-            _seen.append("an audit hook was refused (it would run inside judge's own calls)")
+        if event == _add:  # refused, the hook never runs (CPython drops it silently): no evidence to record
             raise _stop("judge: no audit hook may be added in a kernel's process")
         if event != _set or len(args) < 2:
             return

@@ -29,6 +29,8 @@ SIDE_STREAM_CHECK_AT = (16, 32)
 # A runner measures the null tail (judge.audits.side_stream_work's yardstick) before one GPU-clock call in this
 # many of its own: the pooled median needs no more, and each one is a spin and two syncs.
 NULL_TAIL_EVERY = 4
+# Two flags of the same kind share this many leading characters (their numbers come later): one of each is kept.
+FLAG_KIND_CHARS = 40
 
 
 class PairTurns:
@@ -106,11 +108,13 @@ class PairTurns:
             return False
         cold = set_index not in self.timed[who]
         self.timed[who].add(set_index)
-        self.flags[who] += frame_flags(out)
+        for flag in frame_flags(out):
+            if not any(seen.startswith(flag[:FLAG_KIND_CHARS]) for seen in self.flags[who]):
+                self.flags[who].append(flag)  # the first call that showed each kind of evidence
         rep = {"us": out["us"], "tail_us": out["tail_us"], "host_us": out["host_us"],
                "null_tail_us": out["null_tail_us"] if out["null_tail_us"] >= 0 else None, "cold": cold,
                "set": set_index, "wall_us": reply.wall_s * 1e6, "pid": worker.pid,
-               "spin_us": self.spin["us"] if clock == "gpu" else 0.0}
+               "spin_us": self.spin["us"] if clock == "gpu" else 0.0, "others_cpu_us": out.get("others_cpu_us")}
         self.series[(who, clock)].append(rep)
         if out["status"] == callframe.BAD_OUTPUT:
             self.fail(who, clock, set_index, out["problem"])

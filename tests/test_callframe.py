@@ -3,6 +3,8 @@ call (a hook, a thread, a torch mode, a kernel of its own for an operator judge 
 call that left it, before anything could use it; an output that is not plain tensors is refused; what it
 changed of torch or builtins is named by the audit."""
 
+import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from judge import callframe
 from judge.check import check
 from judge.evaluation import Evaluator
 from judge.targets import load_target
+from judge.timing import run_timing
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
 BASE = (FIXTURE / "variants" / "correct.py").read_text()
@@ -33,12 +36,43 @@ def test_a_profile_function_the_call_leaves_is_named(tmp_path):
     assert result.summary == "tampered: its call left a profile or trace function set"
 
 
-def test_a_thread_the_call_starts_is_named(tmp_path):
+def test_a_thread_a_correctness_call_starts_is_a_library_pool_not_tampering(tmp_path):
+    """torch.compile starts its compile workers in a shape's first call: on a correctness call that is honest."""
     result = judged(tmp_path, "import threading, time\n\ndef custom_kernel(data):\n"
                               "    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
                               "    return _rt_base(data)\n")
+    assert result.status == "passed", result.summary
+
+
+def timed(tmp_path, mixin: str):
+    target = load_target(FIXTURE)
+    target.arch = "cpu"
+    target.benchmarks = [{"size": 20000, "seed": 1}]
+    target.speed_of_light_us = []
+    base = target.assemble(tmp_path / "base", BASE)
+    cand = target.assemble(tmp_path / "cand", BASE + "\n\n_rt_base = custom_kernel\n\n" + mixin)
+    return run_timing(target, cand, base, budget_s=1, timeout_s=300)
+
+
+def test_a_thread_a_timed_call_starts_is_named(tmp_path):
+    result = timed(tmp_path, "import threading, time\n\ndef custom_kernel(data):\n"
+                             "    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+                             "    return _rt_base(data)\n")
     assert result.status == "tampered"
     assert result.summary == "tampered: its call started a Python thread that was still alive after it"
+
+
+def test_the_cpu_a_thread_spends_between_timed_calls_is_recorded(tmp_path):
+    """A thread started at import, running only library code (no frame of the kernel's file to find): the CPU
+    time it spends between the candidate's calls is recorded (honest torch.compile threads spend some too, so it
+    is a fact, not a verdict); what it costs the kernel's own calls is timed, and it is never judged faster."""
+    result = timed(tmp_path, "import threading, timeit\n"
+                             "threading.Thread(target=timeit.timeit, kwargs={'number': 10**12}, daemon=True).start()\n"
+                             "\ndef custom_kernel(data):\n    return _rt_base(data)\n")
+    spent = result.detail.benchmarks[0].audit["between_calls_cpu_us"]
+    assert spent["base"] is None or spent["base"] < 100  # the base has no other Python thread
+    assert spent["cand"] > 1000
+    assert result.status == "tampered" or result.detail.decision in ("slower", "unchanged", "inconclusive")
 
 
 def test_a_torch_mode_left_active_stops_the_copy_and_is_named(tmp_path):
@@ -82,11 +116,22 @@ def test_a_tensor_method_replaced_to_finish_work_later_is_named_and_reaches_noth
     assert not any(c.passed for c in result.detail.cases)  # judge never called it: the zeros were what it read
 
 
-def test_an_audit_hook_is_refused_and_named(tmp_path):
-    result = judged(tmp_path, "import sys\ntry:\n    sys.addaudithook(lambda event, args: None)\n"
-                              "except Exception:\n    pass\n\ndef custom_kernel(data):\n    return _rt_base(data)\n")
-    assert result.status == "tampered"
-    assert result.summary == "tampered: an audit hook was refused (it would run inside judge's own calls)"
+def test_an_audit_hook_is_refused_and_never_runs(tmp_path):
+    """The hook would zero every output in judge's own calls after the clock; refused, it never runs, and a
+    refusal is no evidence (libraries such as filelock add one)."""
+    result = judged(tmp_path, "import sys\n_outs = []\n\ndef _spoil(event, args):\n    for t in _outs:\n"
+                              "        t.zero_()\n\nsys.addaudithook(_spoil)\n\n"
+                              "def custom_kernel(data):\n    out = _rt_base(data)\n    _outs.append(out)\n"
+                              "    return out\n")
+    assert result.status == "passed", result.summary
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="torch.compile on a CPU needs a C++ compiler")
+def test_a_torch_compile_kernel_changes_nothing_judge_compares(tmp_path):
+    """torch.compile patches torch on its first compile; judge lets torch do so before its snapshot."""
+    result = judged(tmp_path, "import torch\n\ncustom_kernel = torch.compile(_rt_base)\n")
+    assert result.status == "passed", result.summary
 
 
 def test_the_frame_refuses_primitives_that_are_not_c_code():
