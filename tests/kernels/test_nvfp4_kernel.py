@@ -124,7 +124,8 @@ def test_compile_signature_does_not_depend_on_the_shapes(kernel):
 
 @pytest.fixture
 def sm100(monkeypatch, tmp_path):
-    """Compile for sm_100a with PTX and cubin kept, in a scratch directory (cute.compile drops files in cwd)."""
+    """Compile for sm_100a with PTX and cubin kept, in a scratch directory: cute.compile drops its files in the
+    directory it was imported in unless told another (--dump-dir, which the compile calls here pass)."""
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_100a")
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -150,7 +151,7 @@ def ptxas_resources(ptx: str, where: Path) -> tuple[int, int]:
 
 
 def test_base_compiles_with_ptx_and_cubin(kernel, sm100):
-    compiled = kernel.compile_kernel(BENCHMARKS[0], options="--keep-ptx --keep-cubin")
+    compiled = kernel.compile_kernel(BENCHMARKS[0], options=f"--keep-ptx --keep-cubin --dump-dir {sm100}")
     ptx, cubin = compiled.__ptx__, compiled.__cubin__
     assert ".target sm_100a" in ptx
     assert "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block16" in ptx
@@ -198,7 +199,7 @@ def test_the_pitch_only_proposal_has_no_patch():
 @pytest.mark.parametrize("proposal", ["pipeline-stages-3", "tma-store-epilogue", "wide-n-tile"])
 def test_patched_kernel_compiles(proposal, sm100):
     patched = load_from(apply_in_copy(proposal, sm100), "submission")
-    compiled = patched.compile_kernel(BENCHMARKS[2], options="--keep-ptx --keep-cubin")
+    compiled = patched.compile_kernel(BENCHMARKS[2], options=f"--keep-ptx --keep-cubin --dump-dir {sm100}")
     assert compiled.__cubin__[:4] == b"\x7fELF"
     _, spills = ptxas_resources(compiled.__ptx__, sm100)
     assert spills == 0
