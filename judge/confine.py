@@ -120,6 +120,13 @@ _ENV_PREFIXES = ("LC_", "CUDA", "NVIDIA_", "CUTE_DSL_", "TORCH", "PYTORCH_", "TR
                  "OPENBLAS_", "CUBLAS_", "CUDNN_", "NCCL_", "NVCC_", "CUTLASS_")
 
 
+# Landlock and the network namespace hold for the thread that applies them and the threads it starts later,
+# never for threads already running. numpy's OpenBLAS starts its workers when torch imports it (one fewer than
+# the cores the process may use), before `apply`; candidate code could hand such a thread work through its
+# queue. With one BLAS thread none is started; torch's own pool starts on first use, after `apply`, confined.
+_NO_EARLY_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
 def minimal_env(base_env: dict[str, str]) -> dict[str, str]:
     """The part of an environment a kernel's process needs; the rest could hold the user's secrets."""
     return {k: v for k, v in base_env.items()
@@ -133,6 +140,7 @@ def child_env(policy: Policy, base_env: dict[str, str]) -> dict[str, str]:
     for name, sub in _ENV_DIRS.items():
         if not (name in env and _inside(Path(env[name]), policy.writable)):
             env[name] = str(policy.writable[0] / sub)
+    env.update(_NO_EARLY_THREADS)
     return env
 
 

@@ -240,6 +240,13 @@ def test_child_env_drops_judge_settings_and_points_caches_into_the_workspace(tmp
     assert (workspace / ".tmp").is_dir() and (workspace / ".cache" / "nv").is_dir()
 
 
+def test_child_env_starts_no_blas_threads_before_confinement(tmp_path):
+    """A thread running before `apply` keeps the old filesystem and network: one BLAS thread means none."""
+    policy = Policy(writable=[tmp_path / "ws"], readable=[])
+    assert confine.child_env(policy, {"OPENBLAS_NUM_THREADS": "16"})["OPENBLAS_NUM_THREADS"] == "1"
+    assert confine.child_env(policy, {})["OPENBLAS_NUM_THREADS"] == "1"
+
+
 def test_system_readable_leaves_out_the_checkout_root_and_the_cwd(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(CHECKOUT))
     monkeypatch.chdir(tmp_path)

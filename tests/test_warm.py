@@ -4,12 +4,14 @@ something is timed, no spare touches the GPU or, on a CPU target, runs at all.""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from judge.check import check
 from judge.evaluation import Evaluator
@@ -51,6 +53,8 @@ def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
         cold_runner = cold.runner(target.assemble(tmp_path / "third", source))
         assert cold._pool == []
         assert taken.hello["confinement"] == cold_runner.hello["confinement"]
+        if not torch.cuda.is_available():  # on a GPU the driver's threads start with the CUDA context, earlier
+            assert "earlier threads" not in json.dumps(cold_runner.hello["confinement"])
         cold.close_runner(cold_runner)
         warm.close_runner(taken)
 
