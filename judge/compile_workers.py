@@ -97,7 +97,7 @@ class CompileWorkers:
     def _release(self, worker: Worker) -> None:
         with self._lock:
             self._busy.discard(worker)
-        worker.close(wait=False)
+        worker.close()  # waited for: a worker is gone, with what it started, before its compile's verdict is used
 
     def _top_up(self) -> None:
         while len(self._pool) < min(self.spares, self.left):
