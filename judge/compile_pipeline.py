@@ -24,6 +24,10 @@ from .dispatch import Job
 from .ledger import sha256
 from .stages import StageResult
 
+# Warm compile children kept at once, at most: each holds torch (a few hundred MB) while it waits; more threads
+# than this take a new one each, still warm unless the spares fall behind.
+MAX_WARM = 8
+
 
 def compile_cores(target, gpus: list[int] | None) -> list[int] | None:
     """The cores compiles may use: this process's, minus every timed pair's; None where none are set apart."""
@@ -51,8 +55,8 @@ class CompilePipeline:
         threads = max(1, settings.workers or (len(cores) if cores else os.cpu_count() or 1))
         self.workers = None
         if pending and settings.warm_compiles:
-            self.workers = settings.stages.compile_workers(run.target, run.root / "compilers", cores, threads + 1,
-                                                           len(pending))
+            self.workers = settings.stages.compile_workers(run.target, run.root / "compilers", cores,
+                                                           min(MAX_WARM, threads + 1), len(pending))
         self._done = 0
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="judge-compile")

@@ -113,3 +113,22 @@ def test_compiles_that_crash_or_hang_are_verdicts_and_the_others_go_on(tmp_path)
         ("a-fast", "faster", "geomean 1.250x [1.244, 1.256] over 2 benchmarks"),
         ("d-same", "unchanged", "geomean 1.000x [0.995, 1.005] over 2 benchmarks")]
     assert len(ledger.query("select id from evaluations where subject = 'candidate'")) == 4
+
+
+def test_progress_shows_the_compiles_and_the_candidates_judged_side_by_side(tmp_path):
+    """The round's own events, fed to `judge run`'s progress: both bars end full, compile failures counted as
+    judged (their verdict is the candidate's end)."""
+    import io
+
+    from rich.console import Console
+
+    from judge.run_progress import RunProgress
+
+    _, _, events = a_round(tmp_path, "round", FakeStages())
+    buffer = io.StringIO()
+    with RunProgress(Console(file=buffer, width=120, force_terminal=False), enabled=True) as progress:
+        for kind, info in events:
+            progress.event(kind, **info)
+        tasks = {t.description: (t.completed, t.total) for t in progress.progress.tasks}
+    assert tasks == {"compiling": (6, 6), "candidates judged": (6, 6)}
+    assert "  b-broken: compile-error (DSLUserCodeError: unsupported tile (submission.py:7))" in buffer.getvalue()
