@@ -10,7 +10,8 @@ Needs CUDA GPUs, and Ray for the gpus and ray modes. Not a test: it prints a tab
 
 The cpu mode needs no GPU: the CPU target kernels/vecadd_cpu, each candidate its base plus a comment (every
 stage runs: compile, correctness, timing against the base); cpu-serial runs it as rounds did before issue 27
-(every compile first, each a cold child). Its rows add the compile stage's seconds per candidate.
+(every compile first, each a cold child). Its rows add the compile stage's seconds per candidate. cpu-compile
+times one candidate's compile stage, cold and warm in turn, `--candidates` times.
 """
 
 from __future__ import annotations
@@ -101,6 +102,29 @@ def cpu_round(mode: str, count: int, budget_s: float | None = None) -> dict:
             "verdicts": {v.proposal_id: v.outcome for v in summary.verdicts}, "time": summary.time}
 
 
+def compile_times(count: int) -> dict:
+    """The compile stage of one vecadd_cpu candidate, cold (a fresh child) and warm (a ready warm child), in turn."""
+    from judge.compile import run_compile
+    from judge.compile_workers import CompileWorkers
+    from judge.targets import find_target
+
+    work = Path(tempfile.mkdtemp(prefix="judge-scale-compile-"))
+    target = find_target("vecadd_cpu", ROOT / "kernels")
+    times: dict[str, list[float]] = {"cold": [], "warm": []}
+    for n in range(count):
+        source = target.kernel_source() + f"# candidate {n}\n"
+        workers = CompileWorkers(work / f"w{n}", cores=None, spares=1, jobs=1)
+        workers._pool[0].ready()  # a spare that has imported torch, as the round's pipeline keeps ahead
+        for how, pool in (("cold", None), ("warm", workers)):
+            start = time.monotonic()
+            result = run_compile(target, target.assemble(work / f"{how}{n}", source), cache_dir=work / "cache",
+                                 workers=pool)
+            times[how].append(round(time.monotonic() - start, 3))
+            assert result.status == "passed", result.summary
+        workers.close()
+    return times
+
+
 @contextlib.contextmanager
 def ray_head(gpus: int):
     """`ray start --head` on this host, as a user would start a one-node cluster; `ray stop` afterwards."""
@@ -170,6 +194,9 @@ def cpu_main(args) -> None:
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {len(os.sched_getaffinity(0))} "
           f"cores, {args.candidates} vecadd_cpu candidates", flush=True)
     rows = []
+    if args.modes == "cpu-compile":
+        print(json.dumps(compile_times(args.candidates)))
+        return
     for mode in args.modes.split(","):
         rows.append(cpu_round(mode, args.candidates, args.timing_budget))
         print(json.dumps(rows[-1]), flush=True)
