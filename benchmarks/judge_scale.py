@@ -7,6 +7,11 @@ The round: GPU MODE-style vecadd (tests/fixtures/gpumode/vecadd) whose base spin
 the candidates spin 0 (faster), DELAY (unchanged) or 2 x DELAY (slower) cycles, in turn. Every stage and every
 defence of a real round runs (confined runners, correctness on every test, timing against the base).
 Needs CUDA GPUs, and Ray for the gpus and ray modes. Not a test: it prints a table.
+
+The cpu mode needs no GPU: the CPU target kernels/vecadd_cpu, each candidate its base plus a comment (every
+stage runs: compile, correctness, timing against the base); cpu-serial runs it as rounds did before issue 27
+(every compile first, each a cold child). Its rows add the compile stage's seconds per candidate. cpu-compile
+times one candidate's compile stage, cold and warm in turn, `--candidates` times.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import contextlib
 import difflib
 import json
+import os
 import platform
 import re
 import shutil
@@ -73,6 +79,52 @@ def one_round(mode: str, count: int, ray_address: str | None, gpus: list[int] | 
             "per_minute": round(60 * count / wall, 2), "verdicts": verdicts, "time": summary.time}
 
 
+def cpu_round(mode: str, count: int, budget_s: float | None = None) -> dict:
+    """A fresh ledger and copy of kernels/vecadd_cpu, `count` candidates that differ from the base by a comment."""
+    work = Path(tempfile.mkdtemp(prefix=f"judge-scale-{mode}-"))
+    kernels = work / "kernels"
+    shutil.copytree(ROOT / "kernels" / "vecadd_cpu", kernels / "vecadd_cpu")
+    base = (kernels / "vecadd_cpu" / "submission.py").read_text()
+    ledger = Ledger(work / "ledger.db")
+    for n in range(count):
+        ledger.submit(Proposal(id=f"copy-{n}", title=f"copy {n}", author="scale", round=1, target="vecadd_cpu",
+                               pitch="scale test", patch=patch(base, base + f"# candidate {n}\n")), "scale")
+    serial = {"overlap": False, "warm_compiles": False} if mode == "cpu-serial" else {}
+    settings = Settings(kernels_dir=kernels, work_dir=work / "work", cache_dir=work / "cache", timing_budget_s=budget_s,
+                        **serial)
+    start = time.monotonic()
+    [summary] = run_round(ledger, 1, settings=settings)
+    wall = time.monotonic() - start
+    compiles = [s.seconds for e in ledger.evaluations(ledger.round_row("vecadd_cpu", 1)["id"])
+                if e["subject"] == "candidate" for s in ledger.stage_results(e["id"]) if s.stage == "compile"]
+    return {"mode": mode, "gpus": "cpu", "wall_s": round(wall, 1), "per_minute": round(60 * count / wall, 2),
+            "compile_s_per_candidate": round(sum(compiles) / len(compiles), 3),
+            "verdicts": {v.proposal_id: v.outcome for v in summary.verdicts}, "time": summary.time}
+
+
+def compile_times(count: int) -> dict:
+    """The compile stage of one vecadd_cpu candidate, cold (a fresh child) and warm (a ready warm child), in turn."""
+    from judge.compile import run_compile
+    from judge.compile_workers import CompileWorkers
+    from judge.targets import find_target
+
+    work = Path(tempfile.mkdtemp(prefix="judge-scale-compile-"))
+    target = find_target("vecadd_cpu", ROOT / "kernels")
+    times: dict[str, list[float]] = {"cold": [], "warm": []}
+    for n in range(count):
+        source = target.kernel_source() + f"# candidate {n}\n"
+        workers = CompileWorkers(work / f"w{n}", cores=None, spares=1, jobs=1)
+        workers._pool[0].ready()  # a spare that has imported torch, as the round's pipeline keeps ahead
+        for how, pool in (("cold", None), ("warm", workers)):
+            start = time.monotonic()
+            result = run_compile(target, target.assemble(work / f"{how}{n}", source), cache_dir=work / "cache",
+                                 workers=pool)
+            times[how].append(round(time.monotonic() - start, 3))
+            assert result.status == "passed", result.summary
+        workers.close()
+    return times
+
+
 @contextlib.contextmanager
 def ray_head(gpus: int):
     """`ray start --head` on this host, as a user would start a one-node cluster; `ray stop` afterwards."""
@@ -94,7 +146,10 @@ def main() -> None:
                         help="for the ray mode: a running cluster's address, or 'start' to start a head on this host "
                              "(all its GPUs) for the ray round and stop it after")
     parser.add_argument("--json", type=Path, help="write every number here too")
+    parser.add_argument("--timing-budget", type=float, default=None, help="cpu modes: timing seconds per candidate")
     args = parser.parse_args()
+    if all(mode.startswith("cpu") for mode in args.modes.split(",")):
+        return cpu_main(args)
     import torch
 
     count = torch.cuda.device_count()
@@ -130,6 +185,26 @@ def main() -> None:
             f"{k} {reference.get(k)}->{v}" for k, v in r["verdicts"].items() if reference.get(k) != v)
         print(f"| {r['mode']} | {r['gpus'] or 'cluster'} | {r['wall_s']} | {r['per_minute']} | "
               f"{r['per_minute'] / rows[0]['per_minute']:.2f}x | {same} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+def cpu_main(args) -> None:
+    """The cpu modes, in the order given (repeat them to interleave), and their table."""
+    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {len(os.sched_getaffinity(0))} "
+          f"cores, {args.candidates} vecadd_cpu candidates", flush=True)
+    rows = []
+    if args.modes == "cpu-compile":
+        print(json.dumps(compile_times(args.candidates)))
+        return
+    for mode in args.modes.split(","):
+        rows.append(cpu_round(mode, args.candidates, args.timing_budget))
+        print(json.dumps(rows[-1]), flush=True)
+    print("\n| mode | wall s | compile s per candidate | stage sums s |")
+    print("|---|---:|---:|---|")
+    for r in rows:
+        sums = ", ".join(f"{k} {v:.1f}" for k, v in r["time"]["stages_s"].items())
+        print(f"| {r['mode']} | {r['wall_s']} | {r['compile_s_per_candidate']} | {sums} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

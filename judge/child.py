@@ -25,6 +25,7 @@ REPLY_TAMPERED_EXIT = 86
 RUNNER_OPS = {"load", "build", "warm_up", "calls", "audit"}
 ORACLE_OPS = {"plan", "attach", "detach", "collect", "case", "stage", "verify_case", "benchmark", "turn", "release",
               "facts"}
+CALL_OPS = {"run"}
 ERROR_CHARS = 2000
 
 
@@ -112,9 +113,9 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
     serial = 0
     phases: dict[str, float] = {}  # the start's (or bind's) own account of its parts, in us: shown, never trusted
     if setup.get("deferred"):  # a warm spare: the heavy imports now, CUDA when told, the kernel's workspace later
-        _import_heavy()
+        _import_heavy(setup["role"])
         send({"serial": 0, "ok": True, "value": {"pid": os.getpid(), "ready": True}})
-        serial, setup = _wait_for_bind(commands, send, setup, phases)
+        serial, setup = _wait_for_bind(commands, send, setup, phases, cuda=setup["role"] != "call")
     try:
         started = _clock()
         server, allowed = _server(setup)
@@ -148,7 +149,21 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
     os._exit(0)
 
 
+class _OneCall:
+    """A warm compile worker's server (role "call"): the function its bind names, imported before confinement as
+    judge.child.call imports it, then run once with the arguments judge sends (judge.compile_workers)."""
+
+    def __init__(self, func: str):
+        module_name, _, function_name = func.partition(":")
+        self.function = getattr(importlib.import_module(module_name), function_name)
+
+    def run(self, kwargs: dict):
+        return self.function(**kwargs)
+
+
 def _server(setup: dict):
+    if setup["role"] == "call":
+        return _OneCall(**setup["init"]), CALL_OPS
     if setup["role"] == "oracle":
         from .oracle import Oracle
 
@@ -158,11 +173,15 @@ def _server(setup: dict):
     return Runner(**setup["init"]), RUNNER_OPS
 
 
-def _import_heavy() -> None:
-    """What every runner pays before it knows its kernel and that touches no GPU: torch's import (seconds)."""
+def _import_heavy(role: str = "runner") -> None:
+    """What every runner pays before it knows its kernel and that touches no GPU: torch's import (seconds); a
+    compile worker's judge code too (judge.compile's imports took 0.45 s of a bind on a 2-core VM)."""
     import torch  # noqa: F401
 
     from . import runner  # noqa: F401
+
+    if role == "call":
+        from . import compile  # noqa: F401
 
     try:  # finding libseccomp runs ldconfig: done here, not while a candidate waits for its runner's bind
         import pyseccomp  # noqa: F401
@@ -180,9 +199,10 @@ def _init_cuda() -> None:
         torch.empty(1, device="cuda")
 
 
-def _wait_for_bind(commands, send, setup: dict, phases: dict) -> tuple[int, dict]:
+def _wait_for_bind(commands, send, setup: dict, phases: dict, cuda: bool = True) -> tuple[int, dict]:
     """A spare's commands before its workspace is known: `cuda` (make the context now), then `bind` or `exit`.
-    A bind's own account of its CUDA context (none when it was made earlier) goes into `phases`."""
+    A bind's own account of its CUDA context (none when it was made earlier) goes into `phases`; a compile
+    worker (`cuda` False) never makes one: a compile touches no GPU."""
     while True:
         message = json.loads(commands.readline())
         op = message.get("op")
@@ -195,7 +215,8 @@ def _wait_for_bind(commands, send, setup: dict, phases: dict) -> tuple[int, dict
         if op != "bind":
             raise SystemExit(f"judge: a spare worker takes cuda, bind or exit, got {op!r}")
         started = _clock()
-        _init_cuda()
+        if cuda:
+            _init_cuda()
         phases["cuda"] = round((_clock() - started) * 1e6, 1)
         return _bind(message, setup)
 

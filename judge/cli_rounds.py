@@ -23,7 +23,7 @@ from .targets import find_target
               help="The round to run (default, per target: the one its proposals wait for, or its last to resume).")
 @click.option("--target", help="Only this target: a name under --kernels, or a path to a GPU MODE problem directory.")
 @click.option("--again", is_flag=True, help="Evaluate again even proposals that already have a verdict (adds new rows).")
-@click.option("--workers", type=int, help="Parallel compile processes (default: CPU count).")
+@click.option("--workers", type=int, help="Parallel compiles (default: one per core that no timed pair uses).")
 @click.option("--timing-budget", type=float, help="Seconds of timing per candidate before the stopping rule gives up.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("work"), show_default=True)
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=Path(".judge-cache"), show_default=True)

@@ -17,7 +17,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import resources
 from .compile_cache import CompileCache, cache_key, default_signature, distinct_configs, sha
@@ -29,6 +29,9 @@ from .stages import StageResult
 from .targets import Target
 from .tracebacks import describe_error
 
+if TYPE_CHECKING:
+    from .compile_workers import CompileWorkers
+
 STAGE = "compile"
 KEEP_OPTIONS = "--keep-ptx --keep-cubin"
 DSL_PACKAGE = "nvidia-cutlass-dsl"
@@ -38,8 +41,11 @@ DSL_PACKAGE = "nvidia-cutlass-dsl"
 # Public entry points
 
 
-def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: float | None = None) -> StageResult:
-    """Compile every distinct configuration of the kernel assembled in `workspace`; cached ones skip the child."""
+def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: float | None = None,
+                workers: "CompileWorkers | None" = None) -> StageResult:
+    """Compile every distinct configuration of the kernel assembled in `workspace`; cached ones skip the child,
+    which is a fresh process, or one of `workers`' warm ones (judge.compile_workers: the same verdicts)."""
+    spawn = workers.run if workers is not None else run_isolated
     workspace = Path(workspace).resolve()
     cache = CompileCache(Path(cache_dir))
     kernel_path = workspace / target.kernel_file
@@ -47,7 +53,7 @@ def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: 
         raise JudgeError(f"{workspace}: no kernel file '{target.kernel_file}' (assemble the workspace first)")
     limit = timeout_s if timeout_s is not None else target.limits.compile_s
     if not target.compile_entry:
-        return _import_only(target, workspace, limit)
+        return _import_only(target, workspace, limit, spawn)
 
     if target.arch not in resources.ARCHS and not re.fullmatch(r"sm_\d+[af]?", target.arch):
         raise JudgeError(
@@ -74,7 +80,7 @@ def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: 
         configs = [_from_cache(cache, c) for c in known]
         return _verdict(target, configs, time.monotonic() - start, dsl_version, log_tail="")
 
-    result = _compile_in_child(target, workspace, specs, key_parts, cache, limit, dsl_version, start)
+    result = _compile_in_child(target, workspace, specs, key_parts, cache, limit, dsl_version, start, spawn)
     if isinstance(result, StageResult):
         return result
     configs, log_tail = result
@@ -111,13 +117,13 @@ def compile_many(
 
 
 def _compile_in_child(target: Target, workspace: Path, specs: list[dict], key_parts: dict[str, str],
-                      cache: CompileCache, limit: float, dsl_version: str, start: float):
+                      cache: CompileCache, limit: float, dsl_version: str, start: float, spawn=run_isolated):
     """Compile every config not in the cache in one confined child; its configs and log, or the stage's
     result when the child failed or the kernel did not import."""
     with tempfile.TemporaryDirectory(prefix="judge-compile-") as tmp:
         scratch = Path(tmp)
         progress_path = scratch / "progress.jsonl"
-        outcome = run_isolated(
+        outcome = spawn(
             _child_compile,
             {
                 "workspace": str(workspace),
@@ -282,10 +288,10 @@ def _read_progress(path: Path) -> dict[str, Any]:
     return state
 
 
-def _import_only(target: Target, workspace: Path, limit: float) -> StageResult:
+def _import_only(target: Target, workspace: Path, limit: float, spawn=run_isolated) -> StageResult:
     """A target without a compile hook: importing the kernel file is all that can be checked ahead of time."""
     env = {"CUTE_DSL_ARCH": target.arch} if target.arch in resources.ARCHS else None
-    outcome = run_isolated(
+    outcome = spawn(
         _child_import,
         {"workspace": str(workspace), "kernel_module": _module_name(target.kernel_file), "kernel_file": target.kernel_file},
         timeout_s=limit, cwd=workspace, env=env, log_path=workspace / "compile.log",

@@ -77,7 +77,10 @@ def kernel_stages(session, workspace: Path, budget_s: Optional[float], floor=Non
 
 
 class LocalDispatch:
-    """This machine, its GPU (or CPU for a CPU target), one candidate at a time: the round's own session."""
+    """This machine, its GPU (or CPU for a CPU target), one candidate at a time: the round's own session. It takes
+    its jobs as they come (`streams`): a candidate runs while the next ones compile (judge.compile_pipeline)."""
+
+    streams = True
 
     def __init__(self, run):
         self.run = run

@@ -79,7 +79,7 @@ def run_isolated(
         result_file = tmp_dir / "result.json"
         log_file = Path(log_path) if log_path is not None else tmp_dir / "child.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        child_env, policy_json = _child_environment(policy, env, tmp_dir)
+        child_env, policy_json = child_environment(policy, env, tmp_dir)
         args_file.write_text(json.dumps({"kwargs": kwargs, "policy": policy_json}))
 
         command = [sys.executable, "-m", "judge.child", func, str(args_file), str(result_file)]
@@ -128,7 +128,7 @@ def _outcome(timed_out: bool, timeout_s: float, exit_code: int, seconds: float, 
                         result.get("confinement"))
 
 
-def _child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_dir: Path) -> tuple[dict, dict | None]:
+def child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_dir: Path) -> tuple[dict, dict | None]:
     """The child's environment and its confinement (JSON, None when unconfined); its scratch `tmp_dir` is
     writable to it too."""
     child_env = dict(os.environ)

@@ -19,6 +19,7 @@ from .devices import facts_dict, host_facts
 from .dispatch import Job
 from .evaluation import fresh
 from .ledger import Ledger, now, sha256
+from .compile_pipeline import CompilePipeline, ready_jobs
 from .control import evaluate_control, round_floor
 from .noise import default_floor
 from .patching import apply_patch
@@ -75,6 +76,17 @@ class Stages:
 
         return compile_many(jobs, cache_dir=cache_dir, workers=workers, progress=progress)
 
+    def compile_workers(self, target: Target, root: Path, cores, spares: int, jobs: int):
+        """Warm compile children for `jobs` candidates, pinned to `cores` (judge.compile_workers)."""
+        from .compile_workers import CompileWorkers
+
+        return CompileWorkers(root, cores=cores, spares=spares, jobs=jobs)
+
+    def compile_one(self, target: Target, workspace: Path, *, cache_dir, workers) -> StageResult:
+        from .compile import run_compile
+
+        return run_compile(target, workspace, cache_dir=cache_dir, workers=workers)
+
     def static_check(self, target: Target, workspace: Path, compile_stage: StageResult) -> StageResult:
         from .static_check import run_static
 
@@ -105,7 +117,11 @@ class Settings:
     kernels_dir: Path = Path("kernels")
     work_dir: Path = Path("work")
     cache_dir: Path = Path(".judge-cache")
-    workers: Optional[int] = None
+    workers: Optional[int] = None  # candidates compiling at once; None: one per core no timed pair uses
+    # Candidates go to correctness and timing as each compiles (judge.compile_pipeline), in warm compile children;
+    # False runs them as before issue 27 (every compile first; each a cold child), for comparisons.
+    overlap: bool = True
+    warm_compiles: bool = True
     timing_budget_s: Optional[float] = None
     again: bool = False
     stages: Stages = field(default_factory=Stages)
@@ -293,8 +309,9 @@ def _machine(target: Target, settings: Settings, on_event: EventSink) -> tuple[O
 
 
 def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str, summary: RoundSummary) -> None:
-    """Every revision without a standing verdict: patched, compiled together, statically checked, then its GPU
-    stages wherever the dispatch runs them; each verdict written as soon as it is known."""
+    """Every revision without a standing verdict: patched, then compiled and statically checked on other cores while
+    earlier ones run their GPU stages wherever the dispatch runs them (judge.compile_pipeline); each verdict written
+    as soon as it is known, and listed as before: compile and static failures first, then the rest."""
     pending = []
     for revision in revisions:
         previous = run.ledger.latest_evaluation(run.round_row["id"], revision["id"])
@@ -308,19 +325,20 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
             summary.verdicts.append(prepared)
         else:
             pending.append(prepared)
-    compiled = _compile_all(run.target, [p[2] for p in pending], run.settings, run.on_event)
-    jobs = []
-    for (revision, source, workspace, early_stages, started), compile_stage in zip(pending, compiled):
-        stages = [*early_stages, compile_stage, *_static_stages(run, workspace, compile_stage, revision["proposal_id"])]
-        if all(s.passed for s in stages[-1:]) or compile_stage.status == "not-run":
-            jobs.append(Job((revision, stages, started), revision["proposal_id"], source, workspace))
-        else:
-            summary.verdicts.append(run.record(revision, sha256(source), stages, started))
-    if jobs:
-        run.on_event("gpu-start", total=len(jobs))
-    for job, kernel_stages, place in run.dispatch.evaluate(jobs):
-        revision, stages, started = job.key
-        summary.verdicts.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
+    failed, judged = [], []
+    pipeline = CompilePipeline(run, pending, overlap=run.settings.overlap)
+    try:
+        jobs = ready_jobs(run, pipeline, failed)
+        if pending:
+            run.on_event("gpu-start", total=len(pending))
+        if not getattr(run.dispatch, "streams", False):  # a dispatch that takes its jobs at once (Ray)
+            jobs = list(jobs)
+        for job, kernel_stages, place in run.dispatch.evaluate(jobs):
+            revision, stages, started = job.key
+            judged.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
+    finally:
+        pipeline.close()
+    summary.verdicts.extend(failed + judged)
 
 
 def _time_spent(wall_s: float, spent: dict, ledger_wait_s: float = 0.0) -> dict:

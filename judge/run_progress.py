@@ -10,7 +10,8 @@ from .dispatch import describe_place
 
 
 class RunProgress:
-    """Rich progress for `judge run`: a bar while compiling, a line per stage and verdict. It starts at the first
+    """Rich progress for `judge run`: a bar of the compiles, one of the candidates judged (and one per Ray worker)
+    beside it, a line per stage and verdict. It starts at the first
     event, so that an error before the run starts (e.g. the round is being run already) is its one line alone."""
 
     def __init__(self, console: Console, enabled: bool):
@@ -42,7 +43,9 @@ class RunProgress:
         elif kind == "stage":
             self.progress.console.print(f"  {terminal(info['proposal'])}: {info['stage']} ...", markup=False)
         elif kind == "gpu-start":
-            self.gpu_task = self.progress.add_task("correctness and timing", total=info["total"])
+            # Every candidate that compiles gets one step when its verdict comes (a compile failure's too), while
+            # the compiling bar goes on beside it (judge.compile_pipeline).
+            self.gpu_task = self.progress.add_task("candidates judged", total=info["total"])
         elif kind == "verdict":
             where = f" [{info['where']}]" if info.get("where") else ""
             self.progress.console.print(f"  {terminal(info['proposal'])}: {info['outcome']} ({terminal(info['reason'])}){where}",

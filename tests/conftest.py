@@ -20,6 +20,11 @@ SLOW_MODULES = {
     "test_worker.py": 36,
     "test_runner.py": 24,
     "kernels/test_fp8_group_gemm_sm90.py": 16,
+    "test_compile_workers.py": 90,  # cold and warm compile children side by side (2026-11-26, same VM, loaded)
+}
+# Single slow tests of otherwise quick modules (also marked where they are defined), with their seconds there.
+SLOW_TESTS = {
+    "test_compile_pipeline.py::test_compiles_that_crash_or_hang_are_verdicts_and_the_others_go_on": 32,
 }
 
 
@@ -39,7 +44,7 @@ def _module(item) -> str:
 def pytest_collection_modifyitems(config, items):
     slow = pytest.mark.slow
     for item in items:
-        if _module(item) in SLOW_MODULES:
+        if _module(item) in SLOW_MODULES or f"{_module(item)}::{item.name}" in SLOW_TESTS:
             item.add_marker(slow)
     if _has_cuda():
         return

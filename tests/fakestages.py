@@ -54,6 +54,12 @@ class FakeStages(Stages):
             progress(i + 1, len(jobs))
         return results
 
+    def compile_workers(self, target, root, cores, spares, jobs):
+        return None
+
+    def compile_one(self, target, workspace, *, cache_dir, workers):
+        return self.compile_many([(target, workspace)], cache_dir=cache_dir, workers=1, progress=lambda *_: None)[0]
+
     class _Session:
         def __init__(self, target, base_dir):
             self.target, self.base_dir = target, base_dir

@@ -331,7 +331,7 @@ def test_run_progress_counts_each_workers_candidates(monkeypatch):
             progress.event("verdict", proposal=proposal, outcome="faster", reason="geomean 1.1x",
                            where=describe_place(places[gpu]))
         tasks = {t.description: t.completed for t in progress.progress.tasks}
-    assert tasks == {"correctness and timing": 3, "  worker 1": 1, "  worker 2": 2}
+    assert tasks == {"candidates judged": 3, "  worker 1": 1, "  worker 2": 2}
     lines = buffer.getvalue().splitlines()
     assert lines[0] == f"worker 1: {describe_place(places[0])}"
     assert lines[3] == f"  b: faster (geomean 1.1x) [{describe_place(places[1])}]"

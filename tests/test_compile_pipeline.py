@@ -1,0 +1,134 @@
+"""Rounds whose compiles overlap the kernel stages (judge.compile_pipeline): the same verdicts and ledger rows as a
+round that compiles everything first, candidates judged while later ones compile, broken compiles recorded."""
+
+import threading
+
+import pytest
+
+from fakestages import FakeStages
+from judge.ledger import Ledger
+from judge.rounds import Settings, Stages, run_round
+from test_rounds import proposal
+
+MIXED = [proposal(pid, verdict) for pid, verdict in [
+    ("a-fast", "speedup 1.25"), ("b-broken", "compile-error"), ("c-slow", "speedup 0.8"), ("d-wrong", "incorrect"),
+    ("e-broken", "compile-error"), ("f-same", "speedup 1.0")]]
+
+
+def ledger_rows(ledger: Ledger) -> list[tuple]:
+    """Every evaluation as it would be reported: who, outcome, reason and each stage's status and summary."""
+    rows = []
+    for e in ledger.query("select e.*, r.proposal_id from evaluations e left join revisions r on r.id = e.revision_id"):
+        stages = tuple((s.stage, s.status, s.summary) for s in ledger.stage_results(e["id"]))
+        rows.append((e["subject"], e["proposal_id"], e["outcome"], e["reason"], stages))
+    return sorted(rows, key=repr)
+
+
+def a_round(tmp_path, name: str, stages, candidates=MIXED, **options):
+    from test_rounds import FIXTURE
+
+    kernels = tmp_path / name / "kernels"
+    kernels.mkdir(parents=True)
+    (kernels / "axpy").symlink_to(FIXTURE)
+    ledger = Ledger(tmp_path / name / "ledger.db")
+    for candidate in candidates:
+        ledger.submit(candidate, "test")
+    settings = Settings(kernels_dir=kernels, work_dir=tmp_path / name / "work", cache_dir=tmp_path / name / "cache",
+                        stages=stages, **options)
+    events = []
+    [summary] = run_round(ledger, 1, settings=settings, on_event=lambda kind, **info: events.append((kind, info)))
+    return ledger, summary, events
+
+
+def test_overlapped_compiles_give_the_verdicts_and_rows_of_compiling_first(tmp_path):
+    before_ledger, before, _ = a_round(tmp_path, "before", FakeStages(), overlap=False)
+    after_ledger, after, events = a_round(tmp_path, "after", FakeStages())
+    listed = [(v.proposal_id, v.outcome, v.reason) for v in after.verdicts]
+    assert listed == [(v.proposal_id, v.outcome, v.reason) for v in before.verdicts]
+    assert [pid for pid, _, _ in listed] == ["b-broken", "e-broken", "a-fast", "c-slow", "d-wrong", "f-same"]
+    assert ledger_rows(after_ledger) == ledger_rows(before_ledger)
+    counts = after_ledger.query("select revision_id, count(*) as n from evaluations where subject = 'candidate' "
+                                "group by revision_id")
+    assert [c["n"] for c in counts] == [1] * 6  # each result recorded once
+    progress = [info["done"] for kind, info in events if kind == "compile-progress"]
+    assert sorted(progress) == [1, 2, 3, 4, 5, 6]
+    assert [info["total"] for kind, info in events if kind == "gpu-start"] == [6]
+
+
+class WaitingCompiles(FakeStages):
+    """The last candidate's compile ends only once the first candidate's kernel stages have begun."""
+
+    def __init__(self):
+        super().__init__()
+        self.first_judged = threading.Event()
+        self.log: list[str] = []
+
+    def compile_one(self, target, workspace, *, cache_dir, workers):
+        if workspace.name == "c-last":
+            self.log.append(f"c-last compile waited: {self.first_judged.wait(timeout=60)}")
+        result = super().compile_one(target, workspace, cache_dir=cache_dir, workers=workers)
+        self.log.append(f"{workspace.name} compiled")
+        return result
+
+    def evaluate(self, session, workspace, budget_s, floor=None):
+        self.log.append(f"{workspace.name} judged")
+        if workspace.name == "a-first":
+            self.first_judged.set()
+        return super().evaluate(session, workspace, budget_s, floor)
+
+
+def test_a_candidate_is_judged_while_later_ones_compile(tmp_path):
+    stages = WaitingCompiles()
+    candidates = [proposal("a-first", "speedup 1.25"), proposal("b-next", "speedup 1.0"),
+                  proposal("c-last", "speedup 0.8")]
+    _, summary, _ = a_round(tmp_path, "round", stages, candidates, workers=1)
+    assert [(v.proposal_id, v.outcome) for v in summary.verdicts] == \
+        [("a-first", "faster"), ("b-next", "unchanged"), ("c-last", "slower")]
+    assert stages.log.index("a-first judged") < stages.log.index("c-last compiled")
+    assert "c-last compile waited: True" in stages.log
+
+
+class RealCompiles(FakeStages):
+    """Fake kernel stages, real compile children (warm ones, as a round makes them), a 15 s compile limit."""
+
+    compile_workers = Stages.compile_workers
+
+    def compile_one(self, target, workspace, *, cache_dir, workers):
+        from judge.compile import run_compile
+
+        return run_compile(target, workspace, cache_dir=cache_dir, timeout_s=15, workers=workers)
+
+
+@pytest.mark.slow
+def test_compiles_that_crash_or_hang_are_verdicts_and_the_others_go_on(tmp_path):
+    knob = "SCALE = 2.0"
+    broken = {"b-hang": "import time; time.sleep(600)", "c-crash": "import os; os._exit(3)"}
+    candidates = [proposal(pid, "speedup 1.25" if pid != "d-same" else "speedup 1.0",
+                           knob=(knob, f"{knob}; {broken.get(pid, 'pass')}"))
+                  for pid in ("a-fast", "b-hang", "c-crash", "d-same")]
+    ledger, summary, _ = a_round(tmp_path, "round", RealCompiles(), candidates)
+    assert [(v.proposal_id, v.outcome, v.reason) for v in summary.verdicts] == [
+        ("b-hang", "timed-out", "compile: timed out after 15 s importing submission.py"),
+        ("c-crash", "crashed", "compile: crashed: exited with code 3 before returning importing submission.py"),
+        ("a-fast", "faster", "geomean 1.250x [1.244, 1.256] over 2 benchmarks"),
+        ("d-same", "unchanged", "geomean 1.000x [0.995, 1.005] over 2 benchmarks")]
+    assert len(ledger.query("select id from evaluations where subject = 'candidate'")) == 4
+
+
+def test_progress_shows_the_compiles_and_the_candidates_judged_side_by_side(tmp_path):
+    """The round's own events, fed to `judge run`'s progress: both bars end full, compile failures counted as
+    judged (their verdict is the candidate's end)."""
+    import io
+
+    from rich.console import Console
+
+    from judge.run_progress import RunProgress
+
+    _, _, events = a_round(tmp_path, "round", FakeStages())
+    buffer = io.StringIO()
+    with RunProgress(Console(file=buffer, width=120, force_terminal=False), enabled=True) as progress:
+        for kind, info in events:
+            progress.event(kind, **info)
+        tasks = {t.description: (t.completed, t.total) for t in progress.progress.tasks}
+    assert tasks == {"compiling": (6, 6), "candidates judged": (6, 6)}
+    assert "  b-broken: compile-error (DSLUserCodeError: unsupported tile (submission.py:7))" in buffer.getvalue()
