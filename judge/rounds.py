@@ -118,8 +118,9 @@ class Settings:
     work_dir: Path = Path("work")
     cache_dir: Path = Path(".judge-cache")
     workers: Optional[int] = None  # candidates compiling at once; None: one per core no timed pair uses
-    # Candidates go to correctness and timing as each compiles (judge.compile_pipeline), in warm compile children;
-    # False runs them as before issue 27 (every compile first; each a cold child), for comparisons.
+    # Candidates go to correctness and timing as each compiles (judge.compile_pipeline), in warm compile children
+    # (never for a CPU target, timed on the host); False runs them as before issue 27 (every compile first), for
+    # comparisons.
     overlap: bool = True
     warm_compiles: bool = True
     timing_budget_s: Optional[float] = None
@@ -326,7 +327,8 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
         else:
             pending.append(prepared)
     failed, judged = [], []
-    pipeline = CompilePipeline(run, pending, overlap=run.settings.overlap)
+    # A CPU target's timing shares the host's memory and caches with compiles: they all end before it starts.
+    pipeline = CompilePipeline(run, pending, overlap=run.settings.overlap and not run.target.on_cpu)
     try:
         jobs = ready_jobs(run, pipeline, failed)
         if pending:

@@ -2,6 +2,7 @@
 round that compiles everything first, candidates judged while later ones compile, broken compiles recorded."""
 
 import threading
+import time
 
 import pytest
 
@@ -86,6 +87,51 @@ def test_a_candidate_is_judged_while_later_ones_compile(tmp_path):
         [("a-first", "faster"), ("b-next", "unchanged"), ("c-last", "slower")]
     assert stages.log.index("a-first judged") < stages.log.index("c-last compiled")
     assert "c-last compile waited: True" in stages.log
+
+
+class LoggedStages(FakeStages):
+    """Fake stages that note when each candidate's compile ends and its kernel stages begin; every compile but the
+    first takes 0.3 s, so that an overlapped round would judge the first candidate before the others compile."""
+
+    def __init__(self):
+        super().__init__()
+        self.log: list[str] = []
+
+    def compile_one(self, target, workspace, *, cache_dir, workers):
+        if workspace.name != "a-fast":
+            time.sleep(0.3)
+        result = super().compile_one(target, workspace, cache_dir=cache_dir, workers=workers)
+        self.log.append("compiled")
+        return result
+
+    def evaluate(self, session, workspace, budget_s, floor=None):
+        self.log.append("judged")
+        return super().evaluate(session, workspace, budget_s, floor)
+
+
+def test_a_cpu_targets_compiles_all_end_before_its_first_candidate_is_judged(tmp_path, monkeypatch):
+    """Timed on the host, a CPU target's candidates would share its memory and caches with later compiles."""
+    import shutil
+
+    import test_rounds
+
+    fixture = tmp_path / "axpy_cpu"
+    shutil.copytree(test_rounds.FIXTURE, fixture)
+    toml = fixture / "judge.toml"
+    toml.write_text(toml.read_text().replace('arch = "any"', 'arch = "cpu"'))
+    monkeypatch.setattr(test_rounds, "FIXTURE", fixture)
+    stages = LoggedStages()
+    _, summary, _ = a_round(tmp_path, "round", stages, MIXED, workers=1)
+    assert [v.outcome for v in summary.verdicts] == \
+        ["compile-error", "compile-error", "faster", "slower", "incorrect", "unchanged"]
+    # The A/A control is judged before any compile; the four candidates that compiled, after all six compiles.
+    assert stages.log == ["judged"] + ["compiled"] * 6 + ["judged"] * 4
+
+
+def test_a_gpu_targets_first_candidate_is_judged_while_the_others_compile(tmp_path):
+    stages = LoggedStages()
+    a_round(tmp_path, "round", stages, MIXED, workers=1)
+    assert stages.log[:3] == ["judged", "compiled", "judged"]
 
 
 class RealCompiles(FakeStages):
