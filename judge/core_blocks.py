@@ -3,8 +3,8 @@
 Ray counts a node's CPUs but gives an actor no particular cores, so two actors on one host would both pin their
 timed pairs to the same last core (judge.evaluation.placement). Here each evaluation on a host holds a block of
 its own: its timed pair's cores and one more for its oracle and spares, so nothing of one evaluation runs on
-another's timing cores. An actor claims the first free block with a lock file that its process holds until it
-ends; an actor that dies frees its block for the one Ray starts in its place.
+another's timing cores. An actor claims the first free block with a lock file per core that its process holds
+until it ends; an actor that dies frees its block for the one Ray starts in its place.
 """
 
 from __future__ import annotations
@@ -44,18 +44,34 @@ def block_placement(target: Target, block: int) -> Optional[dict[str, list[int]]
     return {"timing": cores[-need:], "others": cores[:-need]}
 
 
-def claim_block(target: Target, locks: Optional[Path] = None) -> tuple[int, Optional[int]]:
-    """The first free block of this host's cores and the open lock file that holds it (keep it open; it closes
-    with the process). Where every block is held: the number of blocks (no cores: nothing pinned) and no lock."""
+def claim_block(target: Target, locks: Optional[Path] = None) -> tuple[int, list[int]]:
+    """The first block of this host's cores that no live process holds, and the open lock files (one per core,
+    so that targets with blocks of other sizes never overlap) that hold it: keep them open, they close with the
+    process. Where no block is free: the number of blocks (no cores: nothing pinned) and no locks."""
     directory = locks or Path(tempfile.gettempdir()) / "judge-core-blocks"
     directory.mkdir(exist_ok=True)
     blocks = blocks_on_host(target)
     for block in range(blocks):
-        fd = os.open(directory / f"block-{block}-of-{block_size(target)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            continue
-        return block, fd
-    return blocks, None
+        cores = block_placement(target, block)
+        locked = [_lock(directory / f"core-{core}.lock") for core in cores["others"] + cores["timing"]]
+        held = [fd for fd in locked if fd is not None]
+        if len(held) == block_size(target):
+            return block, held
+        release(held)
+    return blocks, []
+
+
+def release(held: list[int]) -> None:
+    """Free a block's cores for the next evaluation on this host."""
+    for fd in held:
+        os.close(fd)
+
+
+def _lock(path: Path) -> Optional[int]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

@@ -4,8 +4,9 @@ of a node's CPUs for a CPU target (judge.core_blocks).
 
 Ray schedules; judge never does. Each actor holds its own round state (judge.evaluation.Evaluator: oracle,
 base runner, warm spare) for the GPU or cores it holds, so a candidate is always timed against the base by
-the same actor, and one GPU (or core) never times two things at once. Only the driver writes the ledger: results come back
-to it as they finish and are recorded at once, so a killed driver resumes as a local run does.
+the same actor, and one GPU (or core) never times two things at once. Only the driver writes the ledger:
+results come back to it as they finish and are recorded at once, so a killed driver resumes as a local run
+does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from .core_blocks import block_size, claim_block
+from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
 from .stages import StageResult, not_run
 
@@ -54,8 +55,8 @@ def describe_place(place: dict) -> str:
     gate = f"; {place['gate']}" if place.get("gate") else ""
     device = place.get("device") or {}
     if "cpus" in place:
-        cores = place["cpus"] or "any (no block of cores free on this host)"
-        return f"{place['host']}, CPU {cores} ({device.get('name') or 'unknown CPU'}){gate}"
+        where = f"{place['host']}, CPU {place['cpus'] or 'unpinned'} ({device.get('name') or 'unknown CPU'})"
+        return where + ("" if place["cpus"] else ": no block of its host's cores was free") + gate
     name = device.get("name") or "no GPU"
     return f"{place['host']}, GPU {place['gpus'] or '-'} ({name})" + gate
 
@@ -236,7 +237,7 @@ class EvaluationActor:
         else:
             facts = probed()
             self.facts, self.gate_reason = facts_dict(facts), arch_gate(self.target.arch, facts)
-        self.core_block, self._block_lock = claim_block(self.target) if self.target.on_cpu else (None, None)
+        self.core_block, self._block_locks = claim_block(self.target) if self.target.on_cpu else (None, [])
         self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir,
                                  core_block=self.core_block)
 
@@ -278,6 +279,5 @@ class EvaluationActor:
 
     def close(self) -> None:
         self.session.close()
-        if self._block_lock is not None:  # its cores are free for the next actor on this host
-            os.close(self._block_lock)
-            self._block_lock = None
+        release(self._block_locks)  # its cores are free for the next actor on this host
+        self._block_locks = []
