@@ -30,7 +30,8 @@ from .targets import find_target
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("reports"), show_default=True,
               help="Where the round's report is written at the end.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
-              help="Correctness and timing on a Ray cluster, one actor per GPU (pip install 'judge[ray]'); "
+              help="Correctness and timing on a Ray cluster, one actor per GPU (a CPU target: per block of a node's "
+                   "CPUs; pip install 'judge[ray]'); "
                    "ADDRESS as ray.init takes it, none: the cluster this machine knows, or a local one.")
 @click.option("--gpus", help="Correctness and timing on these GPUs of this machine, one at a time each, through a "
                              "local Ray: 'all' or a list such as 0,1.")

@@ -1,10 +1,12 @@
 """Where a round's kernel-running stages (correctness, timing) run: on this machine, one candidate after
-another, or on Ray, one GPU-holding actor per GPU of the cluster, candidates spread over them.
+another, or on Ray, candidates spread over actors: one per GPU of the cluster for a GPU target, one per block
+of a node's CPUs for a CPU target (judge.core_blocks).
 
 Ray schedules; judge never does. Each actor holds its own round state (judge.evaluation.Evaluator: oracle,
-base runner, warm spare) for the GPU Ray gave it, so a candidate is always timed against the base on the
-same GPU, and one GPU never times two things at once. Only the driver writes the ledger: results come back
-to it as they finish and are recorded at once, so a killed driver resumes as a local run does.
+base runner, warm spare) for the GPU or cores it holds, so a candidate is always timed against the base by
+the same actor, and one GPU (or core) never times two things at once. Only the driver writes the ledger:
+results come back to it as they finish and are recorded at once, so a killed driver resumes as a local run
+does.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
 from .stages import StageResult, not_run
 
@@ -47,10 +50,15 @@ def parse_gpus(text: str) -> list[int]:
 
 
 def describe_place(place: dict) -> str:
-    """Where a Ray actor runs, for progress lines: its host, its GPU and what that GPU is."""
+    """Where a Ray actor runs, for progress lines: its host, and its GPU and what that GPU is, or (a CPU
+    target's actor) its cores."""
+    gate = f"; {place['gate']}" if place.get("gate") else ""
     device = place.get("device") or {}
+    if "cpus" in place:
+        where = f"{place['host']}, CPU {place['cpus'] or 'unpinned'} ({device.get('name') or 'unknown CPU'})"
+        return where + ("" if place["cpus"] else ": no block of its host's cores was free") + gate
     name = device.get("name") or "no GPU"
-    return f"{place['host']}, GPU {place['gpus'] or '-'} ({name})" + (f"; {place['gate']}" if place.get("gate") else "")
+    return f"{place['host']}, GPU {place['gpus'] or '-'} ({name})" + gate
 
 
 @dataclass
@@ -107,7 +115,8 @@ class LocalDispatch:
 
 
 class RayDispatch:
-    """Actors on a Ray cluster, one per GPU (`num_gpus=1`); the target's files and each kernel travel as data."""
+    """Actors on a Ray cluster, one per GPU (`num_gpus=1`), or for a CPU target one per block of a node's CPUs
+    (`num_cpus`, no GPU); the target's files and each kernel travel as data."""
 
     def __init__(self, run, address: Optional[str] = None, gpus: Optional[list[int]] = None):
         try:
@@ -124,17 +133,12 @@ class RayDispatch:
                     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
                 ray.init(num_gpus=len(gpus) if gpus is not None else None, include_dashboard=False,
                          log_to_driver=False)
-        count = int(ray.cluster_resources().get("GPU", 0))
-        if count < 1:
-            raise JudgeError(f"the Ray cluster{' at ' + address if address else ''} has no GPU: nothing to run the "
-                             "kernels on (start its workers with GPUs, or run without --ray)")
         target = run.target
-        files = target_files(target)
+        resources, count = (cpu_actors if target.on_cpu else gpu_actors)(ray, target, address)
         # An actor that dies (its process killed, its machine gone) is started again and the evaluation it held
         # is sent again: the driver records only what comes back, so nothing is lost or recorded twice.
-        actor = ray.remote(num_gpus=1, num_cpus=1, max_restarts=ACTOR_RESTARTS,
-                           max_task_retries=ACTOR_RESTARTS)(EvaluationActor)
-        base_source = (run.base_dir / target.kernel_file).read_text()
+        actor = ray.remote(**resources, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS)(EvaluationActor)
+        files, base_source = target_files(target), (run.base_dir / target.kernel_file).read_text()
         self.actors = [actor.remote(files, target.name, base_source, run.settings.timing_budget_s)
                        for _ in range(count)]
         self.places = ray.get([a.where.remote() for a in self.actors])
@@ -171,6 +175,28 @@ class RayDispatch:
             self.ray.kill(actor)
 
 
+def gpu_actors(ray, target, address: Optional[str]) -> tuple[dict, int]:
+    """A GPU target's actors: one per GPU of the cluster, each holding it (and one CPU)."""
+    count = int(ray.cluster_resources().get("GPU", 0))
+    if count < 1:
+        raise JudgeError(f"the Ray cluster{' at ' + address if address else ''} has no GPU: nothing to run the "
+                         "kernels on (start its workers with GPUs, or run without --ray)")
+    return {"num_gpus": 1, "num_cpus": 1}, count
+
+
+def cpu_actors(ray, target, address: Optional[str]) -> tuple[dict, int]:
+    """A CPU target's actors: each asks Ray for a block of CPUs (its timed pair's cores and one for its oracle and
+    spares, judge.core_blocks), and each live node gets as many as its CPUs hold blocks. Fewer would leave cores
+    idle; more would put two timed pairs on one core, or time a kernel beside another actor's oracle."""
+    size = block_size(target)
+    count = sum(int(node["Resources"].get("CPU", 0)) // size for node in ray.nodes() if node.get("Alive"))
+    if count < 1:
+        raise JudgeError(f"the Ray cluster{' at ' + address if address else ''} has no node with {size} CPUs: "
+                         f"an evaluation of {target.name} needs {size} (its timed pair's {target.cores_for_timing} "
+                         "and one for its oracle and spares)")
+    return {"num_cpus": size}, count
+
+
 def target_files(target) -> dict[str, bytes]:
     """A target as data for another machine: every file of its directory, and the files its task.yml takes from
     beside it (GPU MODE's `../utils.py`), by their paths relative to the directory."""
@@ -197,10 +223,11 @@ def write_target(files: dict[str, bytes], parent: Path, name: str) -> Path:
 
 
 class EvaluationActor:
-    """One GPU's share of a round on a Ray worker: its own copy of the target, base and round state."""
+    """One GPU's (or block of cores') share of a round on a Ray worker: its own copy of the target, base and
+    round state. A CPU target's actor claims a block of its host's cores first and holds it while it lives."""
 
     def __init__(self, files: dict[str, bytes], name: str, base_source: str, budget_s: Optional[float]):
-        from .devices import arch_gate, facts_dict, probed
+        from .devices import arch_gate, facts_dict, host_facts, probed
         from .evaluation import Evaluator
         from .targets import load_target
 
@@ -208,14 +235,22 @@ class EvaluationActor:
         self.target = load_target(write_target(files, self.root / "target", name))
         self.base_dir = self.target.assemble(self.root / "base", base_source)
         self.budget_s = budget_s
-        facts = probed()
-        self.facts = facts_dict(facts)
-        self.gate_reason = arch_gate(self.target.arch, facts)
-        self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir)
+        if self.target.on_cpu:  # as a local round: this host's CPU, no GPU looked for (judge.rounds._machine)
+            self.facts, self.gate_reason = host_facts(), None
+        else:
+            facts = probed()
+            self.facts, self.gate_reason = facts_dict(facts), arch_gate(self.target.arch, facts)
+        self.core_block, self._block_locks = claim_block(self.target) if self.target.on_cpu else (None, [])
+        self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir,
+                                 core_block=self.core_block)
 
     def where(self) -> dict:
-        return {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                "device": self.facts, "gate": self.gate_reason, "pid": os.getpid()}
+        place = {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                 "device": self.facts, "gate": self.gate_reason, "pid": os.getpid()}
+        if self.target.on_cpu:  # its cores, as taskset writes them: '' where it holds none
+            cores = self.session.cores
+            place["cpus"] = ",".join(str(c) for c in cores["others"] + cores["timing"]) if cores else ""
+        return place
 
     def warm(self) -> None:
         """Start the oracle every candidate here needs while the driver still compiles: Ray runs an actor's calls
@@ -247,3 +282,5 @@ class EvaluationActor:
 
     def close(self) -> None:
         self.session.close()
+        release(self._block_locks)  # its cores are free for the next actor on this host
+        self._block_locks = []

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .core_blocks import block_placement
 from .errors import JudgeError
 from .oracle import oracle_dir
 from .targets import Target
@@ -77,6 +78,7 @@ class Evaluator:
     warm: bool = True  # keep spare runners that have loaded torch before their kernel is known
     spares: int | None = None  # how many; None: default_spares(target)
     gpu_index: int | None = None  # which of the host's GPUs its runners use (for their cores); None: the first visible
+    core_block: int | None = None  # a CPU target's evaluation on a shared host (Ray): its block (judge.core_blocks)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -92,7 +94,10 @@ class Evaluator:
         self._plans: dict[tuple, dict] = {}
         if self.gpu_index is None:
             self.gpu_index = visible_gpu()
-        self.cores = placement(self.target, self.gpu_index)
+        if self.core_block is not None:
+            self.cores = block_placement(self.target, self.core_block)
+        else:
+            self.cores = placement(self.target, self.gpu_index)
 
     # ---- cases and seeds -------------------------------------------------------------------------------
 

@@ -126,7 +126,8 @@ class Settings:
     timing_budget_s: Optional[float] = None
     again: bool = False
     stages: Stages = field(default_factory=Stages)
-    # Ray (judge.dispatch): the GPU stages on actors that each hold one GPU; off unless one of these is set.
+    # Ray (judge.dispatch): the GPU stages on actors that each hold one GPU (or, for a CPU target, a block of
+    # cores); off unless one of these is set.
     ray: bool = False
     ray_address: Optional[str] = None
     gpus: Optional[list[int]] = None
@@ -237,7 +238,8 @@ class RoundRun:
         reason = contain.cap(reason, contain.REASON_CAP)
         self._count(stages)
         device = self.device if place is None else {**(place.get("device") or {}), "host": place["host"],
-                                                    "gpus": place["gpus"]}
+                                                    "gpus": place["gpus"],
+                                                    **({"cpus": place["cpus"]} if "cpus" in place else {})}
         evaluation_id = self.ledger.record_evaluation(
             run_id=self.run_id, round_id=self.round_row["id"], revision_id=revision["id"] if revision else None,
             subject=subject or ("candidate" if revision else "base"), kernel_sha256=kernel_sha, outcome=outcome.value,

@@ -1,11 +1,15 @@
-"""judge/dispatch.py: a round's GPU stages on Ray actors, one per (pretend) GPU of a local Ray, give the
-verdicts a local run gives, each recorded by the driver with the worker that ran it."""
+"""judge/dispatch.py: a round's kernel stages on Ray actors give the verdicts a local run gives, each recorded by
+the driver with the worker that ran it. A CPU target (vecadd_cpu) runs on CPU actors, each holding a block of
+cores (judge.core_blocks), on a local Ray of 4 logical CPUs: two actors, as on a CI runner. A GPU target runs on
+one actor per (pretend) GPU; without a GPU here its kernel stages are not run, and a cluster without GPUs is
+refused for it."""
 
 from __future__ import annotations
 
 import difflib
 import json
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -19,97 +23,228 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason=
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (ROOT / "kernels" / "vecadd_cpu" / "submission.py").read_text()
+GPUMODE = ROOT / "tests" / "fixtures" / "gpumode"
+GPU_BASE = (GPUMODE / "vecadd" / "submission.py").read_text()
 ADD = "    torch.add(a, b, out=out)\n"
-# Verdicts no timing noise can turn: a wrong answer, an exception, and ten times the work.
+# Verdicts no timing noise can turn: a wrong answer, an exception, ten times the work, and the base's own kernel
+# (a comment added), which must come out unchanged, never faster or slower (`outcomes`).
 KERNELS = {
     "wrong-sign": BASE.replace(ADD, "    torch.sub(a, b, out=out)\n"),
     "raises": BASE.replace(ADD, "    raise RuntimeError('out of registers')\n"),
     "ten-times": BASE.replace(ADD, "    for _ in range(10):\n        torch.add(a, b, out=out)\n"),
+    "identical": BASE.replace(ADD, "    # the same kernel\n" + ADD),
 }
 EXPECTED = {
     "wrong-sign": "incorrect",
     "raises": "crashed",
     "ten-times": "slower",
+    "identical": "unchanged",
 }
+
+
+def outcomes(summary) -> dict[str, str]:
+    """Each proposal's verdict; the identical copy's 'inconclusive' read as 'unchanged': on a loaded VM a control
+    can leave the noise floor too wide to call honest code unchanged (as in
+    test_redteam's check_verdict), which is no verdict either way, never faster or slower."""
+    found = {v.proposal_id: v.outcome for v in summary.verdicts}
+    if found.get("identical") == "inconclusive":
+        found["identical"] = "unchanged"
+    return found
+
+
+def actor_count() -> int:
+    """Two actors where this host has two blocks of two cores; one on a 2-core host (CI), where a second actor would
+    pin nothing and share the first one's cores while it is timed."""
+    return 2 if len(os.sched_getaffinity(0)) >= 4 else 1
 
 
 @pytest.fixture
 def local_ray():
+    """Two logical CPUs per actor: vecadd_cpu times on one core, its oracle on another."""
     import ray
 
-    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2 * actor_count(), num_gpus=0, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
 
-def submit(tmp_path: Path) -> Ledger:
+def submit(tmp_path: Path, kernels: dict[str, str] = KERNELS, target: str = "vecadd_cpu",
+           kernels_dir: Path = ROOT / "kernels", base: str = BASE) -> Ledger:
     ledger = Ledger(tmp_path / "ledger.db")
-    for name, source in KERNELS.items():
+    for name, source in kernels.items():
         folder = tmp_path / "proposals" / name
         folder.mkdir(parents=True)
         (folder / "proposal.toml").write_text(
-            f'id = "{name}"\ntitle = "{name}"\nauthor = "contestant-1"\nround = 1\ntarget = "vecadd_cpu"\n\n'
+            f'id = "{name}"\ntitle = "{name}"\nauthor = "contestant-1"\nround = 1\ntarget = "{target}"\n\n'
             "[claim]\nlow = 1.1\nhigh = 1.2\n")
         (folder / "pitch.md").write_text(f"# {name}\n\nA kernel for the dispatch test.\n")
         (folder / "patch.diff").write_text("".join(difflib.unified_diff(
-            BASE.splitlines(True), source.splitlines(True), "a/submission.py", "b/submission.py")))
-        actions.submit(ledger, actions.load_submissions([str(folder)], None), ROOT / "kernels")
+            base.splitlines(True), source.splitlines(True), "a/submission.py", "b/submission.py")))
+        actions.submit(ledger, actions.load_submissions([str(folder)], None), kernels_dir)
     return ledger
 
 
-def test_ray_actors_give_the_local_verdicts_and_say_where_they_ran(local_ray, tmp_path):
-    ledger = submit(tmp_path)
-    settings = Settings(kernels_dir=ROOT / "kernels", work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
-                        timing_budget_s=1.0, ray=True)
-    events = []
-    [summary] = run_round(ledger, 1, settings=settings, on_event=lambda kind, **kw: events.append((kind, kw)))
-    assert {v.proposal_id: v.outcome for v in summary.verdicts} == EXPECTED
-    [(_, workers)] = [e for e in events if e[0] == "workers"]
-    assert sorted(p["gpus"] for p in workers["places"]) == ["0", "1"]  # one actor per GPU, each holding one
-    rows = ledger.query("select e.subject, e.device_json from evaluations e order by e.id")
-    assert [r["subject"] for r in rows] == ["base", "control"] + ["candidate"] * 3  # the A/A control on Ray too
-    devices = [json.loads(r["device_json"]) for r in rows]
-    assert all(d["gpus"] in ("0", "1") and d["host"] for d in devices)
+def settings_for(tmp_path: Path, ray: bool, kernels_dir: Path = ROOT / "kernels") -> Settings:
+    return Settings(kernels_dir=kernels_dir, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
+                    timing_budget_s=1.0, ray=ray)
 
 
-def test_a_worker_killed_mid_round_loses_nothing_and_the_round_completes(local_ray, tmp_path):
-    import os
+def expected_blocks() -> list[str]:
+    """The cores of the actors, as their places name them: the last two cores this process may use, and the two
+    before them where there is a second actor."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return sorted([f"{allowed[-2]},{allowed[-1]}"] + ([f"{allowed[-4]},{allowed[-3]}"] if actor_count() == 2 else []))
+
+
+@pytest.fixture(scope="module")
+def sequential_verdicts(tmp_path_factory):
+    """The same proposals judged on this machine, one after another, without Ray."""
+    tmp_path = tmp_path_factory.mktemp("sequential")
+    [summary] = run_round(submit(tmp_path), 1, settings=settings_for(tmp_path, ray=False))
+    return outcomes(summary)
+
+
+def test_cpu_actors_give_the_sequential_verdicts_lose_nothing_when_killed_and_say_where_they_ran(
+        sequential_verdicts, local_ray, tmp_path):
+    """One Ray round (each costs minutes on CI's 2 cores): an actor is killed after the first verdict, so the
+    candidate it held is resent to it once Ray has started it again."""
     import signal
 
+    from judge.dispatch import describe_place
+
     ledger = submit(tmp_path)
-    settings = Settings(kernels_dir=ROOT / "kernels", work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
-                        timing_budget_s=1.0, ray=True)
-    killed = []
+    events, killed = [], []
 
     def on_event(kind, **info):
+        events.append((kind, info))
         if kind == "workers":
             killed.append(info["places"][0]["pid"])
         elif kind == "verdict" and len(killed) == 1:  # the first verdict: the next candidate is on its way
             os.kill(killed[0], signal.SIGKILL)
             killed.append("done")
 
-    [summary] = run_round(ledger, 1, settings=settings, on_event=on_event)
+    [summary] = run_round(ledger, 1, settings=settings_for(tmp_path, ray=True), on_event=on_event)
     assert killed[1:] == ["done"]
-    assert {v.proposal_id: v.outcome for v in summary.verdicts} == EXPECTED
-    rows = ledger.query("select subject from evaluations order by id")
-    assert [r["subject"] for r in rows] == ["base", "control"] + ["candidate"] * 3  # each recorded once
+    assert sequential_verdicts == EXPECTED
+    assert outcomes(summary) == EXPECTED
+    [(_, workers)] = [e for e in events if e[0] == "workers"]
+    places = workers["places"]
+    assert sorted(p["cpus"] for p in places) == expected_blocks()  # each actor with cores of its own
+    assert all(p["gpus"] == "" and p["device"]["kind"] == "cpu" for p in places)
+    host, name = places[0]["host"], places[0]["device"]["name"]
+    assert sorted(describe_place(p) for p in places) == sorted(f"{host}, CPU {cpus} ({name})"
+                                                                for cpus in expected_blocks())
+    rows = ledger.query("select r.proposal_id, e.subject, e.device_json from evaluations e left join revisions r "
+                        "on r.id = e.revision_id order by e.id")
+    assert [r["subject"] for r in rows] == ["base", "control"] + ["candidate"] * 4  # each recorded once
+    assert sorted(r["proposal_id"] for r in rows[2:]) == sorted(KERNELS)
+    devices = [json.loads(r["device_json"]) for r in rows]
+    assert all(d["cpus"] in expected_blocks() and d["gpus"] == "" and d["host"] for d in devices)
     assert ledger.query("select status from runs")[0]["status"] == "finished"
 
 
-def test_a_ray_cluster_without_gpus_is_refused(tmp_path):
+def test_gpu_actors_one_per_gpu_gated_where_there_is_none(tmp_path):
+    """A GPU target keeps one actor per GPU (`num_gpus=1`): two pretend GPUs, two actors, each holding one; this
+    machine has no GPU, so every actor gates the kernel stages and each candidate is recorded not run."""
+    import ray
+
+    ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        ledger = submit(tmp_path, {"raises": GPU_BASE.replace(ADD, "    raise RuntimeError('no')\n")}, "vecadd",
+                        GPUMODE, GPU_BASE)
+        events = []
+        [summary] = run_round(ledger, 1, settings=settings_for(tmp_path, True, GPUMODE),
+                              on_event=lambda kind, **kw: events.append((kind, kw)))
+    finally:
+        ray.shutdown()
+    [(_, workers)] = [e for e in events if e[0] == "workers"]
+    assert sorted(p["gpus"] for p in workers["places"]) == ["0", "1"] and all("cpus" not in p for p in workers["places"])
+    if torch_has_no_gpu():
+        assert [v.outcome for v in summary.verdicts] == ["not-run"]
+
+
+def torch_has_no_gpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def test_a_ray_cluster_without_gpus_is_refused_for_a_gpu_target(tmp_path):
     import ray
 
     ray.init(num_cpus=1, num_gpus=0, include_dashboard=False, log_to_driver=False)
     try:
-        ledger = submit(tmp_path)
-        settings = Settings(kernels_dir=ROOT / "kernels", work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
-                            ray=True)
+        ledger = submit(tmp_path, {"raises": GPU_BASE.replace(ADD, "    raise RuntimeError('no')\n")}, "vecadd",
+                        GPUMODE, GPU_BASE)
         with pytest.raises(JudgeError) as error:
-            run_round(ledger, 1, settings=settings)
+            run_round(ledger, 1, settings=settings_for(tmp_path, True, GPUMODE))
         assert str(error.value) == ("the Ray cluster has no GPU: nothing to run the kernels on (start its workers "
                                     "with GPUs, or run without --ray)")
     finally:
         ray.shutdown()
+
+
+def test_a_cpu_actors_place_names_its_host_cores_and_cpu():
+    from judge.dispatch import describe_place
+
+    place = {"host": "node-a", "gpus": "", "cpus": "2,3", "device": {"kind": "cpu", "name": "AMD EPYC"}, "gate": None}
+    assert describe_place(place) == "node-a, CPU 2,3 (AMD EPYC)"
+    assert describe_place({**place, "cpus": ""}) == "node-a, CPU unpinned (AMD EPYC): no block of its host's cores was free"
+    gpu = {"host": "node-a", "gpus": "1", "device": {"name": "NVIDIA H200"}, "gate": None}
+    assert describe_place(gpu) == "node-a, GPU 1 (NVIDIA H200)"
+
+
+class FakeRay:
+    """What cpu_actors and gpu_actors read of a cluster."""
+
+    def __init__(self, nodes: list[dict], gpus: int = 0):
+        self._nodes, self._gpus = nodes, gpus
+
+    def nodes(self) -> list[dict]:
+        return self._nodes
+
+    def cluster_resources(self) -> dict:
+        return {"CPU": sum(n["Resources"].get("CPU", 0) for n in self._nodes), "GPU": self._gpus}
+
+
+def test_a_cpu_target_gets_an_actor_per_block_of_each_live_nodes_cpus():
+    from judge.dispatch import cpu_actors, gpu_actors
+    from judge.targets import load_target
+
+    cpu = load_target(ROOT / "kernels" / "vecadd_cpu")
+    cluster = FakeRay([{"Alive": True, "Resources": {"CPU": 5.0}}, {"Alive": True, "Resources": {"CPU": 3.0}},
+                       {"Alive": False, "Resources": {"CPU": 64.0}}, {"Alive": True, "Resources": {"GPU": 1.0}}])
+    assert cpu_actors(cluster, cpu, None) == ({"num_cpus": 2}, 3)  # 2 + 1: a block is 2 CPUs, odd ones left idle
+    assert gpu_actors(FakeRay([], gpus=3), cpu, None) == ({"num_gpus": 1, "num_cpus": 1}, 3)
+    with pytest.raises(JudgeError) as error:
+        cpu_actors(FakeRay([{"Alive": True, "Resources": {"CPU": 1.0}}] * 3), cpu, "head:6379")
+    assert str(error.value) == ("the Ray cluster at head:6379 has no node with 2 CPUs: an evaluation of vecadd_cpu "
+                                "needs 2 (its timed pair's 1 and one for its oracle and spares)")
+
+
+def test_core_blocks_are_disjoint_counted_from_the_last_core_and_held_while_their_lock_is(monkeypatch, tmp_path):
+    from judge import core_blocks
+    from judge.targets import load_target
+
+    cpu = load_target(ROOT / "kernels" / "vecadd_cpu")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(7)))
+    assert [core_blocks.block_placement(cpu, b) for b in range(4)] == [
+        {"timing": [6], "others": [5]}, {"timing": [4], "others": [3]}, {"timing": [2], "others": [1]}, None]
+    first, held = core_blocks.claim_block(cpu, tmp_path)
+    second, other = core_blocks.claim_block(cpu, tmp_path)
+    assert (first, second) == (0, 1) and len(held) == len(other) == 2
+    core_blocks.release(held)  # as when the actor holding block 0 dies: the next actor started gets it
+    again, held = core_blocks.claim_block(cpu, tmp_path)
+    third, last = core_blocks.claim_block(cpu, tmp_path)
+    full, none = core_blocks.claim_block(cpu, tmp_path)
+    assert (again, third, full, none) == (0, 2, 3, [])  # all three held: the fourth pins nothing
+    core_blocks.release(held + other + last)
+    wider = load_target(ROOT / "kernels" / "vecadd_cpu")
+    wider.cores = 2  # blocks of three cores: 4-6, then 1-3
+    _, blocking = core_blocks.claim_block(cpu, tmp_path)  # block 0 of two: cores 5 and 6
+    block, locked = core_blocks.claim_block(wider, tmp_path)
+    assert (block, core_blocks.block_placement(wider, block)) == (1, {"timing": [2, 3], "others": [1]})
+    core_blocks.release(blocking + locked)
 
 
 @pytest.mark.parametrize("text,message", [
