@@ -262,7 +262,7 @@ def _child_failed(target, outcome, progress, cache, scratch, seconds, limit, dsl
     if outcome.status == "timed-out":
         summary = f"timed out after {limit:g} s{where}"
     else:
-        summary = f"crashed: {outcome.error}{where}"
+        summary = f"{outcome.status}: {outcome.error}{where}"
     detail = CompileDetail(arch=target.arch, gpu=resources.arch_table(target.arch), dsl_version=dsl_version,
                            entry=target.compile_entry, error=outcome.error, exit_code=outcome.exit_code,
                            compiling=current, configs=done)
@@ -301,8 +301,8 @@ def _import_only(target: Target, workspace: Path, limit: float, spawn=run_isolat
     if outcome.status == "timed-out":
         return StageResult(STAGE, "timed-out", f"timed out after {limit:g} s importing {target.kernel_file}",
                            outcome.seconds, detail.updated(error=outcome.error), outcome.log_tail)
-    if outcome.status == "crashed":
-        return StageResult(STAGE, "crashed", f"crashed: {outcome.error} importing {target.kernel_file}",
+    if outcome.status in ("crashed", "tampered"):
+        return StageResult(STAGE, outcome.status, f"{outcome.status}: {outcome.error} importing {target.kernel_file}",
                            outcome.seconds, detail.updated(error=outcome.error), outcome.log_tail)
     if outcome.value.get("import_error"):
         error = CompileError.from_json(outcome.value["import_error"])

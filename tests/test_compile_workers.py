@@ -81,3 +81,26 @@ def test_a_warm_compile_gives_the_cold_configs_resources_and_cache_keys(tmp_path
     assert hit.summary == cold.summary + " (1 cached)" and hit.detail.configs[0].cached is True
     (m,) = miss.detail.configs
     assert not m.cached and m.key != c.key and m.kernels[0].threads == 256
+
+
+SWAP_WRITER = """
+import sys
+_frame = sys._getframe(0)
+while _frame is not None and not (_frame.f_code.co_name == "serve" and "send" in _frame.f_locals):
+    _frame = _frame.f_back
+_send = _frame.f_locals["send"]
+_send.__closure__[_send.__code__.co_freevars.index("_send")].cell_contents = lambda fd, data: len(data)
+"""
+
+
+def test_a_kernel_that_swaps_the_warm_workers_reply_writer_is_tampered(tmp_path):
+    """The red team's forge_reply_silent, caught at its import: a warm compile serves in judge.child's loop."""
+    target = load_target(AXPY)
+    ws = target.assemble(tmp_path / "ws", target.kernel_source().replace("# knobs\n", "# knobs\n" + SWAP_WRITER))
+    workers = CompileWorkers(tmp_path / "w", cores=None, spares=1, jobs=1)
+    try:
+        result = run_compile(target, ws, cache_dir=tmp_path / "cache", timeout_s=120, workers=workers)
+    finally:
+        workers.close()
+    assert (result.status, result.summary) == (
+        "tampered", "tampered: replaced the writer of judge's reply channel in its process importing submission.py")
