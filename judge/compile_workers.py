@@ -121,9 +121,9 @@ def _called(worker: Worker, kwargs: dict, timeout_s: float, confinement: dict | 
     try:
         value = worker.call("run", timeout_s, kwargs=kwargs).value
     except WorkerError as error:
-        # A warm worker serves its compile in judge.child's loop, whose reply writer the kernel can reach: a kernel
-        # that swaps it is tampered here as in a runner, not crashed.
-        status = error.status if error.status in ("timed-out", "tampered") else "crashed"
+        # The worker's own status (timed-out, tampered or crashed): a warm compile serves in judge.child's loop,
+        # whose reply channel the kernel can reach, so a kernel that forges it is tampered here as in a runner.
+        status = error.status
         code = None if status == "timed-out" else worker.process.returncode
         return ChildOutcome(status, None, code, time.monotonic() - start, worker.log_tail(), error.message,
                             confinement)
