@@ -15,6 +15,13 @@ MIN_EFFECT = 0.01
 and the same round run twice on two machines (2026-11-23) measured one candidate at 1.006x [1.005, 1.007] and
 then 0.998x [0.997, 0.999]: a change under 1% is not one judge can stand behind."""
 
+MAX_FLOOR = 0.25
+"""The widest floor a verdict of `unchanged` may rest on. Controls on the H100 set floors of 1.9-7.7%
+(docs/judge_performance.md); on a loaded 2-core VM one wild control (1.484x [0.28, 7.87]) set 20702%, under
+which a kernel doing ten times the work read `unchanged`. Past this ceiling (or the target's own minimum, where
+that is higher) identical code strays too far for "no change" to mean anything: such verdicts are
+`inconclusive`. A change that clears even that floor is still faster or slower."""
+
 
 @dataclass(frozen=True)
 class Floor:
@@ -38,16 +45,32 @@ class Floor:
         """The largest geomean speedup that can be called slower (symmetric in log terms)."""
         return 1.0 / (1.0 + self.effect)
 
+    @property
+    def too_wide(self) -> bool:
+        """Whether controls set the floor past MAX_FLOOR (and past the target's minimum): no `unchanged` then."""
+        return self.effect > max(MAX_FLOOR, self.min_effect)
+
     def percent(self) -> str:
         return f"{self.effect:.1%}"
+
+    def bounded(self, outcome: str) -> str:
+        """`outcome` as this floor lets it stand: `unchanged` under a floor that is too wide is inconclusive."""
+        return "inconclusive" if outcome == "unchanged" and self.too_wide else outcome
+
+    def ceiling_words(self) -> str:
+        """Why a verdict under this floor is inconclusive rather than unchanged."""
+        return (f"the noise floor ({self.percent()}) is past judge's ceiling of {max(MAX_FLOOR, self.min_effect):.0%}: "
+                f"identical code strays that far here, so no change can be called none")
 
     def words(self) -> str:
         """One line: the floor and where it came from."""
         if self.source == "controls":
             on = f" on {self.device}" if self.device else ""
+            ceiling = f"; past the ceiling of {max(MAX_FLOOR, self.min_effect):.0%}, so no verdict says unchanged" \
+                if self.too_wide else ""
             return (f"{self.percent()}, set by {self.controls} A/A control{'s' if self.controls != 1 else ''}{on} "
                     f"(an identical copy of the base judged the same way); the target's minimum is "
-                    f"{self.min_effect:.1%}")
+                    f"{self.min_effect:.1%}{ceiling}")
         return f"{self.percent()}, the target's minimum effect (no A/A control has raised it)"
 
     def to_json(self) -> dict[str, Any]:

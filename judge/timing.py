@@ -297,7 +297,7 @@ def summarise(pairs: list[PairResult], target: Target, confinement: dict | None,
                               summary=f"geomean {point:.3f}x over {len(out)} benchmarks (one process pair: no interval)",
                               measuring_s=round(sum(b.measuring_s for b in out), 3))
     decided = stats.decide(logs, floor.effect)
-    outcome = stats.final(decided, floor.effect)
+    outcome = floor.bounded(stats.final(decided, floor.effect))
     n = len(out)
     return detail.updated(
         summary=(f"geomean {decided.point:.3f}x [{decided.low:.3f}, {decided.high:.3f}] over {n} benchmark"

@@ -48,15 +48,20 @@ def timing_verdict(timing: StageResult, floor: Optional[Floor] = None) -> tuple[
         outcome = Outcome(detail.decision)
         if outcome is Outcome.UNCHANGED and detail.significant:
             return outcome, f"{timing.summary}; a change under the noise floor ({floor.percent()}) counts as none"
+        if outcome is Outcome.INCONCLUSIVE and floor.too_wide:
+            return outcome, f"{timing.summary}; {floor.ceiling_words()}"
         if outcome is Outcome.INCONCLUSIVE:
             return outcome, (f"{timing.summary}; undecided after {detail.pairs} process pairs: the interval reaches "
                              f"past the noise floor ({floor.percent()}) and across 1")
         return outcome, timing.summary
     low, high = detail.geomean_ci
     geomean = detail.geomean
-    if low > 1.0 and geomean >= floor.faster_at:        return Outcome.FASTER, timing.summary
+    if low > 1.0 and geomean >= floor.faster_at:
+        return Outcome.FASTER, timing.summary
     if high < 1.0 and geomean <= floor.slower_at:
         return Outcome.SLOWER, timing.summary
+    if floor.too_wide:
+        return Outcome.INCONCLUSIVE, f"{timing.summary}; {floor.ceiling_words()}"
     if low > 1.0 or high < 1.0:
         return Outcome.UNCHANGED, f"{timing.summary}; a change under {floor.percent()} is within run-to-run drift"
     return Outcome.UNCHANGED, timing.summary

@@ -43,3 +43,24 @@ def test_the_floor_is_symmetric_in_log_terms_and_survives_json():
     assert floor.faster_at == 1.05 and floor.slower_at == pytest.approx(1 / 1.05)
     assert Floor.from_json(floor.to_json()) == floor
     assert Floor.from_json(None) is None
+
+
+def test_a_floor_past_the_ceiling_turns_unchanged_into_inconclusive():
+    wild = Floor(effect=207.02, min_effect=0.01, source="controls", controls=1, device="cpu")
+    assert wild.too_wide
+    assert [wild.bounded(o) for o in ("unchanged", "faster", "slower", "inconclusive")] == [
+        "inconclusive", "faster", "slower", "inconclusive"]
+    assert wild.words() == ("20702.0%, set by 1 A/A control on cpu (an identical copy of the base judged the same "
+                            "way); the target's minimum is 1.0%; past the ceiling of 25%, so no verdict says unchanged")
+    assert wild.ceiling_words() == ("the noise floor (20702.0%) is past judge's ceiling of 25%: identical code "
+                                    "strays that far here, so no change can be called none")
+
+
+@pytest.mark.parametrize("effect, min_effect, too_wide", [
+    (0.25, 0.01, False),   # at the ceiling: still a floor a verdict can rest on
+    (0.2501, 0.01, True),
+    (0.35, 0.35, False),   # a target's own minimum above the ceiling is the organiser's choice
+    (0.40, 0.35, True),    # controls that raise even that minimum
+])
+def test_the_ceiling_is_the_larger_of_max_floor_and_the_targets_minimum(effect, min_effect, too_wide):
+    assert Floor(effect=effect, min_effect=min_effect, source="controls", controls=2).too_wide is too_wide

@@ -229,6 +229,24 @@ def test_a_verdict_clears_the_floor_its_timing_detail_records(recorded, default,
     assert decide(stages, default)[0].value == outcome
 
 
+WILD = {"effect": 207.02, "min_effect": 0.01, "source": "controls", "controls": 1, "device": "cpu"}
+
+
+@pytest.mark.parametrize("recorded, outcome, reason", [
+    # the loaded VM's wild control: ten times the work read unchanged under a 20702% floor; now it says so
+    ({"geomean": 0.1, "geomean_ci": [0.09, 0.11], "floor": WILD}, "inconclusive",
+     "geomean 0.1x; the noise floor (20702.0%) is past judge's ceiling of 25%: identical code strays that far "
+     "here, so no change can be called none"),
+    ({"geomean": 0.1, "geomean_ci": [0.09, 0.11], "floor": WILD, "decision": "inconclusive", "significant": True,
+      "pairs": 3}, "inconclusive",
+     "geomean 0.1x; the noise floor (20702.0%) is past judge's ceiling of 25%: identical code strays that far "
+     "here, so no change can be called none"),
+])
+def test_a_floor_past_the_ceiling_gives_no_unchanged_verdict(recorded, outcome, reason):
+    detail = TimingDetail.from_json(recorded)
+    assert decide([StageResult("timing", "passed", "geomean 0.1x", 1.0, detail)]) == (Outcome(outcome), reason)
+
+
 RUNNER = textwrap.dedent("""
     import sys
     from pathlib import Path
