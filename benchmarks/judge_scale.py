@@ -57,6 +57,16 @@ def candidates(count: int) -> list[tuple[str, int]]:
     return [(f"{kinds[i % 3][0]}-{i}", kinds[i % 3][1]) for i in range(count)]
 
 
+def event_log(kind: str, **fields) -> None:
+    """`--events`: each round event on stderr with the seconds since the benchmark started, to see where time goes."""
+    words = " ".join(f"{k}={v}" for k, v in fields.items() if k in ("proposal", "stage", "outcome", "done", "total"))
+    print(f"{time.monotonic() - STARTED:8.2f}s {kind} {words}", file=sys.stderr, flush=True)
+
+
+STARTED = time.monotonic()
+ON_EVENT = None  # event_log with --events
+
+
 def one_round(mode: str, count: int, ray_address: str | None, gpus: list[int] | None) -> dict:
     """A fresh ledger and target copy, `count` proposals, one `run_round`; wall seconds and verdicts."""
     work = Path(tempfile.mkdtemp(prefix=f"judge-scale-{mode}-"))
@@ -72,7 +82,7 @@ def one_round(mode: str, count: int, ray_address: str | None, gpus: list[int] | 
     settings = Settings(kernels_dir=kernels, work_dir=work / "work", cache_dir=work / "cache",
                         ray_address=ray_address, gpus=gpus)
     start = time.monotonic()
-    [summary] = run_round(ledger, 1, settings=settings)
+    [summary] = run_round(ledger, 1, settings=settings, **({"on_event": ON_EVENT} if ON_EVENT else {}))
     wall = time.monotonic() - start
     verdicts = {v.proposal_id: v.outcome for v in summary.verdicts}
     return {"mode": mode, "gpus": len(gpus) if gpus else (None if ray_address else 1), "wall_s": round(wall, 1),
@@ -147,7 +157,10 @@ def main() -> None:
                              "(all its GPUs) for the ray round and stop it after")
     parser.add_argument("--json", type=Path, help="write every number here too")
     parser.add_argument("--timing-budget", type=float, default=None, help="cpu modes: timing seconds per candidate")
+    parser.add_argument("--events", action="store_true", help="print the rounds' events on stderr as they come")
     args = parser.parse_args()
+    global ON_EVENT
+    ON_EVENT = event_log if args.events else None
     if all(mode.startswith("cpu") for mode in args.modes.split(",")):
         return cpu_main(args)
     import torch
