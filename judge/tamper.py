@@ -42,6 +42,18 @@ _TORCH_SELF_PATCHING = ("torch._dynamo", "torch._dynamo.eval_frame", "torch._dyn
                         "torch._inductor.runtime.autotune_cache", "torch._functorch._aot_autograd.autograd_cache")
 
 
+def preload_torch() -> None:
+    """Import the modules `settle_torch` applies (torch's compiler: over a second), in a warm spare before any
+    kernel exists, so that a runner's bind does not wait for them. Only torch's own code runs here."""
+    import importlib
+
+    for name in _TORCH_SELF_PATCHING:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a torch without this module: settle_torch says which
+            pass
+
+
 def settle_torch() -> list[str]:
     """Let torch make the changes to itself that its compiler makes on first use, before the snapshot is
     taken; returns the modules that could not be imported (an older or newer torch)."""
