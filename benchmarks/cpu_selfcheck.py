@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from judge.evaluation import Evaluator  # noqa: E402
+from judge.stages.evaluation import Evaluator  # noqa: E402
 from judge.rounds import Stages  # noqa: E402
 from judge.targets import load_target  # noqa: E402
 

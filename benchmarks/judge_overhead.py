@@ -19,10 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from judge import stats  # noqa: E402
-from judge.check import check  # noqa: E402
-from judge.evaluation import Evaluator  # noqa: E402
+from judge.stages.check import check  # noqa: E402
+from judge.stages.evaluation import Evaluator  # noqa: E402
 from judge.targets import load_target  # noqa: E402
-from judge.timing import measure  # noqa: E402
+from judge.stages.timing.stage import measure  # noqa: E402
 
 
 def one_round(target, work: Path, candidates: int, warm: bool, budget_s: float | None) -> list[dict]:

@@ -114,8 +114,8 @@ def cpu_round(mode: str, count: int, budget_s: float | None = None) -> dict:
 
 def compile_times(count: int) -> dict:
     """The compile stage of one vecadd_cpu candidate, cold (a fresh child) and warm (a ready warm child), in turn."""
-    from judge.compile import run_compile
-    from judge.compile_workers import CompileWorkers
+    from judge.stages.compile.stage import run_compile
+    from judge.stages.compile.workers import CompileWorkers
     from judge.targets import find_target
 
     work = Path(tempfile.mkdtemp(prefix="judge-scale-compile-"))

@@ -31,14 +31,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from judge import devices, worker  # noqa: E402
+from judge import devices  # noqa: E402
+from judge.sandbox import worker  # noqa: E402
 from judge.calibrate import _delays, slowed_source  # noqa: E402
-from judge.check import check  # noqa: E402
+from judge.stages.check import check  # noqa: E402
 from judge.dispatch import kernel_stages  # noqa: E402
-from judge.evaluation import Evaluator  # noqa: E402
+from judge.stages.evaluation import Evaluator  # noqa: E402
 from judge.noise import floor_from, target_minimum  # noqa: E402
 from judge.targets import load_target  # noqa: E402
-from judge.timing import MIN_PAIRS  # noqa: E402
+from judge.stages.timing.stage import MIN_PAIRS  # noqa: E402
 
 
 def log(message: str) -> None:

@@ -17,11 +17,11 @@ from typing import Callable, Optional
 
 from . import stats
 from .devices import facts_dict, gate, probed
-from .evaluation import Evaluator, fresh
+from .stages.evaluation import Evaluator, fresh
 from .ledger import Ledger, sha256
 from .noise import Floor, device_name, floor_from, target_minimum
 from .targets import Target
-from .timing import MIN_PAIRS
+from .stages.timing.stage import MIN_PAIRS
 
 SLOWDOWNS = (0.005, 0.01, 0.02, 0.05)
 AA_RUNS = 3
@@ -124,7 +124,7 @@ def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, 
 
 def kernel_stages_check(ev: Evaluator, base_dir: Path) -> Optional[str]:
     """None when the base passes its correctness stage, else why not."""
-    from .check import check
+    from .stages.check import check
 
     result = check(ev, base_dir)
     return None if result.passed else result.summary
@@ -152,7 +152,7 @@ def _run_record(stages: list, name: str) -> dict:
 
 def _delays(ev: Evaluator, target: Target, controls: list[dict]) -> dict[int, float]:
     """Each benchmark's median base time (over the A/A runs), keyed as the mixin keys calls: by input bytes."""
-    from .evaluation import Case, with_seed
+    from .stages.evaluation import Case, with_seed
 
     times: dict[int, list[float]] = {}
     for run in controls:

@@ -25,7 +25,7 @@ from typing import Any
 # summary with judge's words around it (the stage's name, an implausible verdict's findings): twice that.
 LINE_CAP = 4 << 10
 REASON_CAP = 8 << 10
-# A log tail: its last 40 lines (judge.isolation.LOG_TAIL_LINES), read from at most this many bytes of the end of
+# A log tail: its last 40 lines (judge.sandbox.isolation.LOG_TAIL_LINES), read from at most this many bytes of the end of
 # the log: 40 lines of a traceback are a few KiB; 64 KiB keeps 40 lines of 1,600 characters.
 LOG_CAP = 64 << 10
 

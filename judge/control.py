@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .dispatch import Job
-from .evaluation import fresh
+from .stages.evaluation import fresh
 from .ledger import now, sha256
 from .ledger.noise import CONTROL
 from .noise import Floor, device_name, floor_from, target_minimum
@@ -38,7 +38,7 @@ def evaluate_control(run) -> Optional[object]:
 
 def round_floor(run) -> Floor:
     """The floor this round's verdicts clear: from every control of this target on this device so far."""
-    from .timing import MIN_PAIRS
+    from .stages.timing.stage import MIN_PAIRS
 
     device = device_name(run.device)
     samples = run.ledger.control_samples(run.target.name, device)

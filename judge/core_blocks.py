@@ -1,7 +1,7 @@
 """Blocks of a host's cores for evaluations that share it: Ray's CPU actors (judge.dispatch) of a CPU target.
 
 Ray counts a node's CPUs but gives an actor no particular cores, so two actors on one host would both pin their
-timed pairs to the same last core (judge.evaluation.placement). Here each evaluation on a host holds a block of
+timed pairs to the same last core (judge.stages.evaluation.placement). Here each evaluation on a host holds a block of
 its own: its timed pair's cores and one more for its oracle and spares, so nothing of one evaluation runs on
 another's timing cores. An actor claims the first free block with a lock file per core that its process holds
 until it ends; an actor that dies frees its block for the one Ray starts in its place.

@@ -79,7 +79,7 @@ def host_facts(cpuinfo: str | None = None) -> dict[str, Any]:
 
 def probe(timeout_s: float = 120) -> DeviceFacts | None:
     """The facts of CUDA device 0, read in a child process; None when there is no CUDA GPU (or it cannot start)."""
-    from .isolation import run_isolated
+    from .sandbox.isolation import run_isolated
 
     with tempfile.TemporaryDirectory(prefix="judge-probe-") as tmp:
         outcome = run_isolated(_child_probe, {}, timeout_s=timeout_s, cwd=Path(tmp))

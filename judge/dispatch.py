@@ -2,7 +2,7 @@
 another, or on Ray, candidates spread over actors: one per GPU of the cluster for a GPU target, one per block
 of a node's CPUs for a CPU target (judge.core_blocks).
 
-Ray schedules; judge never does. Each actor holds its own round state (judge.evaluation.Evaluator: oracle,
+Ray schedules; judge never does. Each actor holds its own round state (judge.stages.evaluation.Evaluator: oracle,
 base runner, warm spare) for the GPU or cores it holds, so a candidate is always timed against the base by
 the same actor, and one GPU (or core) never times two things at once. Only the driver writes the ledger:
 results come back to it as they finish and are recorded at once, so a killed driver resumes as a local run
@@ -20,7 +20,7 @@ from typing import Any, Iterator, Optional
 
 from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
-from .stages import StageResult, not_run
+from .stages.result import StageResult, not_run
 
 # How many times Ray starts a dead evaluation actor again (and resends the evaluation it held) before the round
 # stops with the error; what was recorded stays, and `judge run` again resumes.
@@ -74,8 +74,8 @@ class Job:
 def kernel_stages(session, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
     """Correctness in a runner of the candidate's, then timing against the base in process pairs (both with
     inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower."""
-    from .check import check
-    from .timing import measure
+    from .stages.check import check
+    from .stages.timing.stage import measure
 
     nonce = session.nonce()
     result = check(session, workspace, timing_next=True, nonce=nonce)
@@ -86,7 +86,7 @@ def kernel_stages(session, workspace: Path, budget_s: Optional[float], floor=Non
 
 class LocalDispatch:
     """This machine, its GPU (or CPU for a CPU target), one candidate at a time: the round's own session. It takes
-    its jobs as they come (`streams`): a candidate runs while the next ones compile (judge.compile_pipeline)."""
+    its jobs as they come (`streams`): a candidate runs while the next ones compile (judge.stages.compile.pipeline)."""
 
     streams = True
 
@@ -228,7 +228,7 @@ class EvaluationActor:
 
     def __init__(self, files: dict[str, bytes], name: str, base_source: str, budget_s: Optional[float]):
         from .devices import arch_gate, facts_dict, host_facts, probed
-        from .evaluation import Evaluator
+        from .stages.evaluation import Evaluator
         from .targets import load_target
 
         self.root = Path(tempfile.mkdtemp(prefix="judge-ray-"))
@@ -264,7 +264,7 @@ class EvaluationActor:
             pass
 
     def check_base(self) -> tuple[StageResult, dict]:
-        from .check import check
+        from .stages.check import check
 
         if self.gate_reason:
             return not_run("correctness", self.gate_reason), self.where()
@@ -272,7 +272,7 @@ class EvaluationActor:
 
     def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None
                  ) -> tuple[str, list[StageResult], dict]:
-        from .evaluation import fresh
+        from .stages.evaluation import fresh
         from .noise import Floor
 
         if self.gate_reason:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from .errors import JudgeError
 from .ledger import Ledger, sha256
-from .patching import apply_patch
+from .stages.patch import apply_patch
 from .records import Outcome
 from .rounds import RoundSummary, Settings
 from .schedule import base_for, clear_command, default_round, require_clearable, require_known, require_runnable, rounds_of
@@ -176,7 +176,7 @@ def _next_base(ledger: Ledger, target: Target, round: int) -> dict:
 def refresh_reports(ledger: Ledger, kernels_dir: Path, target_name: str, round: int, out_dir: Path) -> list[Path]:
     """Render again what a clearance changed: the round's report (each file of it that exists in `out_dir`, else the
     target's own), the leaderboard, and the next round's brief where one was written."""
-    from .brief import brief_view, render_brief
+    from .report.brief import brief_view, render_brief
     from .report import render_leaderboard, render_round
 
     out_dir = Path(out_dir)
@@ -208,7 +208,7 @@ def pick_target(ledger: Ledger, kernels_dir: Path, target_name: Optional[str]) -
 def brief(ledger: Ledger, kernels_dir: Path, target_name: Optional[str], round: Optional[int],
           out_dir: Path) -> tuple[Path, dict]:
     """The brief for a round (default: the target's open round): its view, written as Markdown."""
-    from .brief import brief_view, render_brief
+    from .report.brief import brief_view, render_brief
 
     target = pick_target(ledger, kernels_dir, target_name)
     round = rounds_of(ledger, target.name).open if round is None else round

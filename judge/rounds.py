@@ -17,18 +17,18 @@ from . import contain
 from .errors import JudgeError
 from .devices import facts_dict, host_facts
 from .dispatch import Job
-from .evaluation import fresh
+from .stages.evaluation import fresh
 from .ledger import Ledger, now, sha256
-from .compile_pipeline import CompilePipeline, ready_jobs
+from .stages.compile.pipeline import CompilePipeline, ready_jobs
 from .control import evaluate_control, round_floor
 from .noise import default_floor
-from .patching import apply_patch
+from .stages.patch import apply_patch
 from .peer import evaluate_peer
 from .records import Outcome
 from .schedule import base_for, base_words, check_submission, require_runnable  # noqa: F401 (base_for, check_submission: their old home)
-from .screening import screen_stage
-from .stage_details import CheckDetail, TimingDetail
-from .stages import StageResult, not_run
+from .stages.screen.stage import screen_stage
+from .stages.details import CheckDetail, TimingDetail
+from .stages.result import StageResult, not_run
 from .targets import Target, find_target
 from .verdicts import decide
 
@@ -72,34 +72,34 @@ class Stages:
         return arch_gate(arch, facts)
 
     def compile_many(self, jobs, *, cache_dir, workers, progress) -> list[StageResult]:
-        from .compile import compile_many
+        from .stages.compile.stage import compile_many
 
         return compile_many(jobs, cache_dir=cache_dir, workers=workers, progress=progress)
 
     def compile_workers(self, target: Target, root: Path, cores, spares: int, jobs: int):
-        """Warm compile children for `jobs` candidates, pinned to `cores` (judge.compile_workers)."""
-        from .compile_workers import CompileWorkers
+        """Warm compile children for `jobs` candidates, pinned to `cores` (judge.stages.compile.workers)."""
+        from .stages.compile.workers import CompileWorkers
 
         return CompileWorkers(root, cores=cores, spares=spares, jobs=jobs)
 
     def compile_one(self, target: Target, workspace: Path, *, cache_dir, workers) -> StageResult:
-        from .compile import run_compile
+        from .stages.compile.stage import run_compile
 
         return run_compile(target, workspace, cache_dir=cache_dir, workers=workers)
 
     def static_check(self, target: Target, workspace: Path, compile_stage: StageResult) -> StageResult:
-        from .static_check import run_static
+        from .stages.static.stage import run_static
 
         return run_static(target, workspace, compile_stage)
 
     def open_round(self, target: Target, root: Path, base_dir: Path):
-        """The round's trusted state (judge.evaluation.Evaluator): secret seeds, oracle, base runner."""
-        from .evaluation import Evaluator, fresh
+        """The round's trusted state (judge.stages.evaluation.Evaluator): secret seeds, oracle, base runner."""
+        from .stages.evaluation import Evaluator, fresh
 
         return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir)
 
     def check_base(self, session, base_dir: Path) -> StageResult:
-        from .check import check
+        from .stages.check import check
 
         return check(session, base_dir)
 
@@ -118,7 +118,7 @@ class Settings:
     work_dir: Path = Path("work")
     cache_dir: Path = Path(".judge-cache")
     workers: Optional[int] = None  # candidates compiling at once; None: one per core no timed pair uses
-    # Candidates go to correctness and timing as each compiles (judge.compile_pipeline), in warm compile children
+    # Candidates go to correctness and timing as each compiles (judge.stages.compile.pipeline), in warm compile children
     # (never for a CPU target, timed on the host); False runs them as before issue 27 (every compile first), for
     # comparisons.
     overlap: bool = True
@@ -313,7 +313,7 @@ def _machine(target: Target, settings: Settings, on_event: EventSink) -> tuple[O
 
 def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str, summary: RoundSummary) -> None:
     """Every revision without a standing verdict: patched, then compiled and statically checked on other cores while
-    earlier ones run their GPU stages wherever the dispatch runs them (judge.compile_pipeline); each verdict written
+    earlier ones run their GPU stages wherever the dispatch runs them (judge.stages.compile.pipeline); each verdict written
     as soon as it is known, and listed as before: compile and static failures first, then the rest."""
     pending = []
     for revision in revisions:

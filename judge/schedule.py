@@ -17,7 +17,7 @@ from typing import Optional
 
 from .errors import JudgeError
 from .ledger import Ledger, sha256
-from .patching import apply_patch, check_paths, parse_patch
+from .stages.patch import apply_patch, check_paths, parse_patch
 from .records import Proposal
 from .targets import Target, find_target
 

@@ -110,7 +110,7 @@ class Target:
     @property
     def forbidden_calls(self) -> list[str]:
         """The dotted names this target forbids, as judge.toml writes them. A runtime tripwire wraps each name in
-        judge.screening_forbidden.spellings(name), which adds torch's op namespaces (torch.ops.aten.x, ...)."""
+        judge.stages.screen.forbidden.spellings(name), which adds torch's op namespaces (torch.ops.aten.x, ...)."""
         return [f.call for f in self.forbidden]
 
     @property
@@ -322,7 +322,7 @@ def _distributions(raw: Any, path: Path, where: Path) -> list[Distribution]:
 
 
 def _static(raw: Any, path: Path, where: Path) -> StaticSpec | None:
-    from .static_rules import PARAMETERS, REQUIRED, check_formula
+    from .stages.static.rules import PARAMETERS, REQUIRED, check_formula
 
     if raw is None:
         return None

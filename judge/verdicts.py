@@ -7,8 +7,8 @@ from typing import Optional
 
 from .noise import MIN_EFFECT, Floor, recorded_floor  # noqa: F401 (MIN_EFFECT: read from here by older callers)
 from .records import Outcome
-from .stage_details import TimingDetail
-from .stages import StageResult, not_run_reason
+from .stages.details import TimingDetail
+from .stages.result import StageResult, not_run_reason
 
 
 def decide(stages: list[StageResult], floor: Optional[Floor] = None) -> tuple[Outcome, str]:

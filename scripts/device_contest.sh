@@ -16,7 +16,7 @@ LEDGER=${LEDGER:-$OUT/fp8-contest.db}
 TARGET=fp8_group_gemm_sm90
 mkdir -p "$OUT/reports" "$WORK"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-judge() { python3 -m judge.cli --ledger "$LEDGER" "$@"; }
+judge() { python3 -m judge.cli.main --ledger "$LEDGER" "$@"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 judge init
 judge shark add sharks/performance-oracle.toml sharks/measured-referee.toml

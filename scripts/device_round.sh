@@ -8,7 +8,7 @@ OUT=${OUT:-device-out}
 WORK=${WORK:-/tmp/judge-device}
 mkdir -p "$OUT" "$WORK"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-judge() { python3 -m judge.cli --ledger "$OUT/ledger.db" "$@"; }
+judge() { python3 -m judge.cli.main --ledger "$OUT/ledger.db" "$@"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 judge init
 judge submit proposals/fp8_group_gemm_sm90
@@ -20,7 +20,7 @@ judge status
 
 # A GPU MODE problem, unchanged, as a target: GPU_MODE_PROBLEM=path/to/problems/pmpp_v2/vectoradd_py
 if [ -n "${GPU_MODE_PROBLEM:-}" ]; then
-  gm() { python3 -m judge.cli --ledger "$OUT/gpumode.db" --kernels "$(dirname "$GPU_MODE_PROBLEM")" "$@"; }
+  gm() { python3 -m judge.cli.main --ledger "$OUT/gpumode.db" --kernels "$(dirname "$GPU_MODE_PROBLEM")" "$@"; }
   name=$(basename "$GPU_MODE_PROBLEM")
   gm init
   printf '%s' "{\"id\": \"torch-add-out\", \"title\": \"torch.add into the output\", \"author\": \"agent-1\", \"round\": 1,

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from judge.rounds import Stages
-from judge.stage_details import CompileDetail, CompiledConfig, TimedBenchmark, TimingDetail
-from judge.stages import StageResult
+from judge.stages.details import CompileDetail, CompiledConfig, TimedBenchmark, TimingDetail
+from judge.stages.result import StageResult
 
 
 def marker(workspace: Path, kernel_file: str = "submission.py") -> str:

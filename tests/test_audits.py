@@ -1,9 +1,9 @@
-"""judge/audits.py: the parent's checks of what runners report, on made-up series: the wall-clock audit, the
+"""judge/stages/timing/audits.py: the parent's checks of what runners report, on made-up series: the wall-clock audit, the
 replay check and side-stream work."""
 
 import random
 
-from judge import audits
+from judge.stages.timing import audits
 
 
 def test_side_stream_detection():

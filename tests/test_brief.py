@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from fakestages import FakeStages
 
-from judge.cli import main
+from judge.cli.main import main
 from judge.ledger import Ledger
 from judge.records import Proposal
 from judge.rounds import Settings, base_for, run_round

@@ -1,4 +1,4 @@
-"""judge/callframe.py, through real runners on the CPU: what a kernel leaves behind in its process after its
+"""judge/boundary/callframe.py, through real runners on the CPU: what a kernel leaves behind in its process after its
 call (a hook, a thread, a torch mode, a kernel of its own for an operator judge copies with) is named on the
 call that left it, before anything could use it; an output that is not plain tensors is refused; what it
 changed of torch or builtins is named by the audit."""
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from judge import callframe
-from judge.check import check
-from judge.evaluation import Evaluator
+from judge.boundary import callframe
+from judge.stages.check import check
+from judge.stages.evaluation import Evaluator
 from judge.targets import load_target
-from judge.timing import run_timing
+from judge.stages.timing.stage import run_timing
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
 BASE = (FIXTURE / "variants" / "correct.py").read_text()

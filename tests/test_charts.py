@@ -21,7 +21,7 @@ from test_report import (  # noqa: F401 (ledger: the fixture, round 1 timed on a
     timing,
 )
 
-from judge import charts
+from judge.report import charts
 from judge.report import render_leaderboard, render_round
 
 FIXTURES = Path(__file__).parent / "fixtures" / "charts"

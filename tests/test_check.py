@@ -1,4 +1,4 @@
-"""judge/check.py: each kernel variant of the vecadd fixture gets its verdict from the oracle.
+"""judge/stages/check.py: each kernel variant of the vecadd fixture gets its verdict from the oracle.
 
 On a CPU the fixture runs as a CPU target (its inputs live on the CPU), so that the whole stage, runner and
 oracle processes included, is tested everywhere; the `gpu` tests run the same table on a real GPU.
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from judge.check import check, run_correctness
-from judge.evaluation import Evaluator, derive
+from judge.stages.check import check, run_correctness
+from judge.stages.evaluation import Evaluator, derive
 from judge.targets import load_target
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"

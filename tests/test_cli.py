@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from judge.cli import main
-from judge.migrations import MIGRATIONS
+from judge.cli.main import main
+from judge.ledger.migrations import MIGRATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
@@ -176,7 +176,7 @@ def test_commands_that_add_create_a_missing_ledger(env):
 
 
 def test_list_never_truncates_an_id_in_80_columns(env, monkeypatch):
-    from judge import cli
+    from judge.cli import main as cli
 
     judge, root = env
     long_id = "pipeline-stages-3-with-warp-specialised-epilogue"
@@ -303,7 +303,7 @@ def test_run_ends_with_where_the_time_went(env, fake_stages):
     stages = summary["time"]["stages_s"]
     assert set(stages) == {"patch", "screen", "compile", "correctness", "timing"}
     assert summary["time"]["wall_s"] > 0 and all(v >= 0 for v in stages.values())
-    from judge.cli_rounds import time_line
+    from judge.cli.rounds import time_line
 
     assert time_line({"wall_s": 93.14, "stages_s": {"compile": 12.04, "timing": 50.2, "measuring": 40.0, "patch": 0.0}}) \
         == "time: 93.1 s wall; compile 12.0 s, timing 50.2 s, measuring 40.0 s"
@@ -319,7 +319,7 @@ def test_run_progress_counts_each_workers_candidates(monkeypatch):
     from rich.console import Console
 
     from judge.dispatch import describe_place
-    from judge.run_progress import RunProgress
+    from judge.cli.progress import RunProgress
 
     buffer = io.StringIO()
     places = [{"host": "node-a", "gpus": "0", "device": {"name": "NVIDIA H200"}, "gate": None},
@@ -392,7 +392,7 @@ def test_a_folder_submission_names_every_bad_proposal_and_writes_nothing(env):
 
 
 def test_list_keeps_the_target_column_in_80_columns(env, monkeypatch):
-    from judge import cli
+    from judge.cli import main as cli
 
     judge, root = env
     proposal_dir(root, "pipeline-stages-3-with-tma-store-epilogue")
@@ -407,7 +407,7 @@ def test_a_write_that_waits_for_another_process_says_so_and_counts_the_wait(env)
     import threading
     import time as clock
 
-    from judge.cli_rounds import time_line
+    from judge.cli.rounds import time_line
     from judge.ledger import Ledger
 
     judge, root = env
@@ -480,7 +480,7 @@ def test_run_progress_prints_a_verdicts_reason_contained():
 
     from rich.console import Console
 
-    from judge.run_progress import RunProgress
+    from judge.cli.progress import RunProgress
 
     buffer = io.StringIO()
     with RunProgress(Console(file=buffer, soft_wrap=True, force_terminal=False), enabled=True) as progress:
@@ -495,7 +495,7 @@ def test_a_cpu_target_names_the_cpu_it_runs_on_and_looks_for_no_gpu():
 
     from rich.console import Console
 
-    from judge.run_progress import RunProgress
+    from judge.cli.progress import RunProgress
 
     buffer = io.StringIO()
     device = {"kind": "cpu", "name": "AMD EPYC 7B13", "cores": 2, "threads": 4, "torch": "2.13.0+cpu"}

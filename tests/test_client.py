@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from serving import LiveServer, contest, knob_patch
 
-from judge.cli import main
+from judge.cli.main import main
 from judge.ledger import Ledger
 from judge.server import Config
 

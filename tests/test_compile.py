@@ -1,4 +1,4 @@
-"""judge/compile.py and judge/resources.py: parsers and occupancy on captured text with exact numbers, then
+"""judge/stages/compile/stage.py and judge/stages/compile/resources.py: parsers and occupancy on captured text with exact numbers, then
 real CuTe DSL compiles (CPU only) of the fixture kernel and of the contest's targets through run_compile."""
 
 import importlib.util
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from judge import compile as compile_stage
-from judge import resources
-from judge.compile import compile_many, run_compile
-from judge.compile_cache import distinct_configs
-from judge.tracebacks import describe_error
+from judge.stages.compile import stage as compile_stage
+from judge.stages.compile import resources
+from judge.stages.compile.stage import compile_many, run_compile
+from judge.stages.compile.cache import distinct_configs
+from judge.stages.compile.tracebacks import describe_error
 from judge.errors import JudgeError
-from judge.resources import ARCHS, occupancy, parse_cuobjdump, parse_launches, parse_ptx_entries, parse_ptxas
+from judge.stages.compile.resources import ARCHS, occupancy, parse_cuobjdump, parse_launches, parse_ptx_entries, parse_ptxas
 from judge.targets import load_target
 
 HERE = Path(__file__).parent
@@ -231,7 +231,7 @@ def test_error_line_from_a_dsl_traceback():
 
 PLAIN_TRACEBACK = """\
 Traceback (most recent call last):
-  File "/judge/judge/compile.py", line 400, in _child_compile
+  File "/judge/judge/stages/compile/stage.py", line 400, in _child_compile
     compiled = hook(dict(specs[served[0]]), options)
                ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
   File "/work/ws/submission.py", line 12, in compile_kernel

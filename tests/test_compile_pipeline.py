@@ -1,4 +1,4 @@
-"""Rounds whose compiles overlap the kernel stages (judge.compile_pipeline): the same verdicts and ledger rows as a
+"""Rounds whose compiles overlap the kernel stages (judge.stages.compile.pipeline): the same verdicts and ledger rows as a
 round that compiles everything first, candidates judged while later ones compile, broken compiles recorded."""
 
 import threading
@@ -140,7 +140,7 @@ class RealCompiles(FakeStages):
     compile_workers = Stages.compile_workers
 
     def compile_one(self, target, workspace, *, cache_dir, workers):
-        from judge.compile import run_compile
+        from judge.stages.compile.stage import run_compile
 
         return run_compile(target, workspace, cache_dir=cache_dir, timeout_s=15, workers=workers)
 
@@ -168,7 +168,7 @@ def test_progress_shows_the_compiles_and_the_candidates_judged_side_by_side(tmp_
 
     from rich.console import Console
 
-    from judge.run_progress import RunProgress
+    from judge.cli.progress import RunProgress
 
     _, _, events = a_round(tmp_path, "round", FakeStages())
     buffer = io.StringIO()

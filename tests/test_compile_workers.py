@@ -1,12 +1,12 @@
-"""Warm compile workers (judge.compile_workers): one candidate per worker, and the verdicts of a cold compile."""
+"""Warm compile workers (judge.stages.compile.workers): one candidate per worker, and the verdicts of a cold compile."""
 
 import os
 from pathlib import Path
 
 import pytest
 
-from judge.compile import run_compile
-from judge.compile_workers import CompileWorkers
+from judge.stages.compile.stage import run_compile
+from judge.stages.compile.workers import CompileWorkers
 from judge.targets import load_target
 from test_compile import needs_dsl, workspace
 
@@ -94,7 +94,7 @@ _send.__closure__[_send.__code__.co_freevars.index("_send")].cell_contents = lam
 
 
 def test_a_kernel_that_swaps_the_warm_workers_reply_writer_is_tampered(tmp_path):
-    """The red team's forge_reply_silent, caught at its import: a warm compile serves in judge.child's loop."""
+    """The red team's forge_reply_silent, caught at its import: a warm compile serves in judge.sandbox.child's loop."""
     target = load_target(AXPY)
     ws = target.assemble(tmp_path / "ws", target.kernel_source().replace("# knobs\n", "# knobs\n" + SWAP_WRITER))
     workers = CompileWorkers(tmp_path / "w", cores=None, spares=1, jobs=1)

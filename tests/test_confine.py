@@ -1,4 +1,4 @@
-"""judge/confine.py: a confined child cannot read or write past its workspace, reach the network, signal
+"""judge/sandbox/confine.py: a confined child cannot read or write past its workspace, reach the network, signal
 the judge or leave its process group, yet still runs torch; what was not in force is recorded, never fatal.
 
 The probes run tests/fixtures/confine/probe.py in a real child, as a candidate's process would be started."""
@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from judge import confine
-from judge.confine import Confinement, Policy
+from judge.sandbox import confine
+from judge.sandbox.confine import Confinement, Policy
 
 HERE = Path(__file__).parent
 PROBE = HERE / "fixtures" / "confine" / "probe.py"
@@ -66,7 +66,7 @@ def run_probe(root: Path, disable=(), with_torch=False, extra_env=None) -> dict:
     policy = Policy(writable=[workspace], readable=[])
     confine.prepare(policy)
     env = confine.child_env(policy, {**os.environ, "JUDGE_LEDGER": str(root / "ledger.db")})
-    # As judge.isolation does: the checkout's root on the child's path.
+    # As judge.sandbox.isolation does: the checkout's root on the child's path.
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(CHECKOUT), env.get("PYTHONPATH")] if p)
     env.update(extra_env or {})
     with socket.socket() as listener:
@@ -253,7 +253,7 @@ def test_system_readable_leaves_out_the_checkout_root_and_the_cwd(monkeypatch, t
     paths = confine.system_readable()
     assert CHECKOUT.resolve() not in paths
     assert tmp_path.resolve() not in paths
-    assert Path(confine.__file__).resolve().parent in paths
+    assert Path(confine.__file__).resolve().parents[1] in paths
     assert Path(sys.prefix).resolve() in paths
 
 

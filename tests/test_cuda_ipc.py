@@ -1,11 +1,11 @@
-"""judge/cuda_ipc.py: where each tensor of a slot lives (on the CPU), and on a GPU one allocation that two
+"""judge/boundary/cuda_ipc.py: where each tensor of a slot lives (on the CPU), and on a GPU one allocation that two
 processes both write and read."""
 
 import multiprocessing
 
 import pytest
 
-from judge import cuda_ipc
+from judge.boundary import cuda_ipc
 
 torch = pytest.importorskip("torch")
 

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 import judge
-from judge import migrations
-from judge.cli import main
+from judge.ledger import migrations
+from judge.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "axpy"

@@ -1,4 +1,4 @@
-"""judge/exchange.py and judge/staging.py: data as a skeleton, laid out in areas, written by the oracle's side and
+"""judge/boundary/exchange.py and judge/boundary/staging.py: data as a skeleton, laid out in areas, written by the oracle's side and
 read by a runner's mapping (host files here; device memory in tests/test_cuda_ipc.py)."""
 
 import os
@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from judge import exchange, staging  # noqa: E402
+from judge.boundary import exchange, staging  # noqa: E402
 
 
 def test_a_skeleton_keeps_nesting_values_and_tensor_order():

@@ -9,7 +9,7 @@ import pytest
 
 from judge import actions
 from judge.ledger import Ledger
-from judge.patching import apply_patch
+from judge.stages.patch import apply_patch
 from judge.report import render_leaderboard, render_round
 from judge.rounds import base_for
 from judge.targets import load_target

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.evaluation import Evaluator, fresh
+from judge.stages.evaluation import Evaluator, fresh
 from judge.rounds import Stages
 from judge.targets import load_target
 

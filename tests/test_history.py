@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from judge.cli import main
+from judge.cli.main import main
 from judge.ledger import Ledger
-from judge.patching import apply_patch
+from judge.stages.patch import apply_patch
 
 FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
 SERIAL = itertools.count(1)

@@ -1,4 +1,4 @@
-"""judge/isolation.py: every way a child process can end becomes a ChildOutcome, never an exception."""
+"""judge/sandbox/isolation.py: every way a child process can end becomes a ChildOutcome, never an exception."""
 
 import os
 import shutil
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.isolation import run_isolated, tail
+from judge.sandbox.isolation import run_isolated, tail
 
 FIXTURE = Path(__file__).parent / "fixtures" / "children"
 

@@ -8,8 +8,8 @@ import pytest
 
 from judge.ledger import Ledger
 from judge.records import Proposal, Shark, Vote
-from judge.stage_details import CheckDetail, TimedBenchmark, TimingDetail
-from judge.stages import StageResult
+from judge.stages.details import CheckDetail, TimedBenchmark, TimingDetail
+from judge.stages.result import StageResult
 
 
 def make(pid="p", title="t", **extra):

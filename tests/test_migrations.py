@@ -6,7 +6,7 @@ import pytest
 
 import sqlite_utils
 
-from judge import migrations
+from judge.ledger import migrations
 from judge.ledger import Ledger
 
 

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from judge import participants
-from judge.cli import main
+from judge.cli.main import main
 from judge.errors import JudgeError
 from judge.ledger import Ledger
 from judge.participants import Forbidden, Participant, Unauthenticated

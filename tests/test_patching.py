@@ -3,7 +3,7 @@
 import pytest
 
 from judge.errors import JudgeError
-from judge.patching import apply_patch, patch_stats
+from judge.stages.patch import apply_patch, patch_stats
 
 BASE = "".join(f"line {i}\n" for i in range(1, 21))
 

@@ -11,8 +11,8 @@ from judge.ledger import Ledger
 from judge.proposals import load_shark
 from judge.records import Claim, Proposal, Vote
 from judge.report import fmt_claim, fmt_delta, fmt_pct, fmt_us, leaderboard_view, render_leaderboard, render_round, round_view
-from judge.stage_details import CompileDetail, CompiledConfig, TimedBenchmark, TimingDetail
-from judge.stages import StageResult, not_run
+from judge.stages.details import CompileDetail, CompiledConfig, TimedBenchmark, TimingDetail
+from judge.stages.result import StageResult, not_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = "nvfp4_group_gemm"
@@ -370,7 +370,7 @@ def test_a_round_run_by_the_runner_reports_through_the_cli(tmp_path, monkeypatch
     from click.testing import CliRunner
     from fakestages import FakeStages
 
-    from judge.cli import main
+    from judge.cli.main import main
     from judge.rounds import Settings, run_round
 
     fixture = ROOT / "tests" / "fixtures" / "axpy"

@@ -9,8 +9,8 @@ import pytest
 from judge.ledger import Ledger
 from judge.records import Criterion, Proposal, Shark, Vote
 from judge.report import render_leaderboard, render_round
-from judge.stage_details import CheckDetail, Flag, ScreenDetail
-from judge.stages import StageResult, not_run
+from judge.stages.details import CheckDetail, Flag, ScreenDetail
+from judge.stages.result import StageResult, not_run
 from judge import actions
 from test_contain import FORGED, PAYLOAD, tokens
 from test_report import BASE_1, BASE_COMPILE, GATE, PATCHED, ROOT, TARGET, compiled, evaluate, lines, proposal

@@ -7,7 +7,7 @@ from judge.ledger import Ledger
 from judge.proposals import load_shark
 from judge.records import Vote
 from judge.report import fmt_kib, fmt_knob_changes, fmt_votes, render_leaderboard, render_round, round_view
-from judge.stages import StageResult, not_run
+from judge.stages.result import StageResult, not_run
 from test_report import (
     BASE_1,
     COMPILE_ERROR,
@@ -218,7 +218,7 @@ def test_a_stage_result_without_resources_renders_no_resource_table(untimed, tmp
 
 def test_a_static_rule_this_machine_could_not_run_is_shown_as_such():
     from judge.report.evaluations import static_lines
-    from judge.stage_details import RuleResult, StaticConfig, StaticDetail
+    from judge.stages.details import RuleResult, StaticConfig, StaticDetail
 
     rules = [RuleResult("wgmma-waited", True, "ok"), RuleResult("ptxas-clean", True, "ptxas failed on kernel.ptx",
                                                                      ran=False),
@@ -232,7 +232,7 @@ def test_a_static_rule_this_machine_could_not_run_is_shown_as_such():
 def test_the_clock_table_says_where_the_timed_inputs_were(untimed, tmp_path):
     """Each timed benchmark names its deciding clock, every clock's medians, the audits, and where the timed
     inputs were: shared device memory and the processes per kernel, or separate copies and why."""
-    from judge.stage_details import TimedBenchmark, TimingDetail
+    from judge.stages.details import TimedBenchmark, TimingDetail
 
     r1 = untimed.round_row(TARGET, 1)
     stages3 = untimed.latest_revision("stages-3")["id"]

@@ -20,8 +20,8 @@ from judge.records import Outcome, Proposal
 from judge.report import render_round
 from judge.rounds import RoundRun, Settings, base_for, run_round
 from judge.verdicts import decide
-from judge.stage_details import CheckDetail, TimedBenchmark, TimingDetail
-from judge.stages import StageResult
+from judge.stages.details import CheckDetail, TimedBenchmark, TimingDetail
+from judge.stages.result import StageResult
 from judge.targets import load_target
 
 FIXTURE = Path(__file__).parent / "fixtures" / "axpy"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from judge.errors import JudgeError
-from judge.patching import apply_patch
-from judge.screening import RULES, Flag, added_lines, screen, screen_patch
+from judge.stages.patch import apply_patch
+from judge.stages.screen.stage import RULES, Flag, added_lines, screen, screen_patch
 from judge.targets import load_target
 
 ROOT = Path(__file__).resolve().parent.parent

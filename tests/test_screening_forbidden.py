@@ -4,9 +4,9 @@ where the patch adds them, and the screen stage's verdict names the call, the fi
 import textwrap
 from pathlib import Path
 
-from judge.patching import apply_patch
-from judge.screening import screen, screen_patch, screen_stage
-from judge.screening_forbidden import canonical, matches, spellings
+from judge.stages.patch import apply_patch
+from judge.stages.screen.stage import screen, screen_patch, screen_stage
+from judge.stages.screen.forbidden import canonical, matches, spellings
 from judge.targets import ForbiddenCall, load_target
 
 ROOT = Path(__file__).resolve().parent.parent

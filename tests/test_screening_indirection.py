@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from judge.patching import apply_patch
-from judge.screening import screen, screen_patch
+from judge.stages.patch import apply_patch
+from judge.stages.screen.stage import screen, screen_patch
 
 ROOT = Path(__file__).resolve().parent.parent
 VECADD = ROOT / "kernels/vecadd_cpu/submission.py"

@@ -318,7 +318,7 @@ def _serve_process(root: Path) -> tuple[subprocess.Popen, str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    process = subprocess.Popen([sys.executable, "-m", "judge.cli", "--ledger", str(root / "ledger.db"), "--kernels",
+    process = subprocess.Popen([sys.executable, "-m", "judge.cli.main", "--ledger", str(root / "ledger.db"), "--kernels",
                                 str(root / "kernels"), "serve", "--port", str(port)],
                                cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"

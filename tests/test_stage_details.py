@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from judge import resources, stage_details
-from judge.stage_details import (ABSENT, CheckDetail, CompileDetail, CompiledConfig, CompileError, KernelResources,
+from judge.stages.compile import resources
+from judge.stages import details as stage_details
+from judge.stages.details import (ABSENT, CheckDetail, CompileDetail, CompiledConfig, CompileError, KernelResources,
                                  Occupancy, TimedBenchmark, TimingDetail, detail_type, schema_markdown)
-from judge.stages import StageResult, not_run
-from judge.tracebacks import describe_error
+from judge.stages.result import StageResult, not_run
+from judge.stages.compile.tracebacks import describe_error
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = re.compile(r"<!-- schema: ([\w ]+) -->\n(.*?)<!-- end schema -->", re.S)
@@ -115,7 +116,7 @@ def test_the_docs_schema_tables_are_the_types(doc):
         path.write_text(text)
         blocks = _blocks(text)
     for names, body in blocks.items():
-        assert body == _schema(names), f"{doc}: the table of {names} differs from judge/stage_details.py"
+        assert body == _schema(names), f"{doc}: the table of {names} differs from judge/stages/details.py"
 
 
 def _schema(names: str) -> str:

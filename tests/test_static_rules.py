@@ -1,4 +1,4 @@
-"""judge/static_rules.py and judge/ptx.py on small PTX: each rule's pass line and its failure with the PTX line."""
+"""judge/stages/static/rules.py and judge/stages/static/ptx.py on small PTX: each rule's pass line and its failure with the PTX line."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from judge import ptx
+from judge.stages.static import ptx
 from judge.errors import JudgeError
-from judge.static_rules import RULES, Code, check_formula, evaluate
+from judge.stages.static.rules import RULES, Code, check_formula, evaluate
 from judge.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,9 +198,9 @@ def test_the_gpu_targets_declare_their_rules():
 
 def test_a_kernel_cannot_write_outside_its_workspace_from_the_layout_checks_child(tmp_path):
     """The layout checks import contestant code: its child is confined like every runner's."""
-    from judge.stage_details import CompileDetail
-    from judge.stages import StageResult
-    from judge.static_check import run_static
+    from judge.stages.details import CompileDetail
+    from judge.stages.result import StageResult
+    from judge.stages.static.stage import run_static
 
     target_dir = tmp_path / "vecadd_cpu"
     shutil.copytree(ROOT / "kernels" / "vecadd_cpu", target_dir, ignore=shutil.ignore_patterns("__pycache__"))
@@ -224,7 +224,7 @@ def test_a_kernel_cannot_write_outside_its_workspace_from_the_layout_checks_chil
 def test_a_ptxas_this_machine_cannot_use_is_no_finding(tmp_path, monkeypatch):
     """On the H100 machine the system ptxas (PTX ISA 9.0) cannot read CuTe DSL 4.8's PTX 9.4: the rule did not
     run there, which must not eliminate a candidate whose cubin the DSL's own assembler built."""
-    from judge import resources
+    from judge.stages.compile import resources
 
     old = tmp_path / "ptxas"
     old.write_text("#!/bin/sh\necho \"ptxas $3, line 9; fatal   : Unsupported .version 9.4; current version is '9.0'\" >&2\n"

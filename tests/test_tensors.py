@@ -1,10 +1,10 @@
-"""judge/tensors.py: output slots, poison, comparisons and projections on nested GPU MODE data."""
+"""judge/boundary/tensors.py: output slots, poison, comparisons and projections on nested GPU MODE data."""
 
 from pathlib import Path
 
 import pytest
 
-from judge import tensors
+from judge.boundary import tensors
 
 torch = pytest.importorskip("torch")
 

@@ -1,4 +1,4 @@
-"""judge/timing.py: base and candidate in separate runners taking turns, the audits, the records and the
+"""judge/stages/timing/stage.py: base and candidate in separate runners taking turns, the audits, the records and the
 summary (on the CPU with the host clock), and on a GPU the verdicts that matter: a kernel against itself is
 unchanged, a side-stream kernel is not timed as free, a forged clock is caught."""
 
@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from judge import callframe, timing, turns
+from judge.boundary import callframe
+from judge.stages.timing import stage as timing, turns
 from judge.records import Outcome
 from judge.targets import load_target
-from judge.timing import run_timing
+from judge.stages.timing.stage import run_timing
 from judge.verdicts import MIN_EFFECT, timing_verdict
-from judge.worker import Reply
+from judge.sandbox.worker import Reply
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
 VARIANTS = FIXTURE / "variants"
@@ -148,7 +149,7 @@ def test_every_runner_spins_the_cycles_the_base_runners_rate_gives():
 
 
 class _FakeRunner:
-    """A runner in its call frame, as judge.turns sees one: the records it is sent, decoded."""
+    """A runner in its call frame, as judge.stages.timing.turns sees one: the records it is sent, decoded."""
 
     def __init__(self, pid):
         self.pid, self.sent, self.frozen = pid, [], 0
@@ -318,9 +319,9 @@ def test_host_work_is_slower_under_the_call_clock(tmp_path):
 def test_each_pair_is_two_fresh_runners_bound_alike_and_neither_ran_the_cases(tmp_path):
     """The correctness stage binds the first pairs' runners for base and candidate alike while its cases run;
     timing takes them, one base and one candidate process per pair, closed after their pair."""
-    from judge.check import check
-    from judge.evaluation import Evaluator
-    from judge.timing import measure
+    from judge.stages.check import check
+    from judge.stages.evaluation import Evaluator
+    from judge.stages.timing.stage import measure
 
     target = load_target(Path(__file__).resolve().parents[1] / "kernels" / "vecadd_cpu")
     target.benchmarks = target.benchmarks[:1]

@@ -1,9 +1,9 @@
-"""judge/turns.py: which clock and which input set each round of a process pair's turns uses."""
+"""judge/stages/timing/turns.py: which clock and which input set each round of a process pair's turns uses."""
 
 import random
 
-from judge import turns
-from judge.turns import OTHER_CLOCK_EVERY, REPS_PER_PAIR, clock_of, first_uses, set_for
+from judge.stages.timing import turns
+from judge.stages.timing.turns import OTHER_CLOCK_EVERY, REPS_PER_PAIR, clock_of, first_uses, set_for
 
 
 def test_the_clock_that_does_not_decide_gets_one_round_in_eight():

@@ -1,4 +1,4 @@
-"""Warm spare runners (judge/evaluation.py, judge/worker.py, judge/child.py): a process that has loaded torch
+"""Warm spare runners (judge/stages/evaluation.py, judge/sandbox/worker.py, judge/sandbox/child.py): a process that has loaded torch
 before its kernel is known becomes the next candidate's runner, confined exactly as a cold start; while
 something is timed, no spare touches the GPU or, on a CPU target, runs at all."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from judge.check import check
-from judge.evaluation import Evaluator
+from judge.stages.check import check
+from judge.stages.evaluation import Evaluator
 from judge.targets import load_target
-from judge.timing import measure
+from judge.stages.timing.stage import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "kernels" / "vecadd_cpu"

@@ -1,4 +1,4 @@
-"""The parent's end of a worker (judge/worker.py): replies polled on GPU targets or waited for, the worker's own
+"""The parent's end of a worker (judge/sandbox/worker.py): replies polled on GPU targets or waited for, the worker's own
 account of when a command arrived and its reply left, and limits that hold while the parent polls."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from judge import worker
-from judge.evaluation import Evaluator
+from judge.sandbox import worker
+from judge.stages.evaluation import Evaluator
 from judge.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ import sqlite_utils
 
 from .. import __version__
 from ..errors import JudgeError
-from ..migrations import migrate
+from .migrations import migrate
 from ..records import Proposal, Shark, Vote
 from .common import _json, now, sha256  # noqa: F401 (now, sha256: judge.rounds and judge.actions)
 from .evaluations import EvaluationRecords

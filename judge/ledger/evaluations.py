@@ -7,8 +7,8 @@ import json
 
 from .. import contain
 from ..errors import JudgeError
-from ..stage_details import CheckDetail, CompileDetail, CompileError, TimedBenchmark, TimingDetail, detail_type
-from ..stages import StageResult
+from ..stages.details import CheckDetail, CompileDetail, CompileError, TimedBenchmark, TimingDetail, detail_type
+from ..stages.result import StageResult
 from .common import _json, now
 
 PEER = "peer"  # evaluations.subject of a target's peer: timed like a candidate, never ranked
@@ -279,10 +279,10 @@ def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[TimedBenchmark])
 
 
 def confinement_summary(record: dict | None) -> str | None:
-    """The one line a report shows for a runner's confinement record (judge.confine.Confinement)."""
+    """The one line a report shows for a runner's confinement record (judge.sandbox.confine.Confinement)."""
     if not record:
         return None
-    from ..confine import Confinement
+    from ..sandbox.confine import Confinement
 
     return Confinement.from_dict(record).summary()
 

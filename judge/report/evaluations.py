@@ -12,11 +12,11 @@ from typing import Optional
 
 from ..errors import JudgeError
 from ..ledger import Ledger
-from ..patching import patch_stats
+from ..stages.patch import patch_stats
 from ..noise import recorded_floor
 from ..records import Outcome, Vote, meaning
 from ..scoring import MEASURED, format_score, measurement, score_vote, standing  # noqa: F401 (scorecard, leaderboard)
-from ..stage_details import StaticDetail
+from ..stages.details import StaticDetail
 from .formatting import signature_label
 
 RESOURCE_COLUMNS = (

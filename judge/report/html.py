@@ -110,7 +110,7 @@ def markdown_html(markdown: str, charts: set[str]) -> str:
 
 def render_page(template: str, view: dict, charts: dict, title: str, nav: list[tuple[str, str]]) -> str:
     """One page: the template rendered on the contained view, as HTML, inside judge's own frame.
-    `charts` is what judge.charts returned for the view (file names); `nav` the frame's (href, words) links."""
+    `charts` is what judge.report.charts returned for the view (file names); `nav` the frame's (href, words) links."""
     contained = Contained(view)
     markdown = render_text(template, view=contained.view, charts=charts)
     body = markdown_html(markdown, _names(charts))
@@ -121,7 +121,7 @@ def render_page(template: str, view: dict, charts: dict, title: str, nav: list[t
 
 
 def _names(charts: dict) -> set[str]:
-    """Every chart file name in a judge.charts answer (nested per target and kind)."""
+    """Every chart file name in a judge.report.charts answer (nested per target and kind)."""
     found: set[str] = set()
     for value in (charts or {}).values():
         if isinstance(value, dict):
@@ -132,5 +132,5 @@ def _names(charts: dict) -> set[str]:
 
 
 def read_charts(directory: Path) -> dict[str, bytes]:
-    """The SVG files judge.charts drew into `directory`, by name."""
+    """The SVG files judge.report.charts drew into `directory`, by name."""
     return {path.name: path.read_bytes() for path in sorted(Path(directory).glob("*.svg"))}

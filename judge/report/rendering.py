@@ -1,5 +1,5 @@
 """Templates to Markdown files: the round scorecard and the leaderboard, written under a reports folder,
-with their charts (judge/charts.py) beside them as SVG files the Markdown links."""
+with their charts (judge/report/charts.py) beside them as SVG files the Markdown links."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jinja2
 
-from .. import charts
+from . import charts
 from ..ledger import Ledger
 from .formatting import FILTERS
 from .leaderboard import leaderboard_view

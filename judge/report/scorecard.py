@@ -14,7 +14,7 @@ from ..ledger import Ledger
 from ..noise import recorded_floor
 from ..records import Outcome
 from ..schedule import clear_command
-from ..stages import not_run_reason
+from ..stages.result import not_run_reason
 from ..stats import median
 from . import evaluations as ev
 from .conventions import conventions

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from .. import actions, round_actions, participants
 from ..errors import JudgeError
-from ..migrations import applied
+from ..ledger.migrations import applied
 from ..proposals import load_votes, parse_json, proposal_from
 from ..records import Shark, parse
 from ..report.rendering import render_text

@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from .. import actions, charts
+from .. import actions
+from ..report import charts
 from ..errors import JudgeError, NotFound
 from ..ledger import Ledger
 from ..report import leaderboard_view, render_leaderboard, render_round, round_view

@@ -212,7 +212,7 @@ HONEST = [(NVFP4, "pipeline-stages-3"), (NVFP4, "tma-store-epilogue"), (NVFP4, "
 
 @pytest.mark.parametrize("target,proposal", HONEST, ids=[p for _t, p in HONEST])
 def test_honest_proposals_pass_every_check(target, proposal, tmp_path, monkeypatch):
-    from judge.patching import apply_patch
+    from judge.stages.patch import apply_patch
 
     base = (ROOT / "kernels" / target / "submission.py").read_text()
     diff = (ROOT / "proposals" / target / proposal / "patch.diff").read_text()
@@ -231,7 +231,7 @@ LATER = [("round-2", "cluster-1x2-multicast-a"), ("round-2", "stages-6-paired"),
 
 
 def contest_base(round_folder: str) -> str:
-    from judge.patching import apply_patch
+    from judge.stages.patch import apply_patch
 
     source = (ROOT / "kernels" / FP8 / "submission.py").read_text()
     for winner in CONTEST_WINNERS[:int(round_folder.split("-")[1]) - 1]:
@@ -243,7 +243,7 @@ def contest_base(round_folder: str) -> str:
 def test_later_fp8_contest_proposals_pass_every_check(folder, proposal, tmp_path, monkeypatch):
     """Round 2's 1x2 multicast kernel failed operand-layouts when it asserted 1-CTA clusters; every proposal of
     rounds 2 and 3, on its round's base, passes the checks now (round 3's cluster kernels won and placed second)."""
-    from judge.patching import apply_patch
+    from judge.stages.patch import apply_patch
 
     diff = (ROOT / "proposals" / FP8 / folder / proposal / "patch.diff").read_text()
     source = apply_patch(contest_base(folder), diff, "submission.py")

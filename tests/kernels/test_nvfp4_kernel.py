@@ -133,7 +133,7 @@ def sm100(monkeypatch, tmp_path):
 
 def ptxas_resources(ptx: str, where: Path) -> tuple[int, int]:
     """(registers, spill bytes) that ptxas reports for the kernel, through the compile stage's own parser."""
-    from judge import resources
+    from judge.stages.compile import resources
 
     tool = resources.find_tool("ptxas")
     if tool is None:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from judge import actions
-from judge.compile import run_compile
+from judge.stages.compile.stage import run_compile
 from judge.ledger import Ledger
-from judge.patching import apply_patch
+from judge.stages.patch import apply_patch
 from judge.rounds import Settings, run_round
-from judge.static_check import run_static
+from judge.stages.static.stage import run_static
 from judge.targets import load_target
 from nvfp4_mutants import MUTANTS
 

@@ -1,0 +1,213 @@
+"""The runner: judge's code inside a process that holds candidate (or base) code, driven by the parent.
+
+Nothing this process says is trusted as it stands, and it holds nothing worth stealing. It never makes an input:
+the oracle writes each input set into memory this process maps (judge.boundary.exchange) only while the process waits
+for that set's call, in the frame that calls the kernel (judge.boundary.callframe), and reads the output back from an
+outbox. It does not import the task's reference. Everything the frame measures and copies with is bound before
+the candidate is imported, and judge.boundary.tamper names what the candidate changed of torch, builtins and judge.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import callframe, cuda_ipc, exchange, tamper
+
+WARMUP_CALLS = 3
+WARMUP_S = 0.005
+# The GPU clock's spin: this many times the typical launch (the median of the warm-up samples), plus a margin.
+# Sized from the slowest sample it ran up to 1.7 ms after one host hiccup in a warm-up on an H100, and
+# benchmarks timed behind such spins came out 8-18% off.
+SPIN_MARGIN_US = 40.0
+SPIN_FACTOR = 3.0
+NULL_SPIN_US = 60.0
+
+_perf = time.perf_counter
+
+
+class Runner:
+    """One kernel in one process: loads it, maps what the oracle hands it, and calls it in judge.boundary.callframe."""
+
+    def __init__(self, workspace: str, kernel_file: str, forbidden: list[str] | None = None):
+        import torch
+
+        self.torch = torch
+        self.cuda = torch.cuda.is_available()
+        self.workspace = Path(workspace)
+        self.kernel_file = kernel_file
+        sys.path[:] = [workspace] + [p for p in sys.path if p not in ("", workspace)]
+        self.kernel = None
+        self.channel: tuple[int, int] | None = None  # the command and reply pipes (judge.sandbox.child sets them)
+        self.device_maps: dict[str, cuda_ipc.Imported] = {}
+        self.host_maps: dict[str, exchange.MappedFile] = {}
+        self.stretch: dict[str, Any] = {}
+        self.threads_before: int | None = None  # Python threads alive when warm-up ended
+        self.prims = callframe.Primitives()
+        if self.cuda:
+            self.events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
+            # A runtime call on this thread makes CUDA's primary context current here: the driver calls that map
+            # the oracle's memory (judge.boundary.cuda_ipc) need one, and nothing else of torch has run on the GPU yet.
+            torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
+        self.guard = tamper.install_guard()
+        tamper.settle_torch()  # after the guard: an audit hook a torch import adds is refused like any other
+        self.baseline = tamper.Snapshot.take(str(self.workspace.resolve()))
+
+    # ---- the kernel -------------------------------------------------------------------------------------
+
+    def load(self) -> dict:
+        """Import the kernel file as GPU MODE does (`from submission import custom_kernel`)."""
+        module = importlib.import_module(self.kernel_file.removesuffix(".py").replace("/", "."))
+        self.kernel = module.custom_kernel
+        return {"threads_after_import": len(sys._current_frames())}
+
+    def audit(self) -> list[str]:
+        """What the kernel changed of torch, builtins and judge in this process since before its import."""
+        return self.baseline.changes() + self.guard.findings()
+
+    # ---- what the oracle hands over ----------------------------------------------------------------------
+
+    def build(self, plan: dict) -> dict:
+        """Map the memory of `plan` (judge.boundary.oracle's: the skeleton, each copy's layouts, the areas and outboxes)
+        and build each copy's data there; the next `calls` stretch calls the kernel on them."""
+        device = plan.get("device")
+        host = plan["host"]
+        views = []
+        for layouts in plan["copies"]:
+            tensors = [self._view(layout, device, host) for layout in layouts]
+            views.append(exchange.build(plan["skeleton"], tensors))
+        outboxes = {}
+        box = plan["outbox"]
+        if box.get("device"):
+            mapped = self._device(box["device"]["handle"])
+            capacity = box["device"]["bytes"]
+            outboxes["device"] = (cuda_ipc.view(mapped.pointer, _raw(capacity)), capacity)
+        else:
+            outboxes["device"] = (None, 0)
+        host_box = self._host(box["host"]["path"], box["host"]["bytes"])
+        outboxes["host"] = (host_box.view(_raw(box["host"]["bytes"])), box["host"]["bytes"])
+        self.stretch = {"datas": views, "outboxes": outboxes}
+        return {"copies": len(views)}
+
+    def _view(self, layout: dict, device: dict | None, host: dict):
+        if layout["area"] == exchange.DEVICE:
+            if device is None:
+                raise exchange.ExchangeError("a device tensor without a device area")
+            return cuda_ipc.view(self._device(device["handle"]).pointer, layout)
+        return self._host(host["path"], host["bytes"]).view(layout)
+
+    def _device(self, handle: str) -> cuda_ipc.Imported:
+        if handle not in self.device_maps:
+            self.device_maps[handle] = cuda_ipc.Imported(handle)
+        return self.device_maps[handle]
+
+    def _host(self, path: str, nbytes: int) -> exchange.MappedFile:
+        mapped = self.host_maps.get(path)
+        if mapped is None or mapped.nbytes < nbytes:
+            mapped = self.host_maps[path] = exchange.MappedFile(path, nbytes)
+        return mapped
+
+    # ---- calls -------------------------------------------------------------------------------------------
+
+    def warm_up(self) -> dict:
+        """Warm-up calls on every copy (the oracle wrote the warm-up set, never timed, into all of them); the
+        host's launch times afterwards size the GPU spin, and the spin's cycles per microsecond are measured
+        now, with the GPU's clocks up after the calls."""
+        datas = self.stretch["datas"]
+        start = _perf()
+        calls = 0
+        while calls < max(2 * WARMUP_CALLS, len(datas)) or _perf() - start < WARMUP_S:
+            self._launch_time(datas[calls % len(datas)])
+            calls += 1
+        host = [self._launch_time(datas[i % len(datas)]) for i in range(4)]
+        rate = self._spin_rate() if self.cuda else 0.0
+        # Libraries start their pools in a kernel's first calls (torch.compile's compile workers): the threads
+        # alive now are the count a timed call must not raise. A thread that runs the kernel's own code is found
+        # on every call whenever it started (judge.boundary.callframe).
+        self.threads_before = len(sys._current_frames())
+        return {"host_us": host, "calls": calls + 4, "cycles_per_us": round(rate, 3),
+                "threads": self.threads_before}
+
+    def calls(self, entered_serial: int, count_threads: bool = True) -> dict:
+        """A stretch of calls in judge.boundary.callframe: it answers the parent's records until told to stop. New
+        threads are counted against those alive after warm-up, and not at all in a correctness stretch
+        (`count_threads` False): a correctness call may be a shape's first and start a library's pool."""
+        if self.channel is None:
+            raise RuntimeError("judge.sandbox.child did not give the runner its pipes")
+        stream = self.torch.cuda.current_stream() if self.cuda else None
+        result = callframe.serve_calls(
+            self.prims, self.channel[0], self.channel[1], self.kernel, self.stretch["datas"],
+            self.stretch["outboxes"], self.events if self.cuda else (), stream, str(self.workspace.resolve()),
+            self.threads_before if count_threads else None, entered_serial)
+        error = result.pop("error", None)
+        if error is not None:
+            import traceback
+
+            traceback.print_exception(error)  # into the runner's log, which the verdict quotes
+            result["error"] = _error_line(error)
+        return result
+
+    def _launch_time(self, data) -> float:
+        """The host's time to launch one call (the warm-up's only measurement)."""
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        start = _perf()
+        self.kernel(data)
+        host = (_perf() - start) * 1e6
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        return round(host, 2)
+
+    def _spin_rate(self) -> float:
+        """Cycles of `torch.cuda._sleep` per microsecond at the GPU's present clock (the median of three)."""
+        start, _, end = self.events
+        rates = []
+        for _ in range(3):
+            self.torch.cuda.synchronize()
+            start.record()
+            self.torch.cuda._sleep(200_000)
+            end.record()
+            end.synchronize()
+            rates.append(200_000 / (start.elapsed_time(end) * 1e3))
+        return sorted(rates)[1]
+
+
+def _raw(nbytes: int) -> dict:
+    return {"area": "device", "offset": 0, "dtype": "uint8", "shape": [nbytes], "stride": [1]}
+
+
+def _error_line(error: BaseException) -> str:
+    try:
+        lines = str(error).strip().splitlines()
+        text = f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    except Exception:  # noqa: BLE001 - an exception whose message itself fails
+        text = type(error).__name__
+    return text[:callframe.ERROR_CHARS]
+
+
+def flush_bytes() -> int:
+    """The size of the buffer written before every timed call to empty L2: twice the L2, at least 8 MiB."""
+    import torch
+
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 64 << 20)
+    return max(2 * l2, 8 << 20)
+
+
+def spin_for(host_us: list[float]) -> float:
+    """A spin long enough to hide the launch: SPIN_FACTOR times the typical one, with margin; a rare slower
+    launch shows in its own sample, which the median leaves out."""
+    ordered = sorted(host_us)
+    typical = ordered[len(ordered) // 2] if ordered else 0.0
+    return SPIN_MARGIN_US + SPIN_FACTOR * typical
+
+
+def spin_cycles(spin_us: float, cycles_per_us: float) -> dict[str, int]:
+    """The GPU clock's spins in cycles, the same numbers for every runner of a benchmark: `spin` before the
+    timed call, `null` before a null tail. Each runner sizing its spin from its own rate (measured when its CUDA
+    context was made, sometimes with the GPU's clocks still low) gave spins 40-120 us apart on an H100, and
+    identical kernels measured 0.2-0.6% apart with them."""
+    return {"spin": int(spin_us * cycles_per_us), "null": int(max(spin_us, NULL_SPIN_US) * cycles_per_us)}

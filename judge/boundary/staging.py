@@ -1,0 +1,173 @@
+"""The oracle's side of the exchange (judge.boundary.exchange): the memory it hands runners, what it writes there before a
+call, and how it reads an output back.
+
+An `Area` holds one piece of data in as many copies as the timed calls take in turn: the device part is one
+exported allocation that every runner of a comparison maps (both kernels then run on the same physical
+memory), the host part lives in each runner's own file. Before a call the oracle writes one input set into the
+copy the call takes, fills its floating output slots with NaN, empties the outbox and, on the GPU timing path,
+writes the buffer that empties L2; after a call it reads the outbox (zeroing what it read) and, where runners
+share the device part, wipes the copy the call used, so that no other runner finds an input or an answer there.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import callframe, cuda_ipc, exchange, tensors
+
+# An output may take this many times the reference's bytes (another dtype, padding) before it is refused.
+OUTBOX_FACTOR = 4
+OUTBOX_MIN_BYTES = 1 << 20
+
+
+@dataclass
+class RunnerFiles:
+    """A runner's host files: inputs in, outputs out."""
+
+    inbox: exchange.HostFile
+    outbox: exchange.HostFile
+
+    def close(self) -> None:
+        self.inbox.close()
+        self.outbox.close()
+
+
+@dataclass
+class Area:
+    """One piece of data laid out for the runners: its skeleton, each copy's layouts, where each lives."""
+
+    skeleton: Any
+    copies: list[list[dict]]
+    host_bytes: int
+    device: cuda_ipc.Exported | None
+    poison: list[int]  # indices (skeleton order) of the floating output tensors
+    sets: dict[Any, list] = field(default_factory=dict)  # set name -> its tensors, skeleton order
+    flush: Any = None  # the L2 flush buffer's view (GPU timing), or None
+    nans: dict[int, Any] = field(default_factory=dict)  # a NaN tensor per poisoned output, made once
+
+    def nan(self, index: int, like):
+        if index not in self.nans:
+            import torch
+
+            self.nans[index] = torch.full_like(like, float("nan"))
+        return self.nans[index]
+
+
+def lay_out(data, slots: list[str], copies: int, *, shift: int = 0, flush_bytes: int = 0) -> Area:
+    """An Area for `data` (its tensors define the layouts), `copies` copies, the device part allocated (with an
+    L2 flush buffer after the copies when `flush_bytes`), every offset moved by `shift` bytes."""
+    import torch
+
+    tree, leaves = exchange.skeleton(data)
+    layouts, ends = exchange.plan(leaves, copies, {exchange.DEVICE: shift, exchange.HOST: shift})
+    device = None
+    flush = None
+    device_bytes = ends[exchange.DEVICE] + flush_bytes
+    if any(t.is_cuda for t in leaves) or flush_bytes:
+        device = exported_zeroed(exchange.aligned(device_bytes))
+        if flush_bytes:
+            flush = cuda_ipc.view(device.pointer, {"offset": ends[exchange.DEVICE], "dtype": "int32",
+                                                   "shape": [flush_bytes // 4], "stride": [1]})
+    paths = [path for path, leaf in tensors.leaves(data) if isinstance(leaf, torch.Tensor)]
+    poison = [i for i, (path, leaf) in enumerate(zip(paths, leaves))
+              if path in slots and leaf.is_floating_point()]
+    return Area(tree, layouts, ends[exchange.HOST], device, poison, flush=flush)
+
+
+def exported_zeroed(nbytes: int) -> cuda_ipc.Exported:
+    """A new exported allocation, zeroed: memory the driver hands out again can hold what this process freed,
+    the reference's answers among it."""
+    exported = cuda_ipc.Exported(nbytes)
+    cuda_ipc.view(exported.pointer, {"offset": 0, "dtype": "uint8", "shape": [exported.nbytes], "stride": [1]}).zero_()
+    tensors.sync()
+    return exported
+
+
+def tensors_of(data) -> list:
+    return exchange.skeleton(data)[1]
+
+
+def plan_for(area: Area, files: RunnerFiles, outbox: dict) -> dict:
+    """What a runner's `build` is sent: the skeleton, the layouts and where each area and outbox is."""
+    files.inbox.reserve(area.host_bytes)
+    device = {"handle": area.device.handle, "bytes": area.device.nbytes} if area.device is not None else None
+    host_out = outbox["host"]
+    files.outbox.reserve(host_out)
+    return {"skeleton": area.skeleton, "copies": area.copies, "device": device,
+            "host": {"path": str(files.inbox.path), "bytes": area.host_bytes},
+            "outbox": {"device": outbox.get("device"), "host": {"path": str(files.outbox.path), "bytes": host_out}}}
+
+
+def stage(area: Area, name: Any, copy: int, files: list[RunnerFiles], flush: bool) -> None:
+    """Write set `name` into copy `copy` (the device part once, each runner's host part), NaN into its floating
+    output slots and, for the GPU clocks, the L2 flush buffer last."""
+    values = list(area.sets[name])
+    layouts = area.copies[copy]
+    for index in area.poison:
+        values[index] = area.nan(index, values[index])
+    for value, layout in zip(values, layouts):
+        if layout["area"] == exchange.DEVICE:
+            cuda_ipc.view(area.device.pointer, layout).copy_(value)
+        else:
+            for runner in files:
+                runner.inbox.write(layout, value)
+    if flush and area.flush is not None:
+        area.flush.zero_()
+    tensors.sync()
+
+
+def wipe(area: Area, copy: int) -> None:
+    """Zero a copy's device part, inputs and outputs: the next runner to map it finds nothing of this call."""
+    for layout in area.copies[copy]:
+        if layout["area"] == exchange.DEVICE:
+            raw = dict(layout, dtype="uint8", shape=[exchange.span(layout["shape"], layout["stride"],
+                                                                   exchange.itemsize(layout["dtype"]))], stride=[1])
+            cuda_ipc.view(area.device.pointer, raw).zero_()
+
+
+def received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exported | None) -> list:
+    """The output a runner said it copied into its outboxes (judge.boundary.callframe's leaves), read here and checked to
+    stay inside them, and zeroed there once read; what is read is judged as it is."""
+    if not isinstance(leaves, list) or len(leaves) > callframe.MAX_LEAVES:
+        raise exchange.ExchangeError("the kernel's process described its output in a way judge does not write")
+    out = []
+    for leaf in leaves:
+        if not (isinstance(leaf, list) and len(leaf) == 5 and leaf[0] in (exchange.DEVICE, exchange.HOST)
+                and type(leaf[1]) is int and 0 <= leaf[1] < len(callframe.DTYPE_NAMES)):
+            raise exchange.ExchangeError("the kernel's process described its output in a way judge does not write")
+        layout = {"area": leaf[0], "dtype": callframe.DTYPE_NAMES[leaf[1]], "offset": leaf[2], "shape": leaf[3],
+                  "stride": leaf[4]}
+        nbytes = exchange.span(layout["shape"], layout["stride"], exchange.itemsize(layout["dtype"]))
+        if leaf[0] == exchange.DEVICE:
+            if device_outbox is None:
+                raise exchange.ExchangeError("a device output without a device outbox")
+            exchange.check_layout(layout, device_outbox.nbytes)
+            out.append(cuda_ipc.view(device_outbox.pointer, layout).clone())
+            raw = {"offset": layout["offset"], "dtype": "uint8", "shape": [nbytes], "stride": [1]}
+            cuda_ipc.view(device_outbox.pointer, raw).zero_()
+        else:
+            exchange.check_layout(layout, files.outbox.nbytes)
+            out.append(files.outbox.read(layout))
+            files.outbox.zero(layout["offset"], layout["offset"] + nbytes)
+    return out
+
+
+def outbox_bytes(expected) -> int:
+    """How much an outbox holds for outputs like `expected`: OUTBOX_FACTOR times their aligned spans."""
+    import torch
+
+    total = sum(exchange.aligned(exchange.span(list(t.shape), list(t.stride()), t.element_size()))
+                for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor))
+    return max(OUTBOX_MIN_BYTES, OUTBOX_FACTOR * total)
+
+
+def open_files(directory: str) -> RunnerFiles:
+    """A runner's two host files in `directory`, owned by the directory's owner (the runner's user)."""
+    folder = Path(directory)
+    owner = os.stat(folder).st_uid
+    return RunnerFiles(exchange.HostFile(folder / "inbox", owner), exchange.HostFile(folder / "outbox", owner))
+
+

@@ -1,0 +1,163 @@
+"""The CLI as a client of a judge server (`--server URL` or JUDGE_SERVER, with JUDGE_TOKEN): the same library calls
+the CLI makes on a local ledger, each answered by the server, with the same return values, so every command prints
+the same text and the same `--json`. Files are read here, on the agent's machine; reports and briefs are written
+here, under `--out`, as `judge report` and `judge brief` would write them."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+from urllib.parse import quote
+
+import httpx
+
+from .. import __version__
+from ..actions import CastVote
+from ..errors import JudgeError
+from ..ledger import Submitted
+from ..records import Proposal, Shark, Vote
+
+POLL_S = 0.5  # how often `judge run` asks the server for a round's progress
+
+
+class RemoteError(JudgeError):
+    """The server's error object, with the exit code it says."""
+
+    def __init__(self, message: str, exit: int = 2):
+        super().__init__(message)
+        self.exit = exit
+
+
+class Remote:
+    """A judge server, called as the library is: methods named after the functions the CLI calls locally."""
+
+    def __init__(self, url: str, token: Optional[str], timeout_s: float = 300.0):
+        self.url = url.rstrip("/")
+        headers = {"User-Agent": f"judge/{__version__}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    def _call(self, method: str, path: str, body: Any = None, **params) -> Any:
+        params = {k: v for k, v in params.items() if v is not None}
+        content = None if body is None else json.dumps(body, ensure_ascii=False).encode()
+        try:
+            response = self.http.request(method, path, params=params, content=content,
+                                         headers={"Content-Type": "application/json"} if content is not None else None)
+        except httpx.HTTPError as error:
+            raise JudgeError(f"{self.url}: cannot reach the judge server ({type(error).__name__}: {error})") from None
+        try:
+            data = json.loads(response.text)
+        except json.JSONDecodeError:
+            raise JudgeError(f"{self.url}{path}: not a judge server's answer (HTTP {response.status_code})") from None
+        if response.status_code >= 400:
+            if isinstance(data, dict) and isinstance(data.get("error"), str):
+                raise RemoteError(data["error"], int(data.get("exit", 2)))
+            raise JudgeError(f"{self.url}{path}: HTTP {response.status_code}")
+        return data
+
+    # the commands' calls ---------------------------------------------------------------------------------------
+
+    def ledger_info(self) -> dict:
+        return self._call("GET", "/api/ledger")
+
+    def with_author(self, text: str) -> str:
+        """A proposal on stdin that leaves `author` out gets this token's participant name, as the server would give
+        it; anything else is left as it is, for the local reading to accept or refuse as it always does."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            return text
+        if not isinstance(data, dict) or "author" in data:
+            return text
+        return json.dumps({**data, "author": self._call("GET", "/api/whoami")["name"]})
+
+    def submit(self, items: list[tuple[Proposal, str]], kernels_dir: Path) -> list[Submitted]:
+        body = {"submissions": [{"source": source, "proposal": p.model_dump(mode="json")} for p, source in items]}
+        return [Submitted(**row) for row in self._call("POST", "/api/proposals", body)]
+
+    def add_sharks(self, sharks: list[tuple[Shark, str]]) -> list[dict]:
+        body = {"submissions": [{"source": source, "shark": s.model_dump(mode="json")} for s, source in sharks]}
+        return self._call("POST", "/api/sharks", body)
+
+    def shark_list(self) -> list[dict]:
+        return self._call("GET", "/api/sharks")
+
+    def cast_votes(self, items: list[tuple[Vote, str]]) -> list[CastVote]:
+        body = {"submissions": [{"source": source, "vote": v.model_dump(mode="json")} for v, source in items]}
+        return [CastVote(**row) for row in self._call("POST", "/api/votes", body)]
+
+    def list_proposals(self, round: Optional[int] = None) -> list[dict]:
+        return self._call("GET", "/api/proposals", round=round)
+
+    def show_proposal(self, proposal_id: str) -> dict:
+        return self._call("GET", f"/api/proposals/{quote(proposal_id, safe='')}")
+
+    def status(self) -> dict:
+        return self._call("GET", "/api/status")
+
+    def clear_evaluation(self, evaluation_id: int, note: str, cleared_by: str) -> dict:
+        """Cleared by the organizer whose token this is (the server records its name, not `cleared_by`)."""
+        return self._call("POST", f"/api/evaluations/{evaluation_id}/clear", {"note": note})
+
+    def brief(self, kernels_dir: Path, target: Optional[str], round: Optional[int], out_dir: Path) -> tuple[Path, dict]:
+        data = self._call("GET", "/api/brief", target=target, round=round)
+        return _write(Path(out_dir), data["name"], data["markdown"], {}), data["brief"]
+
+    def write_report(self, round: Optional[int], target: Optional[str], leaderboard: bool,
+                     out_dir: Path) -> tuple[Path, str, dict]:
+        if leaderboard:
+            data = self._call("GET", "/api/leaderboard")
+            return _write(Path(out_dir), data["name"], data["markdown"], data["charts"]), "leaderboard", data["leaderboard"]
+        data = self._call("GET", "/api/scorecards", round=round, target=target)
+        return _write(Path(out_dir), data["name"], data["markdown"], data["charts"]), "round", data["round"]
+
+    def run(self, round: Optional[int], target: Optional[str], again: bool, workers: Optional[int],
+            timing_budget: Optional[float], on_event, out_dir: Path) -> list[dict]:
+        """Start the round on the server, show its events as they come, and write its report here once it is done."""
+        body = {"round": round, "target": target, "again": again, "workers": workers, "timing_budget": timing_budget}
+        job = self._call("POST", "/api/rounds", body)
+        seen = 0
+        while True:
+            for event in job["events"]:
+                on_event(event.pop("kind"), **event)
+            seen = job["next"]
+            if job["state"] != "running":
+                break
+            time.sleep(POLL_S)
+            job = self._call("GET", f"/api/jobs/{job['job']}", since=seen)
+        if job["state"] == "failed":
+            raise RemoteError(job["error"]["error"], job["error"]["exit"])
+        summaries = job["summaries"]
+        if summaries:
+            path, _, _ = self.write_report(job["round"], target, False, out_dir)
+            for summary in summaries:
+                summary["report"] = str(path)
+        return summaries
+
+    # participants ------------------------------------------------------------------------------------------------
+
+    def add_participant(self, name: str, role: str) -> dict:
+        return self._call("POST", "/api/participants", {"name": name, "role": role})
+
+    def participant_list(self) -> list[dict]:
+        return self._call("GET", "/api/participants")
+
+    def revoke_participant(self, name: str) -> dict:
+        return self._call("DELETE", f"/api/participants/{quote(name, safe='')}")
+
+
+def _write(out_dir: Path, name: str, markdown: str, charts: dict[str, str]) -> Path:
+    """A document the server rendered, written where the local command writes it, its charts beside it."""
+    if Path(name).name != name or not name.endswith(".md"):
+        raise JudgeError(f"the server named a document '{name}': not a file name judge writes")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for chart, svg in charts.items():
+        if Path(chart).name != chart or not chart.endswith(".svg"):
+            raise JudgeError(f"the server named a chart '{chart}': not a file name judge writes")
+        (out_dir / chart).write_text(svg)
+    path = out_dir / name
+    path.write_text(markdown)
+    return path

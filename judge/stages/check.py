@@ -1,0 +1,171 @@
+"""Correctness stage: every test (twice, on two secret seeds) and every benchmark shape, under every input
+distribution the target declares, each output poisoned before the call and judged by the oracle.
+
+The kernel runs in its confined runner, called in judge.boundary.callframe as a timed call is: the oracle writes the
+case's inputs (with NaN in the outputs) into memory the runner maps only once the runner waits in that frame,
+and reads the output back from the outbox. The oracle, in a process where no candidate code was ever
+imported, made the inputs and runs the reference: nothing the candidate does in its own process can change a
+verdict, and no hook of its sees a case's inputs before its call.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..boundary import callframe
+from ..devices import gate
+from .evaluation import Case, Evaluator, fresh
+from .details import CheckDetail, CheckedCase
+from .result import StageResult, not_run
+from ..targets import Target, spec_label
+from .timing.turns import frame_flags
+from ..sandbox.worker import CommandFailed, Worker, WorkerError, time_left
+
+STAGE = "correctness"
+
+
+class Tampered(Exception):
+    """What a call's reply or the frame's entry showed of the kernel's changes (the stage is tampered)."""
+
+
+def run_correctness(target: Target, workspace: Path, *, timeout_s: float | None = None) -> StageResult:
+    """Check the kernel assembled in `workspace` on its own (a round shares one Evaluator across candidates)."""
+    reason = gate(target.arch)
+    if reason:
+        return not_run(STAGE, reason)
+    workspace = Path(workspace).resolve()
+    with Evaluator(target, fresh(workspace.parent / f".{workspace.name}-oracle")) as evaluator:
+        return check(evaluator, workspace, timeout_s=timeout_s)
+
+
+def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None, timing_next: bool = False,
+          nonce: int | None = None) -> StageResult:
+    """Start a runner for `workspace`, check every case, close the runner. With `timing_next` the timing stage's
+    first process pairs are bound and loaded while the cases run (Evaluator.prebind), base and candidate alike."""
+    target = evaluator.target
+    workspace = Path(workspace).resolve()  # the runner's cwd is the workspace: paths it gets must be absolute
+    limit = timeout_s if timeout_s is not None else target.limits.check_s
+    started = time.monotonic()
+    deadline = started + limit
+    nonce = evaluator.nonce() if nonce is None else nonce
+    worker = None
+    try:
+        worker = evaluator.runner(workspace)
+        runner_start_s = round(time.monotonic() - started, 3)  # a warm spare's bind, or a cold start
+        confinement = worker.hello.get("confinement")
+        worker.call("load", time_left(deadline))
+        if timing_next and evaluator.base_dir is not None:
+            from .timing.stage import MIN_PAIRS
+
+            evaluator.prebind(evaluator.base_dir, MIN_PAIRS, "timing-base")
+            evaluator.prebind(workspace, MIN_PAIRS)
+        cases = [_run_case(evaluator, worker, case, n, nonce, deadline)
+                 for n, case in enumerate(evaluator.cases(nonce))]
+        changes = worker.call("audit", time_left(deadline)).value
+    except Tampered as found:
+        _no_timing_follows(evaluator, worker)
+        message = str(found)
+        return StageResult(STAGE, "tampered", f"tampered: {message}", time.monotonic() - started,
+                           CheckDetail(tampered=message.split("; ")), worker.log_tail() if worker else "")
+    except WorkerError as error:
+        _no_timing_follows(evaluator, worker)
+        return StageResult(STAGE, error.status, f"{error.status}: {error.message}", time.monotonic() - started,
+                           CheckDetail(error=error.message), error.log_tail)
+    except CommandFailed as error:
+        _no_timing_follows(evaluator, worker)
+        return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
+                           CheckDetail(error=error.error), error.log_tail)
+    seconds = time.monotonic() - started
+    detail = CheckDetail(cases=cases, tolerance=_tolerance(target),
+                         check_implementation=any(c.check_implementation is not None for c in cases),
+                         confinement=confinement, secret_seeds=True, runner_start_s=runner_start_s,
+                         distributions=[d.name for d in target.distributions])
+    tail = worker.log_tail()
+    evaluator.close_runner(worker)
+    evaluator.collect()
+    if changes:
+        evaluator.discard_prebound()
+        detail = detail.updated(tampered=changes)
+        return StageResult(STAGE, "tampered", f"tampered: {'; '.join(changes)}", seconds, detail, tail)
+    failed = [c for c in cases if not c.passed]
+    if failed:
+        evaluator.discard_prebound()
+        summary = f"{len(failed)} of {len(cases)} checks failed; first: {describe_failure(failed[0])}"
+        return StageResult(STAGE, "failed", summary, seconds, detail, tail)
+    return StageResult(STAGE, "passed", f"{len(cases)} of {len(cases)} checks passed ({_counts(target)})",
+                       seconds, detail, tail)
+
+
+def _no_timing_follows(evaluator: Evaluator, worker: Worker | None) -> None:
+    """The kernel failed its check: its runner and any bound for its timing (Evaluator.prebind) are closed."""
+    if worker is not None:
+        evaluator.close_runner(worker)
+    evaluator.discard_prebound()
+    evaluator.collect()
+
+
+def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: int, deadline: float) -> CheckedCase:
+    """One case: the oracle lays out its inputs, the runner builds its data and enters its call frame, the
+    oracle writes the inputs in while the runner is stopped, one call, then the oracle's verdict."""
+    entry = CheckedCase(kind=case.kind, test=case.index, label=spec_label(case.spec), call=case.call,
+                        seed=case.spec.get("seed"), distribution=case.distribution)
+    key = f"c{nonce}-{n}"
+    made = evaluator.ask("case", key=key, spec=case.spec, distribution=case.distribution, runner=worker.pid)
+    try:
+        worker.call("build", time_left(deadline), plan=made["plan"])
+        serial, entered = worker.enter("calls", time_left(deadline), count_threads=False)
+        worker.freeze()
+        found = entered.value.get("found") or []
+        if found:
+            raise Tampered("; ".join(found))
+        evaluator.ask("stage", key=key, name="case", copies=[0], runners=[worker.pid])
+        reply = worker.record(lambda s: callframe.command(s, callframe.OP_CALL), time_left(deadline), "case")
+        value = reply.value
+        if value.get("status") == callframe.RAISED:
+            error = worker.read_reply(serial, time_left(deadline)).value.get("error", "the kernel raised")
+            raise CommandFailed(f"{error} ({_where(entry)})", worker.log_tail())
+        worker.leave(callframe.command(0, callframe.OP_STOP), serial, time_left(deadline))
+    except BaseException:
+        evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])  # the oracle drops the case
+        raise
+    flags = frame_flags(value)
+    if flags:
+        evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])
+        raise Tampered("; ".join(flags))
+    entry = entry.updated(poisoned=made["poisoned"], kernel_s=round(value["us"] * 1e-6, 6))
+    if value.get("status") == callframe.BAD_OUTPUT:
+        evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])
+        return entry.updated(passed=False, reason=value["problem"])
+    verdict = evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=value["leaves"])
+    return entry.updated(**verdict)  # the oracle's verdict: passed, reason, outputs[, check_implementation]
+
+
+def describe_failure(case: CheckedCase) -> str:
+    return f"{_where(case)}: {case.reason}"
+
+
+def _where(case: CheckedCase) -> str:
+    if case.kind == "benchmark":
+        where = f"benchmark {case.test} ({case.label})"
+    else:
+        where = f"test {case.test} ({case.label}), {'first' if case.call == 1 else 'second'} call"
+    seed = f"seed {case.seed}" if case.seed is not None else "fixed inputs"
+    distribution = f", {case.distribution} inputs" if case.distribution not in (None, "default") else ""
+    return f"{where} ({seed}{distribution})"
+
+
+def _counts(target: Target) -> str:
+    parts = [f"{len(target.tests)} tests x 2 seeds"]
+    if target.benchmarks:
+        parts.append(f"{len(target.benchmarks)} benchmarks")
+    text = " + ".join(parts)
+    if len(target.distributions) > 1:
+        text += f", {len(target.distributions)} input distributions"
+    return text
+
+
+def _tolerance(target: Target) -> dict | None:
+    if target.rtol is None and target.atol is None:
+        return None
+    return {"rtol": target.rtol, "atol": target.atol}

@@ -1,0 +1,109 @@
+"""Compiles overlapped with the kernel stages: a candidate goes to correctness and timing as soon as its own
+compile and static stages end, while the candidates after it compile.
+
+A bounded pool of threads runs each candidate's compile (a warm judge.stages.compile.workers child, or a cold one) and
+its static stage; the round takes the results in proposal order, so its verdicts, its ledger rows and its report
+are those of a round that compiled everything first. Only the round's thread writes the ledger, one verdict per
+transaction as it comes: a run killed half-way keeps every verdict written, and the compiles it had not used
+are redone on resume.
+
+Cores: the compile workers are pinned to the cores no timed pair uses: every core this process may use minus the
+timing block (judge.stages.evaluation.placement) of each GPU the round times on (this machine's: the one CUDA shows
+first, or `--gpus`). Where the host has too few cores to set any apart, placement sets none and nothing is
+pinned, the timed pairs included.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Iterator
+
+from ...dispatch import Job
+from ...ledger import sha256
+from ..result import StageResult
+
+# Warm compile children kept at once, at most: each holds torch (a few hundred MB) while it waits; more threads
+# than this take a new one each, still warm unless the spares fall behind.
+MAX_WARM = 8
+
+
+def compile_cores(target, gpus: list[int] | None) -> list[int] | None:
+    """The cores compiles may use: this process's, minus every timed pair's; None where none are set apart."""
+    from ..evaluation import placement, visible_gpu
+
+    timing: set[int] = set()
+    for gpu in gpus or [visible_gpu()]:
+        cores = placement(target, gpu)
+        if cores is None:
+            return None
+        timing.update(cores["timing"])
+    left = sorted(set(os.sched_getaffinity(0)) - timing)
+    return left or None
+
+
+class CompilePipeline:
+    """The compiles of a round's prepared candidates, (revision, source, workspace, early stages, started) each,
+    started at once on `threads` threads; iterating gives each with its stages in proposal order, waiting only for
+    its own compile (or, with `overlap` False, for all of them, as rounds did before issue 27)."""
+
+    def __init__(self, run, pending: list[tuple], overlap: bool = True):
+        self.run, self.pending, self.overlap = run, pending, overlap
+        settings = run.settings
+        cores = compile_cores(run.target, settings.gpus)
+        threads = max(1, settings.workers or (len(cores) if cores else os.cpu_count() or 1))
+        self.workers = None
+        if pending and settings.warm_compiles:
+            self.workers = settings.stages.compile_workers(run.target, run.root / "compilers", cores,
+                                                           min(MAX_WARM, threads + 1), len(pending))
+        self._done = 0
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="judge-compile")
+        if pending:
+            run.on_event("compile-start", total=len(pending))
+        self.futures = [self._pool.submit(self._one, p) for p in pending]
+
+    def __iter__(self) -> Iterator[tuple[tuple, list[StageResult]]]:
+        if not self.overlap:
+            wait(self.futures)
+        for prepared, future in zip(self.pending, self.futures):
+            yield prepared, future.result()
+
+    def close(self) -> None:
+        """Drop the compiles not started, end the running ones and the spares: nothing outlives the round."""
+        for future in self.futures:
+            future.cancel()
+        if self.workers is not None:
+            self.workers.close()
+        self._pool.shutdown(wait=True)
+
+    def _one(self, prepared: tuple) -> list[StageResult]:
+        """One candidate's compile and static stages (run_static reads the compiled files; its layout checks run
+        in a child of their own), after the stages `prepared` already has."""
+        run = self.run
+        _, _, workspace, early, _ = prepared
+        settings = run.settings
+        compiled = settings.stages.compile_one(run.target, workspace, cache_dir=settings.cache_dir,
+                                               workers=self.workers)
+        stages = [*early, compiled]
+        if run.target.static is not None and compiled.passed:
+            stages.append(settings.stages.static_check(run.target, workspace, compiled))
+        with self._lock:
+            self._done += 1
+            done = self._done
+        run.on_event("compile-progress", done=done, total=len(self.pending))
+        return stages
+
+
+def ready_jobs(run, pipeline: CompilePipeline, failed: list) -> Iterator[Job]:
+    """The candidates whose compile and static stages passed (or could not run), as the dispatch's jobs, in
+    proposal order as each is ready; a candidate that failed one is recorded at once, its verdict in `failed`."""
+    for (revision, source, workspace, early, started), stages in pipeline:
+        compiled = stages[len(early)]
+        if len(stages) > len(early) + 1:
+            run.on_event("stage", proposal=revision["proposal_id"], stage="static")
+        if stages[-1].passed or compiled.status == "not-run":
+            yield Job((revision, stages, started), revision["proposal_id"], source, workspace)
+        else:
+            failed.append(run.record(revision, sha256(source), stages, started))

@@ -1,0 +1,421 @@
+"""One round's trusted state for the stages that run kernels: the secret the inputs come from, the oracle
+worker, the spare runners, how runners are started, confined and placed on the CPU's cores.
+
+Every process that holds contestant code (candidates, and the base, which a past round's winner wrote) is a
+confined runner of its own; the oracle holds only the task's files and is the one judge believes. The secret is
+drawn fresh for each run: seeds in task.yml are public, the ones used are not. Each candidate's inputs come from
+seeds of its own (a nonce per evaluation), so nothing one candidate saw or left behind fits another's.
+
+Base and candidate are treated alike: the timing stage takes both runners of each process pair from the same
+spares, binds them the same way, pins them to the same cores, and neither ran the correctness cases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core_blocks import block_placement
+from ..errors import JudgeError
+from ..boundary.oracle import oracle_dir
+from ..targets import Target
+from ..sandbox.worker import POLL_S, CommandFailed, Worker, WorkerError
+
+# Timing input sets per benchmark: as many as fit in this many bytes (the oracle keeps them), within these bounds.
+SET_MEMORY_BYTES = 4 << 30
+MIN_SETS, MAX_SETS = 2, 8
+# Physical copies the timed calls run on in turn (the oracle writes each call's set into one): as many as fit in
+# this many bytes, within these bounds. More copies average out where buffers land in memory, which moved one
+# vecadd's time by up to 1.6% among eight allocations in one process on an H100.
+COPY_MEMORY_BYTES = 2 << 30
+MIN_COPIES, MAX_COPIES = 2, 8
+ORACLE_LIMIT_S = 600.0
+MAX_SPARES = 12
+# The offsets of a pair's inputs move by a multiple of this, below a page: where buffers land is drawn per pair.
+SHIFT_STEP = 256
+
+
+def derive(secret: int, *parts: Any) -> int:
+    """A 31-bit seed from the run's secret and a case's coordinates (31 bits suit every generator)."""
+    digest = hashlib.sha256(repr((secret, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def with_seed(spec: dict, seed: int) -> dict:
+    """The spec with its seed replaced; a spec without a seed has fixed inputs and stays as it is."""
+    return {**spec, "seed": seed} if "seed" in spec else dict(spec)
+
+
+@dataclass
+class Case:
+    """One correctness call: which task.yml entry, under which input distribution, with which seed."""
+
+    kind: str  # "test" | "benchmark"
+    index: int
+    call: int
+    distribution: str
+    spec: dict
+
+    @property
+    def key(self) -> tuple:
+        return (self.kind, self.index, self.distribution)
+
+
+@dataclass
+class Evaluator:
+    """Starts and keeps the oracle and the spare runners for one round run; see the module docstring."""
+
+    target: Target
+    root: Path
+    base_dir: Path | None = None
+    secret: int = field(default_factory=lambda: secrets.randbits(62))
+    confine: bool = True
+    warm: bool = True  # keep spare runners that have loaded torch before their kernel is known
+    spares: int | None = None  # how many; None: default_spares(target)
+    gpu_index: int | None = None  # which of the host's GPUs its runners use (for their cores); None: the first visible
+    core_block: int | None = None  # a CPU target's evaluation on a shared host (Ray): its block (judge.core_blocks)
+
+    def __post_init__(self):
+        self.root = Path(self.root).resolve()
+        _not_dumpable()
+        self._oracle: Worker | None = None
+        self._pool: list[Worker] = []  # spares, oldest first
+        self._prebound: dict[Path, list[Worker]] = {}  # spares bound (and loading) ahead of their use
+        self._told_cuda: set[int] = set()
+        self._started = 0
+        self._nonces = 0
+        if self.spares is None:
+            self.spares = default_spares(self.target)
+        self._plans: dict[tuple, dict] = {}
+        if self.gpu_index is None:
+            self.gpu_index = visible_gpu()
+        if self.core_block is not None:
+            self.cores = block_placement(self.target, self.core_block)
+        else:
+            self.cores = placement(self.target, self.gpu_index)
+
+    # ---- cases and seeds -------------------------------------------------------------------------------
+
+    def nonce(self) -> int:
+        """A number of one evaluation's own, from which its seeds are derived."""
+        self._nonces += 1
+        return derive(self.secret, "evaluation", self._nonces)
+
+    def cases(self, nonce: int = 0) -> list[Case]:
+        """Every test twice (two seeds: a kernel that keeps an answer fails the second) and every benchmark
+        once, under every input distribution of the target."""
+        out = []
+        for dist in self.target.distributions:
+            for i, spec in enumerate(self.target.tests):
+                for call in (1, 2):
+                    seed = derive(self.secret, nonce, "test", i, call, dist.name)
+                    out.append(Case("test", i, call, dist.name, with_seed(spec, seed)))
+            for j, spec in enumerate(self.target.benchmarks):
+                seed = derive(self.secret, nonce, "benchmark", j, dist.name)
+                out.append(Case("benchmark", j, 1, dist.name, with_seed(spec, seed)))
+        return out
+
+    def timing_seeds(self, index: int, nonce: int, pair: int, sets: int) -> list[int]:
+        """The warm-up seed, then one seed per timing input set of benchmark `index` in one process pair."""
+        return [derive(self.secret, nonce, "timing", pair, index, n) for n in range(sets + 1)]
+
+    def projection_seed(self, index: int, nonce: int, pair: int) -> int:
+        return derive(self.secret, nonce, "projection", pair, index)
+
+    def shift(self, nonce: int, pair: int, index: int) -> int:
+        """Where a pair's inputs start below a page (drawn): both kernels of the pair share it."""
+        return SHIFT_STEP * (derive(self.secret, nonce, "shift", pair, index) % (4096 // SHIFT_STEP))
+
+    @property
+    def poll_s(self) -> float:
+        """How long the parent polls for a worker's reply before it sleeps (judge.sandbox.worker.POLL_S on a GPU)."""
+        return 0.0 if self.target.on_cpu else POLL_S
+
+    @property
+    def generators(self) -> dict[str, str]:
+        return {d.name: d.generator for d in self.target.distributions}
+
+    # ---- the oracle ------------------------------------------------------------------------------------
+
+    @property
+    def oracle(self) -> Worker:
+        if self._oracle is None:
+            directory = oracle_dir(self.target, self.root / "oracle")
+            self._oracle = Worker(
+                "oracle",
+                {"directory": str(directory), "generators": self.generators,
+                 "rtol": self.target.rtol, "atol": self.target.atol},
+                cwd=directory, log_path=self.root / "oracle.log", env=self.env(), poll_s=self.poll_s,
+            )
+            if self.cores:
+                pin(self._oracle.pid, self.cores["others"])
+        return self._oracle
+
+    def ask(self, op: str, **args) -> Any:
+        """A command to the oracle. Its failure is the target's (its reference), never a candidate's."""
+        try:
+            return self.oracle.call(op, ORACLE_LIMIT_S, **args).value
+        except (WorkerError, CommandFailed) as error:
+            message = error.message if isinstance(error, WorkerError) else error.error
+            raise JudgeError(f"{self.target.path}: the reference failed in the oracle ({op}): {message}; "
+                             f"see {self.root / 'oracle.log'}") from None
+
+    def plan(self, case: Case) -> dict:
+        """Output slots, shapes and input bytes of a case's spec, from the oracle, once per spec and distribution."""
+        if case.key not in self._plans:
+            self._plans[case.key] = self.ask("plan", spec=case.spec, distribution=case.distribution)
+        return self._plans[case.key]
+
+    def sets_for(self, index: int) -> int:
+        return max(MIN_SETS, min(MAX_SETS, SET_MEMORY_BYTES // self._input_bytes(index)))
+
+    def copies_for(self, index: int) -> int:
+        return max(MIN_COPIES, min(MAX_COPIES, COPY_MEMORY_BYTES // self._input_bytes(index)))
+
+    def _input_bytes(self, index: int) -> int:
+        spec = with_seed(self.target.benchmarks[index], 0)
+        plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))
+        return max(1, plan.get("input_bytes", 1))
+
+    # ---- runners ---------------------------------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        """The children's environment: what torch and CUDA need, none of the user's other variables (a kernel
+        could read the oracle's). CPU targets never touch a GPU."""
+        from ..sandbox.confine import minimal_env
+
+        env = minimal_env(dict(os.environ))
+        if self.target.on_cpu:
+            env.update(CUDA_VISIBLE_DEVICES="")
+        return env
+
+    def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
+        """A confined runner for the kernel assembled in `workspace`, its kernel not yet imported, attached to
+        the oracle: the oldest spare when there is one (new spares start loading behind it), else a cold start."""
+        workspace = Path(workspace).resolve()
+        init, policy, env = self._runner_setup(workspace)
+        worker = None
+        while worker is None and self._pool:
+            spare = self._pool.pop(0)
+            try:
+                worker = spare.bind(init, workspace=workspace, log_path=workspace / log_name, policy=policy, env=env)
+            except (WorkerError, CommandFailed):
+                spare.close()  # a spare that broke is judge's loss, never the kernel's: the next one, or a cold start
+        if worker is None:
+            worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env,
+                            poll_s=self.poll_s)
+        if self.warm:
+            self._top_up()
+        self._attach(worker, workspace)
+        return worker
+
+    def prebind(self, workspace: Path, count: int, prefix: str = "timing") -> int:
+        """Bind up to `count` ready spares to `workspace` and have them import its kernel, without waiting, while
+        something untimed runs (a correctness stage); `prebound` hands them over. How many were bound."""
+        workspace = Path(workspace).resolve()
+        init, policy, env = self._runner_setup(workspace)
+        ready = [spare for spare in self._pool if spare.is_ready()][:count]
+        for spare in ready:
+            self._pool.remove(spare)
+            log = workspace / f"{prefix}-{spare.pid}.log"
+            try:
+                spare.bind(init, workspace=workspace, log_path=log, policy=policy, env=env, wait=False)
+                spare.start("load")
+            except (WorkerError, CommandFailed):
+                spare.close()
+                continue
+            self._prebound.setdefault(workspace, []).append(spare)
+        if ready and self.warm:
+            self._top_up()
+        return len(ready)
+
+    def prebound(self, workspace: Path) -> Worker | None:
+        """A runner `prebind` started for `workspace`, its bind and load read (a failure raises as a cold
+        runner's would) and attached, or None when there is none left."""
+        waiting = self._prebound.get(Path(workspace).resolve())
+        if not waiting:
+            return None
+        worker = waiting.pop(0)
+        worker.finish()
+        self._attach(worker, Path(workspace).resolve())
+        return worker
+
+    def loaded(self, workspace: Path, log_name: str, deadline_s: float) -> Worker:
+        """A runner for `workspace` with its kernel imported: a prebound one, else a new one that loads now."""
+        worker = self.prebound(workspace)
+        if worker is None:
+            worker = self.runner(workspace, log_name)
+            worker.call("load", deadline_s)
+        return worker
+
+    def discard_prebound(self, keep: tuple[Path, ...] = ()) -> None:
+        """Close the runners `prebind` started, except those for `keep`: none may run while another kernel is
+        timed."""
+        keep_paths = {Path(k).resolve() for k in keep}
+        for workspace in [w for w in self._prebound if w not in keep_paths]:
+            for worker in self._prebound.pop(workspace):
+                self.close_runner(worker)
+
+    def close_runner(self, worker: Worker) -> None:
+        """End a runner and drop its files at the oracle (its device memory is freed at the next collect)."""
+        worker.close(wait=False)
+        if self._oracle is not None:
+            try:
+                self.ask("detach", runner=worker.pid)
+            except JudgeError:
+                pass
+
+    def collect(self) -> None:
+        """Free the oracle's retired device memory: every runner that mapped it has been closed."""
+        if self._oracle is not None:
+            self.ask("collect")
+
+    def _attach(self, worker: Worker, workspace: Path) -> None:
+        """The runner's own directory of host files, made by the oracle and owned by the runner's user."""
+        directory = workspace / ".judge" / "x" / str(worker.pid)
+        directory.mkdir(parents=True, exist_ok=True)
+        owner = workspace.stat()
+        if os.geteuid() == 0 and owner.st_uid != 0:
+            for path in (directory.parent, directory):
+                os.chown(path, owner.st_uid, owner.st_gid)
+        self.ask("attach", runner=worker.pid, directory=str(directory))
+
+    def pin_timing(self, *workers: Worker) -> None:
+        """Put the runners of a timed pair on the same cores (their threads too), the same for base and
+        candidate; a kernel cannot widen its own (judge.sandbox.confine denies sched_setaffinity)."""
+        if self.cores:
+            for worker in workers:
+                pin(worker.pid, self.cores["timing"])
+
+    def _top_up(self) -> None:
+        """Start spares until the pool is full, and have those that have imported torch make their CUDA
+        context now: a runner is being started, so nothing is being timed."""
+        while len(self._pool) < self.spares:
+            self._pool.append(self._new_spare())
+        if self.target.on_cpu:
+            return
+        for spare in self._pool:
+            if spare.pid not in self._told_cuda and spare.is_ready():
+                spare.start("cuda")
+                self._told_cuda.add(spare.pid)
+
+    def settle(self) -> None:
+        """Before timing: no spare may touch the GPU or, on a CPU target, take a core from a measurement. A
+        spare making its CUDA context finishes it; spares that wait are stopped. On a GPU target a spare still
+        importing torch goes on (CPU work, on other cores than the timed pair's); on a CPU target it is waited
+        for."""
+        for spare in list(self._pool):
+            try:
+                if self.target.on_cpu:
+                    spare.ready()
+                spare.finish()
+                if spare.is_ready():
+                    spare.freeze()
+            except (WorkerError, CommandFailed):
+                spare.close()
+                self._pool.remove(spare)
+
+    def _runner_setup(self, workspace: Path) -> tuple[dict, dict | None, dict[str, str]]:
+        """What a runner for `workspace` is given, cold or bound from a spare: its init, its confinement policy
+        (JSON, None when unconfined) and its environment."""
+        from ..sandbox.isolation import policy_to_json
+
+        rules, env = self._rules(workspace)
+        init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file}
+        return init, policy_to_json(rules) if rules else None, env
+
+    def _rules(self, workspace: Path):
+        """The confinement of a runner in `workspace` (None when unconfined) and its environment."""
+        from ..sandbox.confine import Policy, child_env, prepare
+
+        env = self.env()
+        if not self.confine:
+            return None, env
+        rules = Policy(writable=[workspace], readable=[])
+        prepare(rules)
+        return rules, child_env(rules, env)
+
+    def _new_spare(self) -> Worker:
+        self._started += 1
+        home = fresh(self.root / "spares" / str(self._started))
+        _, env = self._rules(home)
+        worker = Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env, poll_s=self.poll_s)
+        if self.cores:
+            pin(worker.pid, self.cores["others"])
+        return worker
+
+    def close(self) -> None:
+        self.discard_prebound()
+        for worker in (self._oracle, *self._pool):
+            if worker is not None:
+                worker.close()
+        self._oracle = None
+        self._pool = []
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def placement(target: Target, gpu_index: int = 0) -> dict[str, list[int]] | None:
+    """The cores a timed pair runs on (the target's budget, the last ones this process may use, a block per
+    GPU) and the rest, for the oracle and the spares; None where there are too few cores to set any apart."""
+    allowed = sorted(os.sched_getaffinity(0))
+    need = target.cores_for_timing
+    end = len(allowed) - gpu_index * need
+    if end - need < 1:
+        return None
+    timing = allowed[end - need:end]
+    return {"timing": timing, "others": [c for c in allowed if c not in timing]}
+
+
+def visible_gpu() -> int:
+    """The host's index of the first GPU CUDA_VISIBLE_DEVICES leaves this process (0 where it names none), so
+    that evaluators on different GPUs of one host put their timed pairs on different cores."""
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
+def pin(pid: int, cores: list[int]) -> None:
+    """Every thread of process `pid` on `cores` (threads it starts later inherit the main thread's)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for task in tasks:
+        try:
+            os.sched_setaffinity(int(task), cores)
+        except OSError:
+            pass  # a thread that has just ended
+
+
+def default_spares(target: Target) -> int:
+    """Spare runners to keep loading ahead: on a GPU host three for every four cores, up to twelve (a candidate
+    takes seven: its correctness runner and three pairs'; on an H100 a round of 8 vecadd candidates took 239 s
+    with six, 164 s with twelve); on a CPU target two, which timing waits for (they would take a core from the
+    measurement)."""
+    if target.on_cpu:
+        return 2
+    return max(1, min(MAX_SPARES, (os.cpu_count() or 1) * 3 // 4))
+
+
+def _not_dumpable() -> None:
+    """Make judge's own /proc entries (its environment, its memory) unreadable to the kernels' processes, which
+    give up every capability when they stay root (judge.sandbox.confine)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
+def fresh(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path

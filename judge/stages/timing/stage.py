@@ -1,0 +1,384 @@
+"""Timing stage: the base and the candidate in process pairs, each pair two fresh confined runners that take
+turns on the device, pairs added one after another until the comparison is decided.
+
+The process pair is the unit of the statistics (judge.stats): each pair gives one log ratio of medians per
+benchmark, the verdict's interval is Student's t over the pairs, and pairs are added while the answer is
+undecided, from MIN_PAIRS up to MAX_PAIRS (or the budget), after which an undecided comparison is inconclusive.
+Base and candidate are treated alike in every pair: both runners come from the same spares, bind and load the
+same way, sit on the same cores, neither ran the correctness cases, who goes first alternates by pair and by
+round, and both run the same secret input sets in the same physical memory (GPU) at an offset drawn per pair.
+
+Inside a pair (judge.stages.timing.turns) each timed call is one record to a runner in its call frame (judge.boundary.callframe); the
+oracle writes the call's input set in before and checks its output after. Clocks:
+- "gpu": L2 flushed, the launch hidden behind a GPU spin, events around the call on its stream, the tail
+  after a device-wide sync;
+- "call": the GPU idle, events around the whole call (launch included), as GPU MODE times;
+- "host" (CPU targets): the host's clock around the call.
+GPU targets measure both GPU clocks; judge.toml's `clock` says which decides, and the other is measured on one
+round in turns.OTHER_CLOCK_EVERY. Nothing a runner reports is taken on trust: outputs are checked by the
+oracle, the parent's wall clock must account for the times a runner claims, a kernel faster on sets it has seen
+than on new ones replays answers, and the runner's audit and every call's reply name what it changed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import audits
+from ...boundary import callframe
+from ... import stats
+from ...devices import gate
+from ..evaluation import Evaluator, fresh
+from ...noise import Floor, default_floor
+from ...boundary.runner import spin_cycles, spin_for
+from ..details import ABSENT, TimedBenchmark, TimingDetail
+from ..result import StageResult, not_run
+from ...targets import Target
+from .turns import PairTurns
+from ...sandbox.worker import CommandFailed, Worker, WorkerError, time_left
+
+STAGE = "timing"
+BUDGET_PER_BENCHMARK_S = 5.0
+MIN_PAIRS = 3
+MAX_PAIRS = 8
+
+
+class Stopped(Exception):
+    """A pair could not be timed: a failure of the stage, with whose runner it was."""
+
+    def __init__(self, status: str, message: str, who: str, log: str = ""):
+        super().__init__(message)
+        self.status, self.message, self.who, self.log = status, message, who, log
+
+
+@dataclass
+class PairResult:
+    """What one process pair measured: per benchmark its series and facts, and what its runners showed."""
+
+    benchmarks: list[dict] = field(default_factory=list)
+    failure: str | None = None
+    findings: list[str] = field(default_factory=list)  # the candidate's: its audit, its frame's flags
+    base_findings: list[str] = field(default_factory=list)
+    confinement: dict | None = None
+    seconds: float = 0.0
+
+
+def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float | None = None,
+               timeout_s: float | None = None, floor: Floor | None = None) -> StageResult:
+    """Time the kernel in `candidate` against the one in `base` (a round shares one Evaluator instead)."""
+    reason = gate(target.arch)
+    if reason:
+        return not_run(STAGE, reason)
+    candidate = Path(candidate).resolve()
+    with Evaluator(target, fresh(candidate.parent / f".{candidate.name}-oracle"), base_dir=Path(base)) as ev:
+        return measure(ev, candidate, budget_s=budget_s, timeout_s=timeout_s, floor=floor)
+
+
+def measure(ev: Evaluator, workspace: Path, *, budget_s: float | None = None, timeout_s: float | None = None,
+            floor: Floor | None = None, nonce: int | None = None) -> StageResult:
+    """Time the kernel assembled in `workspace` against the round's base, pair after pair (module docstring)."""
+    target = ev.target
+    floor = floor or default_floor(target)
+    nonce = ev.nonce() if nonce is None else nonce
+    limit = timeout_s if timeout_s is not None else target.limits.timing_s
+    budget = budget_s if budget_s is not None else BUDGET_PER_BENCHMARK_S * len(target.benchmarks)
+    budget = min(budget, 0.5 * limit)
+    started = time.monotonic()
+    deadline = started + limit
+    facts = None if target.on_cpu else ev.ask("facts")
+    pairs: list[PairResult] = []
+    ev.discard_prebound(keep=(workspace, ev.base_dir))
+    try:
+        for p in range(MAX_PAIRS):
+            pairs.append(time_pair(ev, Path(workspace), p, nonce, deadline))
+            if pairs[-1].failure or pairs[-1].findings or pairs[-1].base_findings:
+                break
+            logs = _pair_geomeans(pairs, target)
+            if stats.settled(logs, floor.effect, MIN_PAIRS, MAX_PAIRS) or (
+                    len(logs) >= MIN_PAIRS and time.monotonic() - started > budget):
+                break
+    except Stopped as stop:
+        return StageResult(STAGE, stop.status, f"{stop.status}: {'the base runner ' if stop.who == 'base' else ''}"
+                           f"{stop.message}", time.monotonic() - started, TimingDetail(error=stop.message, who=stop.who),
+                           stop.log)
+    finally:
+        ev.discard_prebound()
+    return _result(ev, pairs, floor, facts, time.monotonic() - started)
+
+
+def time_pair(ev: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float) -> PairResult:
+    """One process pair over every benchmark: two fresh runners (bound in an order drawn for the pair), pinned
+    to the timing cores, each benchmark in turn, then both runners' audits."""
+    rng = random.Random(ev.shift(nonce, pair, -1))
+    order = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
+    runners: dict[str, Worker] = {}
+    result = PairResult()
+    started = time.monotonic()
+    try:
+        for who in order:
+            directory = ev.base_dir if who == "base" else workspace
+            name = f"timing-{'base-' if who == 'base' else ''}{pair}.log"
+            try:
+                runners[who] = ev.loaded(directory, name, time_left(deadline))
+            except (WorkerError, CommandFailed) as error:
+                raise _stopped(error, who) from None
+        ev.pin_timing(*runners.values())
+        result.confinement = (runners["cand"].hello or {}).get("confinement")
+        ev.settle()
+        first = "base" if pair % 2 == 0 else "cand"
+        for index in range(len(ev.target.benchmarks)):
+            bench = _benchmark(ev, runners, index, pair, nonce, first, deadline, result)
+            result.benchmarks.append(bench)
+            if bench.get("failure"):
+                result.failure = bench["failure"]
+                break
+        for who, worker in runners.items():  # both audits at once: each walks its own process (0.2 s on an H100)
+            try:
+                worker.start("audit")
+            except (WorkerError, CommandFailed) as error:
+                raise _stopped(error, who) from None
+        for who, worker in runners.items():
+            try:
+                found = worker.finish(time_left(deadline)).value
+            except (WorkerError, CommandFailed) as error:
+                raise _stopped(error, who) from None
+            (result.base_findings if who == "base" else result.findings).extend(found)
+    finally:
+        for worker in runners.values():
+            ev.close_runner(worker)
+        ev.collect()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _benchmark(ev: Evaluator, runners: dict[str, Worker], index: int, pair: int, nonce: int, first: str,
+               deadline: float, result: PairResult) -> dict[str, Any]:
+    """One benchmark in one pair: its sets made and laid out by the oracle, both runners built and warmed up,
+    then the turns (judge.stages.timing.turns)."""
+    target = ev.target
+    spec = target.benchmarks[index]
+    sets, copies = ev.sets_for(index), ev.copies_for(index)
+    key = f"t{nonce}-{pair}-{index}"
+    pids = {who: w.pid for who, w in runners.items()}
+    made = ev.ask("benchmark", key=key, spec=spec, distribution=target.distributions[0].name,
+                  seeds=ev.timing_seeds(index, nonce, pair, sets), projection_seed=ev.projection_seed(index, nonce, pair),
+                  copies=copies, runners=list(pids.values()), shift=ev.shift(nonce, pair, index),
+                  flush=not target.on_cpu)
+    current = "cand"
+    try:
+        spin, serials = _enter_frames(ev, runners, key, made, copies, deadline, result)
+        clocks = ["host"] if target.on_cpu else ["gpu", "call"]
+        turns = PairTurns(ev, key, index, runners, clocks, target.deciding_clock, sets, copies, spin,
+                          random.Random(ev.shift(nonce, pair, index + 1000)), first, deadline)
+        measuring = time.monotonic()
+        try:
+            turns.run()
+        except (WorkerError, CommandFailed) as error:
+            raise _stopped(error, "base" if turns.last_who == "base" else "cand") from None
+        measuring_s = time.monotonic() - measuring
+        for who, worker in runners.items():
+            current = who
+            if turns.failure == "raised" and who == turns.last_who:
+                error = worker.read_reply(serials[who], time_left(deadline)).value.get("error", "the kernel raised")
+                raise Stopped("crashed", error, who, worker.log_tail())
+            worker.leave(callframe.command(0, callframe.OP_STOP), serials[who], time_left(deadline))
+            worker.freeze()
+        for who, flags in turns.flags.items():
+            (result.base_findings if who == "base" else result.findings).extend(sorted(set(flags)))
+    except (WorkerError, CommandFailed) as error:
+        raise _stopped(error, current) from None
+    finally:
+        ev.ask("release", key=key)
+    strays = sorted(pid for w in runners.values() for pid in w.strays())
+    bench = {"index": index, "series": turns.series, "spin_us": round(spin["us"], 1), "sets": sets,
+             "copies": copies, "placement": "separate" if target.on_cpu else "shared", "measuring_s": measuring_s,
+             "strays": strays, "analysed": turns.analysed_clock()}
+    if turns.failure and turns.failure != "raised":
+        bench["failure"] = turns.failure
+    return bench
+
+
+def _enter_frames(ev: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
+                  result: PairResult) -> tuple[dict, dict[str, int]]:
+    """Both runners build their data from the oracle's plans, warm up on the warm-up set and enter the call frame,
+    each stopped in between: the benchmark's spin and each runner's serial in the frame."""
+    current = "cand"
+    try:
+        for who, worker in runners.items():
+            current = who
+            worker.start("build", plan=made["plans"][str(worker.pid)])
+        for who, worker in runners.items():
+            current = who
+            worker.finish(time_left(deadline))
+            worker.freeze()
+        ev.ask("stage", key=key, name="warm", copies=list(range(copies)), runners=[w.pid for w in runners.values()])
+        warm = []
+        for who, worker in runners.items():
+            current = who
+            warm.append((who, worker.call("warm_up", time_left(deadline)).value))
+            worker.freeze()
+        spin = _spin(ev.target, warm)
+        serials = {}
+        for who, worker in runners.items():
+            current = who
+            serials[who], entered = worker.enter("calls", time_left(deadline))
+            worker.freeze()
+            (result.base_findings if who == "base" else result.findings).extend(entered.value.get("found", []))
+    except (WorkerError, CommandFailed) as error:
+        raise _stopped(error, current) from None
+    return spin, serials
+
+
+def _spin(target: Target, warm: list[tuple[str, dict]]) -> dict:
+    """The GPU clock's spin for a benchmark: sized from both runners' warm-up launches, converted to cycles at
+    the base runner's rate, the same cycles for both (a candidate's reported rate would set its own spin)."""
+    if target.on_cpu:
+        return {"us": 0.0, "cycles": {"spin": 0, "null": 0}}
+    spin_us = spin_for([us for _, reply in warm for us in reply["host_us"]])
+    rate = stats.median([reply["cycles_per_us"] for who, reply in warm if who == "base"])
+    return {"us": spin_us, "cycles": spin_cycles(spin_us, rate)}
+
+
+def _stopped(error: Exception, who: str) -> Stopped:
+    if isinstance(error, CommandFailed):
+        return Stopped("crashed", error.error, who, error.log_tail)
+    return Stopped(error.status, error.message, who, error.log_tail)
+
+
+def _pair_geomeans(pairs: list[PairResult], target: Target) -> list[float]:
+    """Each pair's geomean log ratio over the benchmarks, on the analysed clock."""
+    return stats.geomean_logs([[_log_ratio(b) for b in pair.benchmarks] for pair in pairs])
+
+
+def _log_ratio(bench: dict) -> float:
+    base, cand, _ = audits.samples(bench["series"], bench["analysed"])
+    return stats.pair_log_ratio(base, cand)
+
+
+def _result(ev: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | None, seconds: float) -> StageResult:
+    """The stage's result from the pairs: failure, tampering, or the summary with its decision."""
+    target = ev.target
+    confinement = pairs[0].confinement if pairs else None
+    last = pairs[-1]
+    if last.failure:
+        detail = TimingDetail(error=last.failure, who="candidate", confinement=confinement)
+        return StageResult(STAGE, "failed", last.failure, seconds, detail, "")
+    if last.base_findings:
+        message = f"the base's runner: {'; '.join(dict.fromkeys(last.base_findings))}"
+        return StageResult(STAGE, "failed", message, seconds, TimingDetail(error=message, who="base"), "")
+    detail = summarise(pairs, target, confinement, floor)
+    after = None if target.on_cpu else ev.ask("facts")
+    detail = detail.updated(device=facts, cores=ev.cores["timing"] if ev.cores else None,
+                            device_after={k: after.get(k) for k in ("sm_clock_mhz", "mem_clock_mhz",
+                                                                    "temperature_c")} if after else None)
+    reasons = list(dict.fromkeys(last.findings)) + detail.audit_reasons
+    if reasons:
+        detail = detail.updated(audit_reasons=ABSENT, tampered=reasons)
+        return StageResult(STAGE, "tampered", f"tampered: {'; '.join(reasons)}", seconds, detail, "")
+    return StageResult(STAGE, "passed", detail.summary, seconds, detail.updated(audit_reasons=ABSENT, summary=ABSENT),
+                       "")
+
+
+def summarise(pairs: list[PairResult], target: Target, confinement: dict | None, floor: Floor) -> TimingDetail:
+    """Per benchmark: the pairs' log ratios, their mean and t interval, pooled medians per clock and the
+    audits; the geomean, its interval and the decision against `floor`."""
+    deciding = target.deciding_clock
+    out, reasons = [], []
+    for i in range(len(pairs[0].benchmarks)):
+        benches = [pair.benchmarks[i] for pair in pairs]
+        out.append(_timed_benchmark(benches, target, deciding, reasons))
+    detail = TimingDetail(benchmarks=out, clock=deciding, confinement=confinement, max_speedup=target.max_speedup,
+                          min_effect=target.min_effect, audit_reasons=reasons, method=METHOD[deciding],
+                          floor=floor.to_json(), pairs=len(pairs))
+    logs = _pair_geomeans(pairs, target)
+    geomeans = [round(math.exp(g), 5) for g in logs]
+    if len(logs) < 2:
+        point = math.exp(logs[0])
+        return detail.updated(geomean=round(point, 5), geomean_ci=[round(point, 5), round(point, 5)],
+                              significant=False, decision="inconclusive", pair_geomeans=geomeans,
+                              summary=f"geomean {point:.3f}x over {len(out)} benchmarks (one process pair: no interval)",
+                              measuring_s=round(sum(b.measuring_s for b in out), 3))
+    decided = stats.decide(logs, floor.effect)
+    outcome = floor.bounded(stats.final(decided, floor.effect))
+    n = len(out)
+    return detail.updated(
+        summary=(f"geomean {decided.point:.3f}x [{decided.low:.3f}, {decided.high:.3f}] over {n} benchmark"
+                 f"{'s' if n != 1 else ''}, {len(pairs)} process pairs"),
+        geomean=round(decided.point, 5), geomean_ci=[round(decided.low, 5), round(decided.high, 5)],
+        significant=decided.low > 1.0 or decided.high < 1.0, decision=outcome, pair_geomeans=geomeans,
+        measuring_s=round(sum(b.measuring_s for b in out), 3))
+
+
+def _timed_benchmark(benches: list[dict], target: Target, deciding: str, reasons: list[str]) -> TimedBenchmark:
+    i = benches[0]["index"]
+    logs = [_log_ratio(b) for b in benches]
+    mean = sum(logs) / len(logs)
+    low, high = (stats.t_interval(logs)[1:] if len(logs) > 1 else (mean, mean))
+    analysed = benches[-1]["analysed"]
+    pooled = {}
+    for b in benches:
+        for key, reps in b["series"].items():
+            pooled.setdefault(key, []).extend(reps)
+    base_us, cand_us, method = [], [], analysed
+    rep_pairs = []
+    for p, b in enumerate(benches):
+        bu, cu, method = audits.samples(b["series"], b["analysed"])
+        if deciding == "gpu" and b["analysed"] == "call":
+            method = "device-wide"  # the turns found side-stream work and moved to the call clock (judge.stages.timing.turns)
+        base_us += bu
+        cand_us += cu
+        rep_pairs += [p] * len(bu)
+    clocks = {}
+    for clock in sorted({c for _, c in pooled}):
+        bs = [r["us"] for r in pooled[("base", clock)]]
+        cs = [r["us"] for r in pooled[("cand", clock)]]
+        if bs and cs:
+            clocks[clock] = {"base_median_us": round(stats.median(bs), 3), "cand_median_us": round(stats.median(cs), 3),
+                             "speedup": round(stats.median(bs) / stats.median(cs), 5), "reps": min(len(bs), len(cs))}
+    audit = audits.audit([b["series"] for b in benches], deciding)
+    reasons += [f"benchmark {i}: {r}" for r in audit.pop("reasons")]
+    strays = sorted({pid for b in benches for pid in b["strays"]})
+    if strays:
+        reasons.append(f"benchmark {i}: processes it started left its process group and kept running while "
+                       f"the base was timed (pids {', '.join(map(str, strays))})")
+    return TimedBenchmark(
+        index=i, label=target.benchmark_label(i), clock=deciding,
+        base_median_us=round(stats.median(base_us), 3), cand_median_us=round(stats.median(cand_us), 3),
+        speedup=round(math.exp(mean), 5), ci_low=round(math.exp(low), 5), ci_high=round(math.exp(high), 5),
+        significant=len(logs) > 1 and (low > 0 or high < 0), reps=len(base_us), stopped="pairs",
+        method=method if method in ("stream", "device-wide") else deciding, clocks=clocks, audit=audit,
+        spin_us=benches[0]["spin_us"], sets=benches[0]["sets"], copies=benches[0]["copies"],
+        placement=benches[0]["placement"], processes=len(benches),
+        process_medians_us={"base": [round(stats.median(audits.samples(b["series"], b["analysed"])[0]), 3)
+                                     for b in benches],
+                            "cand": [round(stats.median(audits.samples(b["series"], b["analysed"])[1]), 3)
+                                     for b in benches]},
+        pair_log_ratios=[round(x, 6) for x in logs],
+        measuring_s=round(sum(b["measuring_s"] for b in benches), 3), base_us=_rounded(base_us),
+        cand_us=_rounded(cand_us), rep_pairs=rep_pairs,
+        speed_of_light_us=target.speed_of_light_us[i] if target.speed_of_light_us else ABSENT,
+    )
+
+
+METHOD = {
+    "gpu": "process pairs (a fresh base and candidate process each, on the same cores, neither having run the "
+           "correctness cases), taking turns (order alternated), inputs written in by the oracle before each call "
+           "on the same physical memory, L2 flushed, launch hidden behind a GPU spin, CUDA events; device-wide "
+           "span where a kernel leaves side-stream work; Student's t over the pairs",
+    "call": "process pairs (a fresh base and candidate process each, on the same cores, neither having run the "
+            "correctness cases), taking turns (order alternated), inputs written in by the oracle before each "
+            "call on the same physical memory, L2 flushed, GPU idle at the start, CUDA events around the whole "
+            "call (launch included), device-wide; Student's t over the pairs",
+    "host": "process pairs (a fresh base and candidate process each, on the same cores, neither having run the "
+            "correctness cases), taking turns (order alternated), inputs written in by the oracle before each "
+            "call, the host's clock around the call; Student's t over the pairs",
+}
+
+
+def _rounded(values: list[float]) -> list[float]:
+    return [round(x, 3) for x in values]

@@ -1,0 +1,209 @@
+"""One process pair's timed turns on one benchmark: the base's runner and the candidate's, each in its call
+frame (judge.boundary.callframe), taking turns while the other is stopped, the oracle writing each call's input set in
+between and checking each call's output.
+
+A turn is: the oracle checks the previous call's output and wipes the copy it used, then writes this call's set
+into a copy (with NaN in the outputs, zeros in the outbox and, on the GPU clocks, the L2 flush buffer written
+last), all while every runner is stopped; then one record to the runner whose turn it is, which calls the kernel
+and answers with its times and where it put the output. The parent's clock times the record's round trip.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from . import audits
+from ...boundary import callframe
+from ...sandbox.worker import Worker, time_left
+
+# The analysed clock's repetitions per kernel in one process pair and benchmark. Three pairs give 150, which on an
+# H100 put the worst self |geomean - 1| at 0.21-0.61% in five self-checks (2026-11-25, docs/judge_performance.md).
+REPS_PER_PAIR = 50
+MAX_ROUNDS = 4000
+# The clock that does not decide is measured on one round in this many (about REPS_PER_PAIR / 7 repetitions).
+# Where the GPU clock decides and a kernel leaves work on a side stream, the call clock becomes the one analysed
+# and is measured on one round in SIDE_STREAM_OTHER_EVERY, from the check that finds the side-stream work on.
+OTHER_CLOCK_EVERY = 8
+SIDE_STREAM_OTHER_EVERY = 2
+SIDE_STREAM_CHECK_AT = (16, 32)
+# A runner measures the null tail (judge.stages.timing.audits.side_stream_work's yardstick) before one GPU-clock call in this
+# many of its own: the pooled median needs no more, and each one is a spin and two syncs.
+NULL_TAIL_EVERY = 4
+# Two flags of the same kind share this many leading characters (their numbers come later): one of each is kept.
+FLAG_KIND_CHARS = 40
+
+
+class PairTurns:
+    """The turns of one benchmark in one process pair: who runs, which copy, which set, which clock."""
+
+    def __init__(self, ev, key: str, index: int, runners: dict[str, Worker], clocks: list[str], deciding: str,
+                 sets: int, copies: int, spin: dict, rng: random.Random, first: str, deadline: float):
+        self.ev, self.key, self.index, self.runners = ev, key, index, runners
+        self.clocks, self.deciding, self.sets, self.copies = clocks, deciding, sets, copies
+        self.spin, self.rng, self.first, self.deadline = spin, rng, first, deadline
+        self.series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in ("base", "cand") for c in clocks}
+        self.flags: dict[str, list[str]] = {"base": [], "cand": []}
+        self.calls: dict[tuple[str, str], int] = {}
+        self.timed: dict[str, set[int]] = {"base": set(), "cand": set()}
+        self.used: set[int] = set()
+        self.other_every = OTHER_CLOCK_EVERY
+        self.pending: dict | None = None  # the last call's output, not yet checked by the oracle
+        self.serials: dict[str, int] = {}
+        self.failure: str | None = None
+        self.last_who = "cand"
+
+    def run(self) -> None:
+        """Every round until the analysed clock has REPS_PER_PAIR repetitions per kernel (or a failure)."""
+        schedule = first_uses(self.sets, self.clocks, self.deciding, self.other_every)
+        rounds = 0
+        while rounds < MAX_ROUNDS and self.failure is None:
+            analysed = self.analysed_clock()
+            if len(self.series[("base", analysed)]) >= REPS_PER_PAIR:
+                break
+            clock = clock_of(rounds, self.clocks, self.deciding, self.other_every)
+            set_index = set_for(schedule, self.used, self.rng, clock, len(self.series[("base", clock)]))
+            self.used.add(set_index)
+            order = ["base", "cand"] if (len(self.series[("base", clock)]) % 2 == 0) == (self.first == "base") \
+                else ["cand", "base"]
+            for who in order:
+                if not self.turn(who, clock, set_index):
+                    break
+            rounds += 1
+            if self.deciding == "gpu" and rounds in SIDE_STREAM_CHECK_AT and "call" in self.clocks:
+                if audits.samples(self.series, "gpu")[2] == "device-wide":
+                    self.other_every = SIDE_STREAM_OTHER_EVERY
+        self.settle_last()
+
+    def analysed_clock(self) -> str:
+        """The clock whose samples decide: the call clock where side-stream work moved the GPU clock's there."""
+        if self.other_every == SIDE_STREAM_OTHER_EVERY:
+            return "call"
+        return self.deciding
+
+    def turn(self, who: str, clock: str, set_index: int) -> bool:
+        """One timed call of `who` on `set_index`; False once the benchmark has failed."""
+        worker = self.runners[who]
+        self.last_who = who
+        copy = self.calls.get((who, clock), 0) % self.copies
+        self.calls[(who, clock)] = self.calls.get((who, clock), 0) + 1
+        stage = {"set": set_index, "copy": copy, "runners": [worker.pid], "flush": clock != "host"}
+        if not self.check_pending(stage):
+            return False
+        spin = null = 0
+        if clock == "gpu":
+            spin = self.spin["cycles"]["spin"]
+            gpu_calls = len(self.series[(who, "gpu")])
+            null = self.spin["cycles"]["null"] if gpu_calls % NULL_TAIL_EVERY == 0 else 0
+        serial_box = []
+
+        def record_for(serial: int) -> bytes:
+            serial_box.append(serial)
+            return callframe.command(serial, callframe.OP_CALL, clock, copy, spin, null)
+
+        reply = worker.record(record_for, time_left(self.deadline), "timed")
+        worker.freeze()
+        out = reply.value
+        if out.get("status") == callframe.RAISED:
+            self.failure = "raised"
+            return False
+        cold = set_index not in self.timed[who]
+        self.timed[who].add(set_index)
+        for flag in frame_flags(out):
+            if not any(seen.startswith(flag[:FLAG_KIND_CHARS]) for seen in self.flags[who]):
+                self.flags[who].append(flag)  # the first call that showed each kind of evidence
+        rep = {"us": out["us"], "tail_us": out["tail_us"], "host_us": out["host_us"],
+               "null_tail_us": out["null_tail_us"] if out["null_tail_us"] >= 0 else None, "cold": cold,
+               "set": set_index, "wall_us": reply.wall_s * 1e6, "pid": worker.pid,
+               "spin_us": self.spin["us"] if clock == "gpu" else 0.0, "others_cpu_us": out.get("others_cpu_us")}
+        self.series[(who, clock)].append(rep)
+        if out["status"] == callframe.BAD_OUTPUT:
+            self.fail(who, clock, set_index, out["problem"])
+            return False
+        self.pending = {"who": who, "clock": clock, "verify": {"runner": worker.pid, "set": set_index,
+                                                                 "copy": copy, "leaves": out["leaves"]}}
+        if out.get("release"):
+            self.release(who)
+        return True
+
+    def check_pending(self, stage: dict | None) -> bool:
+        """The oracle checks the previous call's output (wiping its copy) and writes the next set, in one step."""
+        pending, self.pending = self.pending, None
+        answer = self.ev.ask("turn", key=self.key, verify=pending["verify"] if pending else None, stage=stage)
+        if pending and answer["problem"]:
+            self.fail(pending["who"], pending["clock"], pending["verify"]["set"], answer["problem"])
+            return False
+        return True
+
+    def release(self, who: str) -> None:
+        """Let a runner drop the results it kept, once the oracle has read the last one and wiped its copy."""
+        if not self.check_pending(None):
+            return
+        worker = self.runners[who]
+        worker.record(lambda serial: callframe.command(serial, callframe.OP_RELEASE), time_left(self.deadline),
+                      "release")
+        worker.freeze()
+
+    def settle_last(self) -> None:
+        if self.pending is not None and self.failure is None:
+            self.check_pending(None)
+
+    def fail(self, who: str, clock: str, set_index: int, problem: str) -> None:
+        count = len(self.series[(who, clock)])
+        whose = "the base's" if who == "base" else "its"
+        self.failure = (f"benchmark {self.index} ({self.ev.target.benchmark_label(self.index)}), timed call "
+                        f"{count} on input set {set_index} ({clock} clock): {whose} {problem}")
+
+
+def frame_flags(out: dict[str, Any]) -> list[str]:
+    """What a call's reply says could have run Python in judge's frame after the call (judge.boundary.callframe)."""
+    flags = []
+    if out.get("modes"):
+        flags.append("a torch function or dispatch mode was active after its call")
+    if out.get("hooks"):
+        flags.append("its call left a profile or trace function set")
+    if out.get("monitoring"):
+        flags.append("its call left a sys.monitoring tool with events")
+    if out.get("dispatch_changed"):
+        flags.append("its call registered a kernel of its own for an operator judge's copy uses")
+    if out.get("threads", 0) > 0:
+        flags.append("its call started a Python thread that was still alive after it")
+    if out.get("thread_in_kernel"):
+        flags.append(f"a thread ran the kernel's code after its call returned ({out['thread_in_kernel']})")
+    return flags
+
+
+def clock_of(round_index: int, clocks: list[str], deciding: str, every: int) -> str:
+    """The clock of a round: the deciding one, and the other one on one round in `every`."""
+    others = [c for c in clocks if c != deciding]
+    if others and round_index % every == every - 1:
+        return others[(round_index // every) % len(others)]
+    return deciding
+
+
+def first_uses(sets: int, clocks: list[str], deciding: str, every: int) -> dict[str, dict[int, int]]:
+    """When each set is first used, per clock: by the clock's own count of calls, the sets split between the
+    clocks (even sets on the deciding clock, odd ones on the other), each clock's share spread over its calls.
+    Every clock then holds first calls of several sets, so that the replay check has first calls to compare on
+    the clock it reads, the call clock included where side-stream work moves the verdict there."""
+    others = [c for c in clocks if c != deciding]
+    if not others:
+        spacing = max(1, REPS_PER_PAIR // sets)
+        return {deciding: {s * spacing: s for s in range(sets)}}
+    split = {deciding: [s for s in range(sets) if s % 2 == 0], others[0]: [s for s in range(sets) if s % 2 == 1]}
+    calls = {deciding: REPS_PER_PAIR, others[0]: max(2, REPS_PER_PAIR // every)}
+    plan = {}
+    for clock, own in split.items():
+        spacing = max(1, calls[clock] // max(1, len(own)))
+        plan[clock] = {n * spacing: s for n, s in enumerate(own)}
+    return plan
+
+
+def set_for(schedule: dict[str, dict[int, int]], used: set[int], rng: random.Random, clock: str, call: int) -> int:
+    """The input set of a clock's `call`-th call: the set scheduled for its first use there, else one of the sets
+    already used on either clock, drawn at random."""
+    planned = schedule.get(clock, {}).get(call)
+    if planned is not None:
+        return planned
+    pool = sorted(used)
+    return pool[rng.randrange(len(pool))] if pool else 0
