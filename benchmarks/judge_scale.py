@@ -63,6 +63,14 @@ def event_log(kind: str, **fields) -> None:
     print(f"{time.monotonic() - STARTED:8.2f}s {kind} {words}", file=sys.stderr, flush=True)
 
 
+def print_tallies() -> None:
+    """`--events`: the seconds the parent waited on each runner command (judge.sandbox.worker's tally), largest first."""
+    from judge.sandbox.worker import COMMAND_SECONDS
+
+    for name, (count, seconds) in sorted(COMMAND_SECONDS.items(), key=lambda kv: -kv[1][1])[:16]:
+        print(f"{seconds:8.2f}s {count:6d}  {name}", file=sys.stderr)
+
+
 STARTED = time.monotonic()
 ON_EVENT = None  # event_log with --events
 
@@ -157,10 +165,21 @@ def main() -> None:
                              "(all its GPUs) for the ray round and stop it after")
     parser.add_argument("--json", type=Path, help="write every number here too")
     parser.add_argument("--timing-budget", type=float, default=None, help="cpu modes: timing seconds per candidate")
-    parser.add_argument("--events", action="store_true", help="print the rounds' events on stderr as they come")
+    parser.add_argument("--events", action="store_true",
+                        help="print the rounds' events on stderr as they come, and the runners' command seconds at the end")
+    parser.add_argument("--spares", type=int, default=None,
+                        help="spare runners per GPU instead of judge's default (this process's rounds, not Ray actors)")
     args = parser.parse_args()
     global ON_EVENT
     ON_EVENT = event_log if args.events else None
+    if args.spares is not None:
+        from judge.stages import evaluation
+
+        evaluation.default_spares = lambda target: args.spares
+    if args.events:
+        import atexit
+
+        atexit.register(print_tallies)
     if all(mode.startswith("cpu") for mode in args.modes.split(",")):
         return cpu_main(args)
     import torch
