@@ -2,11 +2,15 @@
 sys.path for conftest, so `from harness import ...` works from tests/ and its subfolders).
 
 - The judge CLI on a contest directory: FIXTURE is the axpy target that the `judge_env` fixture links in as
-  kernels/axpy, PATCH a patch that applies to its base, and proposal_dir() writes a proposal folder for it."""
+  kernels/axpy, PATCH a patch that applies to its base, and proposal_dir() writes a proposal folder for it.
+- judge_toml_error(): edit a target's judge.toml, load the target, and get its one-line error."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
@@ -36,3 +40,28 @@ def _write(path: Path, content: str | bytes) -> None:
         path.write_bytes(content)
     else:
         path.write_text(content)
+
+
+def replacing(old: str, new: str) -> Callable[[str], str]:
+    """An edit for judge_toml_error: the first `old` becomes `new` (which must be there)."""
+
+    def edit(text: str) -> str:
+        assert old in text, f"{old!r} is not in judge.toml"
+        return text.replace(old, new, 1)
+
+    return edit
+
+
+def judge_toml_error(target_dir: Path, edit: Callable[[str], str]) -> str:
+    """Rewrite target_dir/judge.toml as edit(its text), load the target, and return the JudgeError it must raise,
+    less the '<path of judge.toml>: ' that starts it (checked here, as is that it is one line)."""
+    from judge.errors import JudgeError
+    from judge.targets import load_target
+
+    toml = target_dir / "judge.toml"
+    toml.write_text(edit(toml.read_text()))
+    with pytest.raises(JudgeError) as caught:
+        load_target(target_dir)
+    message = caught.value.message
+    assert message.startswith(f"{toml}: ") and "\n" not in message, message
+    return message.removeprefix(f"{toml}: ")
