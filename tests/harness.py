@@ -1,5 +1,5 @@
-"""Helpers that test modules import (tests/conftest.py holds the fixtures built on them; pytest puts tests/ on
-sys.path for conftest, so `from harness import ...` works from tests/ and its subfolders).
+"""Helpers that test modules import (tests/conftest.py holds the fixtures built on them; pyproject's pytest
+`pythonpath` puts tests/ on sys.path, so `from harness import ...` works from tests/ and its subfolders).
 
 - The judge CLI on a contest directory: FIXTURE is the axpy target that the `judge_env` fixture links in as
   kernels/axpy, PATCH a patch that applies to its base, and proposal_dir() writes a proposal folder for it.
