@@ -1,7 +1,13 @@
 """Shared test setup: GPU tests run only where a CUDA GPU is present; the modules that start real runner processes,
-compile the contest kernels or start Ray are marked `slow`, so that `pytest -m "not slow"` is the quick subset."""
+compile the contest kernels or start Ray are marked `slow`, so that `pytest -m "not slow"` is the quick subset.
+The `judge_env` fixture runs the judge CLI in a contest directory (tests/harness.py has the helpers it shares with the
+test modules)."""
+
+import os
 
 import pytest
+
+from harness import FIXTURE, LIMIT_VARS
 
 # Seconds each took in one full run on a loaded 2-core VM (2026-11-25, `--durations`, 49.5 min in all, 36% of the
 # CPU): 2450 s of the suite's 2950 s. Each runs kernels for real (runners, the oracle, compiles, a Ray cluster).
@@ -55,3 +61,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def judge_env(tmp_path, monkeypatch):
+    """The judge CLI in a fresh contest directory: tmp_path, made the working directory, with kernels/axpy linked to
+    the axpy fixture and the size limits at their defaults. Returns (judge, root): judge(*args, input=None) runs
+    `judge ARGS` in-process (click's CliRunner, exceptions not caught) and returns click's Result."""
+    from click.testing import CliRunner
+
+    from judge.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    for name in LIMIT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "kernels").mkdir()
+    os.symlink(FIXTURE, tmp_path / "kernels" / "axpy")
+    runner = CliRunner()
+
+    def judge(*args, input=None):
+        return runner.invoke(main, list(args), input=input, catch_exceptions=False)
+
+    return judge, tmp_path

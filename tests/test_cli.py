@@ -2,48 +2,16 @@
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from harness import FIXTURE, PATCH, ROOT, proposal_dir
 
-from judge.cli.main import main
 from judge.ledger.migrations import MIGRATIONS
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
-PATCH = (
-    "--- a/submission.py\n+++ b/submission.py\n@@ -5,3 +5,3 @@\n # knobs\n-SCALE = 2.0\n+SCALE = 2.0  # same, faster?\n CHUNKS = 1\n"
-)
 
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "kernels").mkdir()
-    os.symlink(FIXTURE, tmp_path / "kernels" / "axpy")
-    runner = CliRunner()
-
-    def judge(*args, input=None):
-        return runner.invoke(main, list(args), input=input, catch_exceptions=False)
-
-    return judge, tmp_path
-
-
-def proposal_dir(root: Path, pid: str, patch: str | None = PATCH, extra: str = "") -> Path:
-    d = root / "proposals" / pid
-    d.mkdir(parents=True)
-    (d / "proposal.toml").write_text(
-        f'id = "{pid}"\ntitle = "{pid} title"\nauthor = "team-a"\nround = 1\ntarget = "axpy"\n{extra}[claim]\nlow = 1.1\nhigh = 1.2\n')
-    (d / "pitch.md").write_text("It will be faster.")
-    if patch is not None:
-        (d / "patch.diff").write_text(patch)
-    return d
-
-
-def test_init_creates_the_ledger(env):
-    judge, root = env
+def test_init_creates_the_ledger(judge_env):
+    judge, root = judge_env
     result = judge("init")
     assert result.exit_code == 0
     names = [m.__name__ for m in MIGRATIONS]
@@ -51,23 +19,23 @@ def test_init_creates_the_ledger(env):
     assert (root / "ledger.db").exists()
 
 
-def test_submit_a_folder_of_proposals_then_again_unchanged(env):
-    judge, root = env
+def test_submit_a_folder_of_proposals_then_again_unchanged(judge_env):
+    judge, root = judge_env
     proposal_dir(root, "alpha")
     proposal_dir(root, "beta", patch=None)
     assert judge("submit", "proposals").output == "new       alpha revision 1\nnew       beta revision 1\n"
     assert judge("submit", "proposals").output == "unchanged alpha revision 1\nunchanged beta revision 1\n"
 
 
-def test_submit_json_on_stdin_for_agents(env):
-    judge, root = env
+def test_submit_json_on_stdin_for_agents(judge_env):
+    judge, root = judge_env
     data = {"id": "gamma", "title": "G", "author": "agent", "round": 1, "target": "axpy", "pitch": "p", "patch": PATCH}
     result = judge("submit", "-", "--json", input=json.dumps(data))
     assert json.loads(result.output) == [{"proposal_id": "gamma", "revision": 1, "revision_id": 1, "status": "new"}]
 
 
-def test_a_bad_proposal_is_one_line_exit_2_and_nothing_is_written(env):
-    judge, root = env
+def test_a_bad_proposal_is_one_line_exit_2_and_nothing_is_written(judge_env):
+    judge, root = judge_env
     proposal_dir(root, "alpha")
     proposal_dir(root, "broken", patch=PATCH.replace("a/submission.py", "a/reference.py").replace("b/submission.py", "b/reference.py"))
     result = judge("submit", "proposals")
@@ -78,8 +46,8 @@ def test_a_bad_proposal_is_one_line_exit_2_and_nothing_is_written(env):
     assert json.loads(judge("list", "--json").output) == []
 
 
-def test_a_hunk_that_does_not_apply_is_named_with_the_base(env):
-    judge, root = env
+def test_a_hunk_that_does_not_apply_is_named_with_the_base(judge_env):
+    judge, root = judge_env
     proposal_dir(root, "stale", patch=PATCH.replace(" CHUNKS = 1", " CHUNKS = 8"))
     result = judge("submit", "proposals/stale")
     assert result.exit_code == 2
@@ -91,8 +59,8 @@ def test_a_hunk_that_does_not_apply_is_named_with_the_base(env):
     )
 
 
-def test_an_unknown_target_is_named(env):
-    judge, root = env
+def test_an_unknown_target_is_named(judge_env):
+    judge, root = judge_env
     d = proposal_dir(root, "lost")
     (d / "proposal.toml").write_text((d / "proposal.toml").read_text().replace('target = "axpy"', 'target = "nope"'))
     result = judge("submit", str(d))
@@ -102,8 +70,8 @@ def test_an_unknown_target_is_named(env):
     )
 
 
-def test_sharks_and_votes_with_a_flag_on_a_wrong_stated_total(env):
-    judge, root = env
+def test_sharks_and_votes_with_a_flag_on_a_wrong_stated_total(judge_env):
+    judge, root = judge_env
     proposal_dir(root, "pipeline-stages-3")
     judge("submit", "proposals")
     assert judge("shark", "add", str(ROOT / "sharks" / "performance-oracle.toml")).output == "new       shark performance-oracle version 1\n"
@@ -113,8 +81,8 @@ def test_sharks_and_votes_with_a_flag_on_a_wrong_stated_total(env):
     assert json.loads(again.output)[0]["status"] == "unchanged"
 
 
-def test_a_vote_for_an_unknown_shark_is_refused(env):
-    judge, root = env
+def test_a_vote_for_an_unknown_shark_is_refused(judge_env):
+    judge, root = judge_env
     proposal_dir(root, "alpha")
     judge("submit", "proposals")
     result = judge("vote", "-", input=json.dumps({"shark": "ghost", "proposal": "alpha", "scores": {"x": 1}}))
@@ -122,8 +90,8 @@ def test_a_vote_for_an_unknown_shark_is_refused(env):
     assert result.stderr == "error: <stdin>: field 'shark': 'ghost' is not in the ledger (add it with 'judge shark add FILE')\n"
 
 
-def test_list_show_and_status_for_agents(env):
-    judge, root = env
+def test_list_show_and_status_for_agents(judge_env):
+    judge, root = judge_env
     proposal_dir(root, "alpha")
     proposal_dir(root, "beta", patch=None, extra='parent = "alpha"\n')
     judge("submit", "proposals")
@@ -135,15 +103,15 @@ def test_list_show_and_status_for_agents(env):
     assert status["counts"] == {"proposals": 2, "revisions": 2, "sharks": 0, "votes": 0, "evaluations": 0, "timings": 0}
 
 
-def test_show_an_unknown_proposal(env):
-    judge, _ = env
+def test_show_an_unknown_proposal(judge_env):
+    judge, _ = judge_env
     judge("init")
     result = judge("show", "nobody")
     assert (result.exit_code, result.stderr) == (2, "error: proposal 'nobody' is not in the ledger (see 'judge list')\n")
 
 
-def test_the_ledger_option_picks_the_database(env):
-    judge, root = env
+def test_the_ledger_option_picks_the_database(judge_env):
+    judge, root = judge_env
     judge("--ledger", "other.db", "init")
     assert (root / "other.db").exists() and not (root / "ledger.db").exists()
 
@@ -154,31 +122,31 @@ VOTE = str(ROOT / "votes" / "nvfp4_group_gemm" / "round-1" / "oracle--pipeline-s
 
 @pytest.mark.parametrize("command", [["list"], ["show", "alpha"], ["status"], ["report"], ["shark", "list"], ["vote", VOTE],
                                      ["clear", "1", "--note", "checked"], ["run", "--round", "1"]])
-def test_a_command_that_needs_a_ledger_refuses_a_missing_one_and_creates_none(env, command):
-    judge, root = env
+def test_a_command_that_needs_a_ledger_refuses_a_missing_one_and_creates_none(judge_env, command):
+    judge, root = judge_env
     result = judge(*command)
     assert (result.exit_code, result.stderr) == (2, NO_LEDGER)
     assert list(root.glob("ledger.db*")) == []
 
 
-def test_a_mistyped_ledger_path_is_named_not_created(env):
-    judge, root = env
+def test_a_mistyped_ledger_path_is_named_not_created(judge_env):
+    judge, root = judge_env
     judge("init")
     result = judge("--ledger", "ledgr.db", "status", "--json")
     assert (result.exit_code, json.loads(result.stdout)) == (2, {"error": NO_LEDGER[7:-1].replace("ledger.db:", "ledgr.db:"), "exit": 2})
     assert not (root / "ledgr.db").exists()
 
 
-def test_commands_that_add_create_a_missing_ledger(env):
-    judge, root = env
+def test_commands_that_add_create_a_missing_ledger(judge_env):
+    judge, root = judge_env
     assert judge("shark", "add", str(ROOT / "sharks" / "performance-oracle.toml")).exit_code == 0
     assert (root / "ledger.db").exists()
 
 
-def test_list_never_truncates_an_id_in_80_columns(env, monkeypatch):
+def test_list_never_truncates_an_id_in_80_columns(judge_env, monkeypatch):
     from judge.cli import main as cli
 
-    judge, root = env
+    judge, root = judge_env
     long_id = "pipeline-stages-3-with-warp-specialised-epilogue"
     proposal_dir(root, long_id)
     proposal_dir(root, "beta", patch=None)
@@ -191,10 +159,10 @@ def test_list_never_truncates_an_id_in_80_columns(env, monkeypatch):
     assert "…" not in "".join(lines)
 
 
-def test_under_json_usage_errors_and_bugs_are_one_json_object_on_stdout(env, monkeypatch):
+def test_under_json_usage_errors_and_bugs_are_one_json_object_on_stdout(judge_env, monkeypatch):
     from judge import actions
 
-    judge, root = env
+    judge, root = judge_env
     result = judge("list", "--round", "x", "--json")
     assert (result.exit_code, json.loads(result.stdout)) == (
         2, {"error": "Invalid value for '--round': 'x' is not a valid integer.", "exit": 2})
@@ -229,8 +197,8 @@ def fake_stages(monkeypatch):
     monkeypatch.setattr(rounds, "run_round", run_round)
 
 
-def test_run_json_gives_each_verdict_its_evaluation_and_the_report(env, fake_stages):
-    judge, root = env
+def test_run_json_gives_each_verdict_its_evaluation_and_the_report(judge_env, fake_stages):
+    judge, root = judge_env
     proposal_dir(root, "alpha", patch=PATCH.replace("SCALE = 2.0  # same, faster?", "SCALE = 2.0  # verdict: speedup 1.25"))
     proposal_dir(root, "beta", patch=None)
     judge("submit", "proposals")
@@ -250,14 +218,14 @@ def test_run_json_gives_each_verdict_its_evaluation_and_the_report(env, fake_sta
     assert (again["skipped"], again["evaluation_id"]) == (True, 3)
 
 
-def test_a_second_run_of_a_round_is_refused_while_the_first_lives(env, fake_stages):
+def test_a_second_run_of_a_round_is_refused_while_the_first_lives(judge_env, fake_stages):
     import socket
     import subprocess
 
     from judge.errors import JudgeError
     from judge.ledger import Ledger
 
-    judge, root = env
+    judge, root = judge_env
     proposal_dir(root, "alpha")
     judge("submit", "proposals")
     ledger = Ledger(root / "ledger.db")
@@ -286,8 +254,8 @@ def test_a_second_run_of_a_round_is_refused_while_the_first_lives(env, fake_stag
     ("speedup 0.8", "winner: none (no proposal was significantly faster than the base)"),
     ("speedup 1.25", "winner: alpha"),
 ])
-def test_run_says_why_a_round_has_no_winner(env, fake_stages, verdict, line):
-    judge, root = env
+def test_run_says_why_a_round_has_no_winner(judge_env, fake_stages, verdict, line):
+    judge, root = judge_env
     proposal_dir(root, "alpha", patch=PATCH.replace("SCALE = 2.0  # same, faster?", f"SCALE = 2.0  # verdict: {verdict}"))
     judge("submit", "proposals")
     result = judge("run", "--round", "1")
@@ -295,8 +263,8 @@ def test_run_says_why_a_round_has_no_winner(env, fake_stages, verdict, line):
     assert line in result.stdout.splitlines()
 
 
-def test_run_ends_with_where_the_time_went(env, fake_stages):
-    judge, root = env
+def test_run_ends_with_where_the_time_went(judge_env, fake_stages):
+    judge, root = judge_env
     proposal_dir(root, "alpha", patch=PATCH.replace("SCALE = 2.0  # same, faster?", "SCALE = 2.0  # verdict: speedup 1.25"))
     judge("submit", "proposals")
     [summary] = json.loads(judge("run", "--round", "1", "--json").stdout)
@@ -337,8 +305,8 @@ def test_run_progress_counts_each_workers_candidates(monkeypatch):
     assert lines[3] == f"  b: faster (geomean 1.1x) [{describe_place(places[1])}]"
 
 
-def test_base_gives_the_exact_source_whose_sha256_the_brief_names(env, fake_stages):
-    judge, root = env
+def test_base_gives_the_exact_source_whose_sha256_the_brief_names(judge_env, fake_stages):
+    judge, root = judge_env
     proposal_dir(root, "alpha", patch=PATCH.replace("SCALE = 2.0  # same, faster?", "SCALE = 2.0  # verdict: speedup 1.25"))
     judge("submit", "proposals")
     judge("run", "--round", "1")
@@ -360,8 +328,8 @@ def test_base_gives_the_exact_source_whose_sha256_the_brief_names(env, fake_stag
                                                       f"{root / 'submission.py'})\n")
 
 
-def test_json_is_taken_before_the_subcommand_too(env):
-    judge, root = env
+def test_json_is_taken_before_the_subcommand_too(judge_env):
+    judge, root = judge_env
     proposal_dir(root, "alpha")
     judge("submit", "proposals")
     assert json.loads(judge("--json", "list").stdout)[0]["id"] == "alpha"
@@ -370,8 +338,8 @@ def test_json_is_taken_before_the_subcommand_too(env):
         2, {"error": "proposal 'nobody' is not in the ledger (see 'judge list')", "exit": 2})
 
 
-def test_a_folder_submission_names_every_bad_proposal_and_writes_nothing(env):
-    judge, root = env
+def test_a_folder_submission_names_every_bad_proposal_and_writes_nothing(judge_env):
+    judge, root = judge_env
     proposal_dir(root, "alpha")
     proposal_dir(root, "beta", patch=PATCH.replace(" CHUNKS = 1", " CHUNKS = 8"))
     (proposal_dir(root, "gamma") / "pitch.md").unlink()
@@ -391,10 +359,10 @@ def test_a_folder_submission_names_every_bad_proposal_and_writes_nothing(env):
     assert (as_json["exit"], len(as_json["errors"]), as_json["error"].splitlines()) == (2, 3, as_json["errors"])
 
 
-def test_list_keeps_the_target_column_in_80_columns(env, monkeypatch):
+def test_list_keeps_the_target_column_in_80_columns(judge_env, monkeypatch):
     from judge.cli import main as cli
 
-    judge, root = env
+    judge, root = judge_env
     proposal_dir(root, "pipeline-stages-3-with-tma-store-epilogue")
     judge("submit", "proposals")
     monkeypatch.setattr(cli.out, "_width", 80)
@@ -402,7 +370,7 @@ def test_list_keeps_the_target_column_in_80_columns(env, monkeypatch):
     assert [cell.strip() for cell in header.strip("┃ ").split("┃")] == ["id", "round", "target", "outcome"]
 
 
-def test_a_write_that_waits_for_another_process_says_so_and_counts_the_wait(env):
+def test_a_write_that_waits_for_another_process_says_so_and_counts_the_wait(judge_env):
     import sqlite3
     import threading
     import time as clock
@@ -410,7 +378,7 @@ def test_a_write_that_waits_for_another_process_says_so_and_counts_the_wait(env)
     from judge.cli.rounds import time_line
     from judge.ledger import Ledger
 
-    judge, root = env
+    judge, root = judge_env
     judge("init")
     other = sqlite3.connect(root / "ledger.db", check_same_thread=False)
     other.execute("BEGIN IMMEDIATE")
@@ -433,9 +401,9 @@ def test_a_write_that_waits_for_another_process_says_so_and_counts_the_wait(env)
         "time: 50.0 s wall; timing 3.0 s, waiting for the ledger's lock 45.0 s"
 
 
-def test_contestant_text_reaches_the_terminal_and_json_as_plain_text(env):
+def test_contestant_text_reaches_the_terminal_and_json_as_plain_text(judge_env):
     """rich markup in a title is text, not style; ANSI escapes and other controls are gone, in both outputs."""
-    judge, root = env
+    judge, root = judge_env
     proposal_dir(root, "alpha", extra='risks = ["\\u001b]8;;https://evil\\u001b\\\\link\\u001b]8;;\\u001b\\\\"]\n')
     toml = root / "proposals" / "alpha" / "proposal.toml"
     toml.write_text(toml.read_text().replace('title = "alpha title"', 'title = "[bold red]won[/bold red] \\u001b[2J\\u0007!"'))
@@ -448,14 +416,14 @@ def test_contestant_text_reaches_the_terminal_and_json_as_plain_text(env):
         "[bold red]won[/bold red] !", ["link"], "line one\nred\tand evil\n")
 
 
-def test_a_huge_reason_leaves_judge_run_at_once(env, monkeypatch):
+def test_a_huge_reason_leaves_judge_run_at_once(judge_env, monkeypatch):
     """rich folds a table cell in time that grows with the square of its length: a 16 MiB reason kept `judge run`
     busy for minutes after the report was written. Each cell is contained and capped first."""
     import time
 
     from judge import round_actions
 
-    judge, root = env
+    judge, root = judge_env
     judge("init")
     reason = "correctness: crashed: RuntimeError: \x1b[31m[bold]forged[/bold] " + "x" * (16 << 20)
     summary = {"round": 1, "target": "axpy", "base_origin": "[red]round 1 base[/red]", "pitches": [], "winner": None,

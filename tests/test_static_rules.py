@@ -6,9 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from harness import judge_toml_error, replacing
 
 from judge.stages.static import ptx
-from judge.errors import JudgeError
 from judge.stages.static.rules import RULES, Code, check_formula, evaluate
 from judge.targets import load_target
 
@@ -177,13 +177,7 @@ def nvfp4_copy(tmp_path):
      "field 'static.layout_checks': 'nowhere.py' is not a file in "),
 ])
 def test_static_table_errors_name_the_field(nvfp4_copy, old, new, message):
-    toml = nvfp4_copy / "judge.toml"
-    text = toml.read_text()
-    assert old in text
-    toml.write_text(text.replace(old, new, 1))
-    with pytest.raises(JudgeError) as error:
-        load_target(nvfp4_copy)
-    assert str(error.value).startswith(f"{toml}: {message}")
+    assert judge_toml_error(nvfp4_copy, replacing(old, new)).startswith(message)
 
 
 def test_the_gpu_targets_declare_their_rules():

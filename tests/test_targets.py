@@ -5,8 +5,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from harness import judge_toml_error, replacing
 
-from judge.errors import JudgeError
 from judge.targets import Distribution, ForbiddenCall, load_target
 
 CPU_TARGET = Path(__file__).resolve().parents[1] / "kernels" / "vecadd_cpu"
@@ -36,30 +36,17 @@ def test_the_cpu_example_target_reads_as_written():
      "field 'plausibility.max_speedup': must be above 1, got 1.0"),
 ])
 def test_bad_keys_are_one_line_errors(target_dir, old, new, message):
-    toml = target_dir / "judge.toml"
-    text = toml.read_text()
-    assert old in text
-    toml.write_text(text.replace(old, new, 1))
-    with pytest.raises(JudgeError) as caught:
-        load_target(target_dir)
-    assert caught.value.message == f"{toml}: {message}"
+    assert judge_toml_error(target_dir, replacing(old, new)) == message
 
 
 def test_a_distribution_generator_must_exist(target_dir):
-    toml = target_dir / "judge.toml"
-    toml.write_text(toml.read_text().replace('"inputs.py:wide"', '"missing.py:wide"'))
-    with pytest.raises(JudgeError) as caught:
-        load_target(target_dir)
-    assert caught.value.message == (f"{toml}: field 'distributions[1].generator': 'missing.py:wide' is not "
-                                    f"FILE.py:function with FILE.py in {target_dir}")
+    assert judge_toml_error(target_dir, replacing('"inputs.py:wide"', '"missing.py:wide"')) == (
+        f"field 'distributions[1].generator': 'missing.py:wide' is not FILE.py:function with FILE.py in {target_dir}")
 
 
 def test_a_distribution_name_appears_once(target_dir):
-    toml = target_dir / "judge.toml"
-    toml.write_text(toml.read_text().replace('name = "wide"', 'name = "randn"'))
-    with pytest.raises(JudgeError) as caught:
-        load_target(target_dir)
-    assert caught.value.message == f"{toml}: field 'distributions[1].name': 'randn' appears twice"
+    assert judge_toml_error(target_dir, replacing('name = "wide"', 'name = "randn"')) == \
+        "field 'distributions[1].name': 'randn' appears twice"
 
 
 def test_the_fp8_target_names_its_peer():
@@ -75,11 +62,7 @@ def test_the_fp8_target_names_its_peer():
     ('file = "reference.py"\nname = "x"\nargs = 1', "field 'peer': a table with 'file' (in the target directory) and 'name'"),
 ])
 def test_a_bad_peer_is_a_one_line_error(target_dir, peer, message):
-    toml = target_dir / "judge.toml"
-    toml.write_text(toml.read_text() + f"\n[peer]\n{peer}\n")
-    with pytest.raises(JudgeError) as caught:
-        load_target(target_dir)
-    assert caught.value.message == f"{toml}: {message.format(dir=target_dir)}"
+    assert judge_toml_error(target_dir, lambda text: text + f"\n[peer]\n{peer}\n") == message.format(dir=target_dir)
 
 
 def test_the_fp8_target_forbids_its_peers_op_and_torchs_grouped_gemm():
@@ -108,16 +91,8 @@ def test_the_fp8_target_forbids_its_peers_op_and_torchs_grouped_gemm():
      "field 'rules.forbidden_calls[0].why': required: one line saying why, which the brief and the verdict show"),
 ])
 def test_bad_forbidden_calls_are_one_line_errors(target_dir, rules, message):
-    toml = target_dir / "judge.toml"
-    toml.write_text(toml.read_text() + f"\n[rules]\n{rules}\n")
-    with pytest.raises(JudgeError) as caught:
-        load_target(target_dir)
-    assert caught.value.message == f"{toml}: {message}"
+    assert judge_toml_error(target_dir, lambda text: text + f"\n[rules]\n{rules}\n") == message
 
 
 def test_a_rules_key_that_is_not_a_table(target_dir):
-    toml = target_dir / "judge.toml"
-    toml.write_text('rules = 1\n' + toml.read_text())
-    with pytest.raises(JudgeError) as caught:
-        load_target(target_dir)
-    assert caught.value.message == f"{toml}: field 'rules': a table, [rules]"
+    assert judge_toml_error(target_dir, lambda text: "rules = 1\n" + text) == "field 'rules': a table, [rules]"

@@ -14,7 +14,7 @@ from judge.report import fmt_claim, fmt_delta, fmt_pct, fmt_us, leaderboard_view
 from judge.stages.details import CompileDetail, CompiledConfig, TimedBenchmark, TimingDetail
 from judge.stages.result import StageResult, not_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = "nvfp4_group_gemm"
 BASE_1 = "NUM_AB_STAGES = 1\nMMA_TILER_MNK = (128, 128, 256)\nEPILOGUE_STORE = 'simt'\n"
 BASE_2 = "NUM_AB_STAGES = 1\nMMA_TILER_MNK = (128, 128, 256)\nEPILOGUE_STORE = 'tma'\n"

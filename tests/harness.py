@@ -1,0 +1,67 @@
+"""Helpers that test modules import (tests/conftest.py holds the fixtures built on them; pyproject's pytest
+`pythonpath` puts tests/ on sys.path, so `from harness import ...` works from tests/ and its subfolders).
+
+- The judge CLI on a contest directory: FIXTURE is the axpy target that the `judge_env` fixture links in as
+  kernels/axpy, PATCH a patch that applies to its base, and proposal_dir() writes a proposal folder for it.
+- judge_toml_error(): edit a target's judge.toml, load the target, and get its one-line error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
+PATCH = (
+    "--- a/submission.py\n+++ b/submission.py\n@@ -5,3 +5,3 @@\n # knobs\n-SCALE = 2.0\n+SCALE = 2.0  # same, faster?\n CHUNKS = 1\n"
+)
+# Size limits read from the environment; the CLI tests run under the defaults whatever the shell has set.
+LIMIT_VARS = ("JUDGE_MAX_PITCH_BYTES", "JUDGE_MAX_PATCH_BYTES", "JUDGE_MAX_JSON_BYTES")
+
+
+def proposal_dir(root: Path, pid: str = "alpha", patch: str | bytes | None = PATCH, extra: str = "",
+                 pitch: str | bytes = "It will be faster.") -> Path:
+    """proposals/PID under `root`: proposal.toml for round 1 of axpy (`extra` is TOML added before its [claim]),
+    pitch.md, and patch.diff unless `patch` is None; str or bytes are written as they are."""
+    d = root / "proposals" / pid
+    d.mkdir(parents=True)
+    (d / "proposal.toml").write_text(
+        f'id = "{pid}"\ntitle = "{pid} title"\nauthor = "team-a"\nround = 1\ntarget = "axpy"\n{extra}[claim]\nlow = 1.1\nhigh = 1.2\n')
+    _write(d / "pitch.md", pitch)
+    if patch is not None:
+        _write(d / "patch.diff", patch)
+    return d
+
+
+def _write(path: Path, content: str | bytes) -> None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+
+
+def replacing(old: str, new: str) -> Callable[[str], str]:
+    """An edit for judge_toml_error: the first `old` becomes `new` (which must be there)."""
+
+    def edit(text: str) -> str:
+        assert old in text, f"{old!r} is not in judge.toml"
+        return text.replace(old, new, 1)
+
+    return edit
+
+
+def judge_toml_error(target_dir: Path, edit: Callable[[str], str]) -> str:
+    """Rewrite target_dir/judge.toml as edit(its text), load the target, and return the JudgeError it must raise,
+    less the '<path of judge.toml>: ' that starts it (checked here, as is that it is one line)."""
+    from judge.errors import JudgeError
+    from judge.targets import load_target
+
+    toml = target_dir / "judge.toml"
+    toml.write_text(edit(toml.read_text()))
+    with pytest.raises(JudgeError) as caught:
+        load_target(target_dir)
+    message = caught.value.message
+    assert message.startswith(f"{toml}: ") and "\n" not in message, message
+    return message.removeprefix(f"{toml}: ")
