@@ -15,6 +15,7 @@ import yaml
 from .errors import JudgeError
 from .extensions import STATIC_RULES
 from .formulas import check_formula
+from .target_hooks import check_hooks
 
 SUBMISSION = "@SUBMISSION@"
 METADATA_FILE = "judge.toml"
@@ -248,6 +249,7 @@ def load_target(path: str | Path) -> Target:
         forbidden=_forbidden(meta.get("rules"), where),
         **measuring,
     )
+    check_hooks(target)  # what judge.toml asks of the target's files, against judge/extensions.py
     return target
 
 
