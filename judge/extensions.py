@@ -65,6 +65,9 @@ class CompileSignature(Protocol):
     def __call__(self, spec: dict) -> dict: ...
 
 
+SIGNATURE = "compile_signature"  # the name judge looks up for CompileSignature
+
+
 # ---- the layout checks (judge.toml [static] layout_checks) ------------------------------------------------
 
 
@@ -187,7 +190,7 @@ class Hook:
 
 def compile_hooks(entry: str) -> list[Hook]:
     """The hooks a kernel file provides where judge.toml's [compile] names `entry`."""
-    return [Hook(entry, CompileKernel), Hook("compile_signature", CompileSignature, required=False)]
+    return [Hook(entry, CompileKernel), Hook(SIGNATURE, CompileSignature, required=False)]
 
 
 PEER_HOOK = Hook(ENTRY, KernelEntry)
