@@ -1,86 +1,27 @@
-"""What GPU this machine has, and whether a target's architecture can run on it.
+"""Whether a target's architecture can run on this machine's GPU, probed once per process.
 
 The probe runs in a child process: initialising CUDA in the judge's own process would tie it to a context
-that a faulting candidate could poison, and a broken driver must not hang the judge.
+that a faulting candidate could poison, and a broken driver must not hang the judge. The facts themselves are
+read in judge/machine.py, in whichever process asks.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import tempfile
-from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from .errors import JudgeError
+from .machine import (  # noqa: F401 (the facts' names as judge.devices has always given them)
+    DeviceFacts, _nvml_clocks, _smi_clocks, facts_dict, facts_here, host_facts, read_clocks)
+from .sandbox.isolation import run_isolated
 
 _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")
 
 
-@dataclass
-class DeviceFacts:
-    """The GPU and software a measurement was taken on; clocks are as read when the facts were taken."""
-
-    name: str
-    sm_count: int
-    capability: str  # "9.0"
-    arch: str  # "sm_90"
-    memory_gb: float
-    l2_mb: float
-    sm_clock_mhz: int | None = None
-    mem_clock_mhz: int | None = None
-    sm_clock_max_mhz: int | None = None
-    temperature_c: int | None = None
-    driver: str | None = None
-    cuda: str | None = None
-    torch: str | None = None
-    cutedsl: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def facts_dict(facts) -> dict[str, Any] | None:
-    """Device facts as the ledger stores them: a DeviceFacts, or the plain dict a test's fake stages give."""
-    if facts is None:
-        return None
-    return facts.to_dict() if isinstance(facts, DeviceFacts) else dict(facts)
-
-
-def host_facts(cpuinfo: str | None = None) -> dict[str, Any]:
-    """The CPU a CPU target runs on, from /proc/cpuinfo (else the platform module): its model, physical cores and
-    hardware threads, and torch's version (read from its metadata: nothing is imported)."""
-    import os
-    import platform
-
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    model, cores, threads, physical = None, set(), 0, None
-    for line in cpuinfo.splitlines():
-        key, _, value = (part.strip() for part in line.partition(":"))
-        if key == "processor":
-            threads += 1
-        elif key == "model name" and model is None:
-            model = value
-        elif key == "physical id":
-            physical = value
-        elif key == "core id":
-            cores.add((physical, value))
-    threads = threads or os.cpu_count() or 0
-    return {"kind": "cpu", "name": model or platform.processor() or platform.machine() or "unknown CPU",
-            "cores": len(cores) or threads, "threads": threads, "torch": _version("torch")}
-
-
 def probe(timeout_s: float = 120) -> DeviceFacts | None:
     """The facts of CUDA device 0, read in a child process; None when there is no CUDA GPU (or it cannot start)."""
-    from .sandbox.isolation import run_isolated
-
     with tempfile.TemporaryDirectory(prefix="judge-probe-") as tmp:
         outcome = run_isolated(_child_probe, {}, timeout_s=timeout_s, cwd=Path(tmp))
     if outcome.status != "ok" or outcome.value is None:
@@ -109,153 +50,6 @@ def arch_gate(target_arch: str, facts: DeviceFacts | None) -> str | None:
     if suffix == "a":
         return None if (have_major, have_minor) == (major, minor) else reason
     return None if have_major == major and have_minor >= minor else reason
-
-
-def facts_here(device: int = 0) -> DeviceFacts | None:
-    """The facts of a CUDA device as seen from this process (which then holds a CUDA context)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    props = torch.cuda.get_device_properties(device)
-    clocks = read_clocks(device)
-    return DeviceFacts(
-        name=props.name,
-        sm_count=props.multi_processor_count,
-        capability=f"{props.major}.{props.minor}",
-        arch=f"sm_{props.major}{props.minor}",
-        memory_gb=round(props.total_memory / 2**30, 1),
-        l2_mb=round(getattr(props, "L2_cache_size", 0) / 2**20, 1),
-        sm_clock_mhz=clocks.get("sm_clock_mhz"),
-        mem_clock_mhz=clocks.get("mem_clock_mhz"),
-        sm_clock_max_mhz=clocks.get("sm_clock_max_mhz"),
-        temperature_c=clocks.get("temperature_c"),
-        driver=clocks.get("driver"),
-        cuda=torch.version.cuda,
-        torch=torch.__version__,
-        cutedsl=_version("nvidia-cutlass-dsl"),
-    )
-
-
-_SMI_FIELDS = {
-    "clocks.sm": "sm_clock_mhz",
-    "clocks.mem": "mem_clock_mhz",
-    "clocks.max.sm": "sm_clock_max_mhz",
-    "temperature.gpu": "temperature_c",
-    "driver_version": "driver",
-}
-
-
-def read_clocks(device: int = 0) -> dict[str, Any]:
-    """Current SM and memory clocks, temperature and driver: from NVML in this process where the driver's
-    library loads (well under a millisecond a read), else from nvidia-smi (a process of its own: about 30 ms on
-    an H100 host, read twice per candidate's timing), else {}."""
-    facts = _nvml_clocks(device)
-    return facts if facts is not None else _smi_clocks(device)
-
-
-class _Nvml:
-    """The driver's NVML library through ctypes, loaded and initialised once per process."""
-
-    CLOCK_SM, CLOCK_MEM, TEMPERATURE_GPU = 1, 2, 0
-
-    def __init__(self):
-        import ctypes
-
-        self.ctypes = ctypes
-        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
-        self._check(self.lib.nvmlInit_v2())
-        self.handles: dict[int, Any] = {}
-
-    def _check(self, status: int) -> None:
-        if status != 0:
-            raise OSError(f"NVML returned {status}")
-
-    def handle(self, device: int):
-        """The NVML handle of CUDA device `device` of this process, found by its PCI bus id (NVML's indices
-        ignore CUDA_VISIBLE_DEVICES), else by index."""
-        if device not in self.handles:
-            handle = self.ctypes.c_void_p()
-            bus_id = _pci_bus_id(device)
-            if bus_id is None or self.lib.nvmlDeviceGetHandleByPciBusId_v2(bus_id.encode(), self.ctypes.byref(handle)):
-                self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(self.ctypes.c_uint(device), self.ctypes.byref(handle)))
-            self.handles[device] = handle
-        return self.handles[device]
-
-    def uint(self, function, *args) -> int:
-        value = self.ctypes.c_uint()
-        self._check(function(*args, self.ctypes.byref(value)))
-        return value.value
-
-    def read(self, device: int) -> dict[str, Any]:
-        handle = self.handle(device)
-        driver = self.ctypes.create_string_buffer(96)
-        self._check(self.lib.nvmlSystemGetDriverVersion(driver, self.ctypes.c_uint(96)))
-        return {
-            "sm_clock_mhz": self.uint(self.lib.nvmlDeviceGetClockInfo, handle, self.CLOCK_SM),
-            "mem_clock_mhz": self.uint(self.lib.nvmlDeviceGetClockInfo, handle, self.CLOCK_MEM),
-            "sm_clock_max_mhz": self.uint(self.lib.nvmlDeviceGetMaxClockInfo, handle, self.CLOCK_SM),
-            "temperature_c": self.uint(self.lib.nvmlDeviceGetTemperature, handle, self.TEMPERATURE_GPU),
-            "driver": driver.value.decode(),
-        }
-
-
-_NVML: list[_Nvml | None] = []
-
-
-def _nvml_clocks(device: int) -> dict[str, Any] | None:
-    """NVML's reading, or None where NVML cannot be loaded or answers with an error (nvidia-smi is asked then)."""
-    try:
-        if not _NVML:
-            _NVML.append(_Nvml())
-        return _NVML[0].read(device) if _NVML[0] is not None else None
-    except (OSError, AttributeError):
-        if not _NVML:
-            _NVML.append(None)
-        return None
-
-
-def _pci_bus_id(device: int) -> str | None:
-    """'0000:1B:00.0' for CUDA device `device`, from torch's device properties (None where they lack it)."""
-    try:
-        import torch
-
-        props = torch.cuda.get_device_properties(device)
-        return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
-    except (AttributeError, RuntimeError, AssertionError):
-        return None
-
-
-def _smi_clocks(device: int) -> dict[str, Any]:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return {}
-    query = ",".join(_SMI_FIELDS)
-    try:
-        out = subprocess.run(
-            [smi, f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", str(device)],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout
-    except (subprocess.SubprocessError, OSError):
-        return {}
-    values = [v.strip() for v in out.strip().splitlines()[0].split(",")] if out.strip() else []
-    facts: dict[str, Any] = {}
-    for key, value in zip(_SMI_FIELDS.values(), values):
-        if key == "driver":
-            facts[key] = value
-        else:
-            try:
-                facts[key] = int(float(value))
-            except ValueError:
-                facts[key] = None
-    return facts
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def _child_probe() -> dict[str, Any] | None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
+from .stages.job import Job  # noqa: F401 (judge.rounds, peer and control take it from here)
 from .stages.result import StageResult, not_run
 
 # How many times Ray starts a dead evaluation actor again (and resends the evaluation it held) before the round
@@ -59,16 +59,6 @@ def describe_place(place: dict) -> str:
         return where + ("" if place["cpus"] else ": no block of its host's cores was free") + gate
     name = device.get("name") or "no GPU"
     return f"{place['host']}, GPU {place['gpus'] or '-'} ({name})" + gate
-
-
-@dataclass
-class Job:
-    """One candidate whose compiled kernel waits for the GPU stages."""
-
-    key: Any  # the caller's handle for it
-    name: str  # the proposal id, for progress lines
-    source: str  # its kernel file
-    workspace: Path  # where it is assembled on this machine
 
 
 def kernel_stages(session, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 from decimal import Decimal
 from typing import Annotated, Literal, Optional
@@ -13,6 +14,12 @@ from .errors import JudgeError
 from .noise import Floor
 
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+def sha256(text: str) -> str:
+    """The digest by which every record names a text: a kernel (`kernel_sha256`, `base_sha256`), a proposal's
+    content (`content_sha256`)."""
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class Outcome(str, enum.Enum):

@@ -13,6 +13,9 @@ from typing import Any
 import yaml
 
 from .errors import JudgeError
+from .extensions import STATIC_RULES
+from .formulas import check_formula
+from .target_hooks import check_hooks
 
 SUBMISSION = "@SUBMISSION@"
 METADATA_FILE = "judge.toml"
@@ -226,7 +229,7 @@ def load_target(path: str | Path) -> Target:
             f"{where}: field 'speed_of_light_us': {len(sol)} values for {len(benchmarks)} benchmarks"
         )
     measuring = _measuring(meta, where)
-    return Target(
+    target = Target(
         name=meta.get("name", path.name),
         path=path,
         kernel_file=kernel_file,
@@ -246,6 +249,8 @@ def load_target(path: str | Path) -> Target:
         forbidden=_forbidden(meta.get("rules"), where),
         **measuring,
     )
+    check_hooks(target)  # what judge.toml asks of the target's files, against judge/extensions.py
+    return target
 
 
 def _measuring(meta: dict[str, Any], where: Path) -> dict[str, Any]:
@@ -322,22 +327,20 @@ def _distributions(raw: Any, path: Path, where: Path) -> list[Distribution]:
 
 
 def _static(raw: Any, path: Path, where: Path) -> StaticSpec | None:
-    from .stages.static.rules import PARAMETERS, REQUIRED, check_formula
-
     if raw is None:
         return None
     names = raw.get("rules", [])
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise JudgeError(f"{where}: field 'static.rules': a list of rule names ({', '.join(sorted(PARAMETERS))})")
+        raise JudgeError(f"{where}: field 'static.rules': a list of rule names ({', '.join(sorted(STATIC_RULES))})")
     rules: dict[str, dict[str, Any]] = {}
     for name in names:
-        if name not in PARAMETERS:
-            raise JudgeError(f"{where}: field 'static.rules': unknown rule '{name}' (known: {', '.join(sorted(PARAMETERS))})")
+        if name not in STATIC_RULES:
+            raise JudgeError(f"{where}: field 'static.rules': unknown rule '{name}' (known: {', '.join(sorted(STATIC_RULES))})")
         params = raw.get(name, {})
-        unknown = sorted(set(params) - PARAMETERS[name])
+        unknown = sorted(set(params) - STATIC_RULES[name].names)
         if unknown:
             raise JudgeError(f"{where}: field 'static.{name}.{unknown[0]}': rule '{name}' takes no such parameter")
-        missing = sorted(REQUIRED.get(name, set()) - set(params))
+        missing = sorted(STATIC_RULES[name].required - set(params))
         if missing:
             raise JudgeError(f"{where}: field 'static.{name}.{missing[0]}': required by rule '{name}'")
         for formula in ([params["bytes"]] if isinstance(params.get("bytes"), str) else params.get("bytes", [])):

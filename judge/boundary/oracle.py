@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
+from ..machine import facts_here
 
 # Shown mismatches when the target sets no tolerance (its check_implementation then decides alone).
 FALLBACK_RTOL = FALLBACK_ATOL = 1e-3
@@ -220,8 +221,6 @@ class Oracle:
 
     def facts(self) -> dict | None:
         """The GPU and its clocks as this trusted process sees them (None on a CPU)."""
-        from ..devices import facts_here
-
         facts = facts_here()
         return facts.to_dict() if facts else None
 

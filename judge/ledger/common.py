@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 from typing import Any
+
+from ..records import sha256  # noqa: F401 (the digest the ledger keeps of a kernel's or a proposal's text)
 
 
 def now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _json(value: Any) -> str:

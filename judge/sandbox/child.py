@@ -113,7 +113,7 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
     serial = 0
     phases: dict[str, float] = {}  # the start's (or bind's) own account of its parts, in us: shown, never trusted
     if setup.get("deferred"):  # a warm spare: the heavy imports now, CUDA when told, the kernel's workspace later
-        _import_heavy(setup["role"])
+        _import_heavy(setup["role"], setup.get("preload", []))
         send({"serial": 0, "ok": True, "value": {"pid": os.getpid(), "ready": True}})
         serial, setup = _wait_for_bind(commands, send, setup, phases, cuda=setup["role"] != "call")
     try:
@@ -173,18 +173,18 @@ def _server(setup: dict):
     return Runner(**setup["init"]), RUNNER_OPS
 
 
-def _import_heavy(role: str = "runner") -> None:
+def _import_heavy(role: str = "runner", preload: list[str] | tuple[str, ...] = ()) -> None:
     """What every runner pays before it knows its kernel and that touches no GPU: torch's import (seconds) and
     the compiler modules the runner settles before its snapshot (2.4 s of each bind on an H100 before they moved
-    here); a compile worker's judge code instead (judge.stages.compile.stage's imports took 0.45 s of a bind on a
-    2-core VM)."""
+    here); a compile worker's judge code instead, the modules its parent names in `preload` (judge.stages.compile's
+    imports took 0.45 s of a bind on a 2-core VM)."""
     import torch  # noqa: F401
 
     from ..boundary import runner  # noqa: F401
 
-    if role == "call":
-        from ..stages.compile import stage as compile  # noqa: F401
-    elif role == "runner":
+    for module in preload:  # judge's own modules, named by judge (judge.stages.compile.workers), never a kernel's
+        importlib.import_module(module)
+    if role == "runner":
         from ..boundary.tamper import preload_torch
 
         preload_torch()

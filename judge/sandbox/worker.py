@@ -92,16 +92,19 @@ class Worker:
     """One child process serving `role` ("runner" or "oracle"); see judge.sandbox.child.serve."""
 
     def __init__(self, role: str, init: dict | None, *, cwd: Path, log_path: Path, policy: dict | None = None,
-                 env: dict[str, str] | None = None, start_timeout_s: float = START_TIMEOUT_S, poll_s: float = 0.0):
-        """With `init` None the worker is a spare: it loads torch (and CUDA) now and waits for `bind`. A reply
-        is polled for `poll_s` seconds before the parent sleeps until it comes (POLL_S on GPU targets)."""
+                 env: dict[str, str] | None = None, start_timeout_s: float = START_TIMEOUT_S, poll_s: float = 0.0,
+                 preload: tuple[str, ...] = ()):
+        """With `init` None the worker is a spare: it loads torch (and CUDA) now, and the modules `preload` names
+        (judge's own, what its bind will run), and waits for `bind`. A reply is polled for `poll_s` seconds before
+        the parent sleeps until it comes (POLL_S on GPU targets)."""
         self.role = role
         self.poll_s = poll_s
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = tempfile.TemporaryDirectory(prefix="judge-worker-")
         setup = Path(self._tmp.name) / "setup.json"
-        setup.write_text(json.dumps({"role": role, "init": init, "policy": policy, "deferred": init is None}))
+        setup.write_text(json.dumps({"role": role, "init": init, "policy": policy, "deferred": init is None,
+                                     "preload": list(preload)}))
         cmd_read, self._cmd = os.pipe()
         self._reply, reply_write = os.pipe()
         child_env = dict(env if env is not None else os.environ)

@@ -20,8 +20,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Iterator
 
-from ...dispatch import Job
-from ...ledger import sha256
+from ...records import sha256
+from ..job import Job
 from ..result import StageResult
 
 # Warm compile children kept at once, at most: each holds torch (a few hundred MB) while it waits; more threads

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import resources
 from .cache import CompileCache, cache_key, default_signature, distinct_configs, sha
 from ...errors import JudgeError
+from ...extensions import SIGNATURE
 from ...sandbox.confine import Policy
 from ...sandbox.isolation import run_isolated
 from ..details import CompileDetail, CompiledConfig, CompileError, KernelResources
@@ -360,7 +361,7 @@ def _child_compile(
     if not callable(hook):
         line = f"AttributeError: {kernel_file} defines no {entry}() (the compile hook judge.toml names)"
         return {"import_error": {"type": "AttributeError", "message": line, "where": None, "line": line}}
-    signature_of = getattr(module, "compile_signature", None)
+    signature_of = getattr(module, SIGNATURE, None)  # judge.extensions.CompileSignature
     try:
         signatures = [signature_of(dict(spec)) if signature_of else default_signature(spec) for spec in specs]
     except Exception as error:

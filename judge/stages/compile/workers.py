@@ -28,6 +28,10 @@ from ...sandbox.confine import Policy, child_env, prepare
 from ...sandbox.isolation import ChildOutcome, child_environment, entry_point, kill_group, run_isolated
 from ...sandbox.worker import CommandFailed, Worker, WorkerError
 
+# What a spare imports while it waits: the compile stage's child function and what it imports (the sandbox knows
+# no stage: its parent names them).
+PRELOAD = ("judge.stages.compile.stage",)
+
 
 class CompileWorkers:
     """Spare compile children for `jobs` compiles, `spares` kept loading ahead (never more than compiles left)."""
@@ -110,7 +114,8 @@ class CompileWorkers:
         home = fresh(self.root / str(self._started))
         rules = Policy(writable=[home], readable=[])
         prepare(rules)
-        worker = Worker("call", None, cwd=home, log_path=home / "spare.log", env=child_env(rules, dict(os.environ)))
+        worker = Worker("call", None, cwd=home, log_path=home / "spare.log", env=child_env(rules, dict(os.environ)),
+                        preload=PRELOAD)
         if self.cores:
             pin(worker.pid, self.cores)
         return worker

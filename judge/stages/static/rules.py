@@ -12,13 +12,13 @@ does; they do not prove a kernel right (that takes the GPU's correctness stage).
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
+from ...extensions import STATIC_RULES
+from ...formulas import check_formula, evaluate, formulas_of, knobs_text  # noqa: F401 (check_formula: the loader's, tests')
 from ..compile import resources
 from .ptx import Function, Instruction, parse
 from ..details import RuleResult  # what a rule returns is a part of the static stage's detail
@@ -41,18 +41,18 @@ class Code:
         return [f for f in self.functions if f.entry] or self.functions
 
 
-Rule = Callable[[Code, dict, dict], RuleResult]
+Rule = Callable[[Code, dict, dict], RuleResult]  # judge.extensions.StaticRule
 RULES: dict[str, Rule] = {}
-# The parameters each rule takes in its own judge.toml table ([static.RULE]); checked when a target loads.
-PARAMETERS: dict[str, set[str]] = {}
-REQUIRED: dict[str, set[str]] = {}
 
 
-def rule(name: str, parameters: tuple[str, ...] = (), required: tuple[str, ...] = ()):
+def rule(name: str):
+    """Register a rule under its name in judge.extensions.STATIC_RULES, which declares the parameters it takes
+    (the loader checks a target's tables against that declaration, without importing this module)."""
+    if name not in STATIC_RULES:
+        raise ValueError(f"static rule '{name}' is not declared in judge/extensions.py's STATIC_RULES")
+
     def register(fn: Rule) -> Rule:
         RULES[name] = fn
-        PARAMETERS[name] = set(parameters) | set(required)
-        REQUIRED[name] = set(required)
         return fn
     return register
 
@@ -161,11 +161,11 @@ def _wait_depth(function: Function, instruction: Instruction) -> int:
 # ---- transaction counts and tensor memory ----------------------------------------------------------------
 
 
-@rule("expect-tx-bytes", required=("bytes",))
+@rule("expect-tx-bytes")
 def expect_tx_bytes(code: Code, params: dict, signature: dict) -> RuleResult:
     """Every mbarrier expect_tx counts the bytes the target's formula gives for this config: a count that is
     too high hangs the pipeline, one too low lets the consumer read a stage before its copies land."""
-    expected = {formula: evaluate(formula, signature) for formula in _formulas(params)}
+    expected = {formula: evaluate(formula, signature) for formula in formulas_of(params)}
     seen = 0
     for function in code.entries:
         for index, instruction in enumerate(function.instructions):
@@ -233,7 +233,7 @@ PTXAS_WRONG_CODE = (r"uninitiali[sz]ed", r"out of range", r"undefined", r"ignore
                     r"not a multiple", r"overflow")
 
 
-@rule("ptxas-clean", ("wrong_code",))
+@rule("ptxas-clean")
 def ptxas_clean(code: Code, params: dict, signature: dict) -> RuleResult:
     """ptxas assembles the PTX for the target's architecture without a warning that means wrong code
     (`wrong_code` adds patterns to PTXAS_WRONG_CODE); other warnings are listed, not failed."""
@@ -258,55 +258,3 @@ def ptxas_clean(code: Code, params: dict, signature: dict) -> RuleResult:
         return RuleResult("ptxas-clean", True, f"ptxas: {len(warnings)} warning(s), none about wrong code: "
                           + "; ".join(warnings[:3]))
     return RuleResult("ptxas-clean", True, f"ptxas assembles it for {code.arch} without a warning")
-
-
-# ---- formulas over a config's knobs ------------------------------------------------------------------------
-
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Mod: operator.mod}
-
-
-def evaluate(formula: str, signature: dict) -> int:
-    """An integer formula over the compile signature's knobs: + - * // %, numbers, names, name[index]."""
-    try:
-        tree = ast.parse(formula, mode="eval")
-    except SyntaxError:
-        raise ValueError(f"'{formula}' is not a formula") from None
-    return int(_value(tree.body, signature, formula))
-
-
-def _value(node: ast.AST, names: dict, formula: str) -> Any:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.Name):
-        if node.id not in names:
-            raise ValueError(f"'{formula}': the config has no knob '{node.id}' (it has {', '.join(sorted(names))})")
-        return names[node.id]
-    if isinstance(node, ast.Subscript):
-        return _value(node.value, names, formula)[_value(node.slice, names, formula)]
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_value(node.left, names, formula), _value(node.right, names, formula))
-    raise ValueError(f"'{formula}': only + - * // %, integers and the config's knobs are allowed")
-
-
-def check_formula(formula: str) -> str | None:
-    """Why `formula` cannot be a rule's formula, or None: checked when the target loads, before any knob."""
-    try:
-        tree = ast.parse(formula, mode="eval")
-    except SyntaxError:
-        return f"'{formula}' is not a formula"
-    allowed = (ast.Expression, ast.Constant, ast.Name, ast.Subscript, ast.BinOp, ast.Load, *_OPS)
-    bad = next((n for n in ast.walk(tree) if not isinstance(n, allowed)), None)
-    if bad is not None or any(isinstance(n, ast.Constant) and not isinstance(n.value, int) for n in ast.walk(tree)):
-        return f"'{formula}': only + - * // %, integers and the config's knobs are allowed"
-    return None
-
-
-def _formulas(params: dict) -> list[str]:
-    value = params.get("bytes", [])
-    return [value] if isinstance(value, str) else list(value)
-
-
-def knobs_text(signature: dict) -> str:
-    """A compile signature's knobs on one line, `name=value, ...` (the kernel's name left out)."""
-    return ", ".join(f"{k}={v}" for k, v in signature.items() if k != "kernel")

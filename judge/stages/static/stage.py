@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...extensions import CHECKS
 from ...sandbox.confine import Policy
 from ..evaluation import fresh
 from ...sandbox.isolation import run_isolated
@@ -24,7 +25,7 @@ from .rules import RULES, Code, knobs_text
 from ...targets import Target
 
 STAGE = "static"
-CHECKS_LIST = "CHECKS"
+CHECKS_LIST = CHECKS  # judge.extensions.LayoutCheck
 
 
 def run_static(target: Target, workspace: Path, compile_stage: StageResult) -> StageResult:
