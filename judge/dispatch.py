@@ -272,7 +272,7 @@ class EvaluationActor:
 
     def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None
                  ) -> tuple[str, list[StageResult], dict]:
-        from .stages.evaluation import fresh
+        from .workspaces import fresh
         from .noise import Floor
 
         if self.gate_reason:

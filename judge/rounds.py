@@ -17,7 +17,7 @@ from . import contain
 from .errors import JudgeError
 from .devices import facts_dict, host_facts
 from .dispatch import Job
-from .stages.evaluation import fresh
+from .workspaces import fresh
 from .ledger import Ledger, now, sha256
 from .stages.compile.pipeline import CompilePipeline, ready_jobs
 from .control import evaluate_control, round_floor
@@ -94,7 +94,7 @@ class Stages:
 
     def open_round(self, target: Target, root: Path, base_dir: Path):
         """The round's trusted state (judge.stages.evaluation.Evaluator): secret seeds, oracle, base runner."""
-        from .stages.evaluation import Evaluator, fresh
+        from .stages.evaluation import Evaluator
 
         return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir)
 
@@ -243,7 +243,7 @@ class RoundRun:
         evaluation_id = self.ledger.record_evaluation(
             run_id=self.run_id, round_id=self.round_row["id"], revision_id=revision["id"] if revision else None,
             subject=subject or ("candidate" if revision else "base"), kernel_sha256=kernel_sha, outcome=outcome.value,
-            reason=reason, stages=stages, device=device, started_at=started,
+            reason=reason, stages=stages, device=device, started_at=started, confinement=_confinement(stages),
         )
         if revision is None:
             return Verdict(f"({subject or 'base'})", 0, outcome.value, reason, evaluation_id=evaluation_id)
@@ -254,6 +254,15 @@ class RoundRun:
             where = describe_place(place)
         self.on_event("verdict", proposal=revision["proposal_id"], outcome=outcome.value, reason=reason, where=where)
         return Verdict(revision["proposal_id"], revision["revision"], outcome.value, reason, evaluation_id=evaluation_id)
+
+
+def _confinement(stages: list[StageResult]) -> Optional[str]:
+    """The report's line for the first confinement record a correctness or timing stage kept, if any."""
+    from .report.formatting import confinement_summary  # the report's wording; its templates load only here
+
+    record = next((s.detail.confinement for s in stages
+                   if isinstance(s.detail, (CheckDetail, TimingDetail)) and s.detail.confinement), None)
+    return confinement_summary(record)
 
 
 def _run_target_round(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from judge.stages.evaluation import Evaluator, fresh
+from judge.stages.evaluation import Evaluator
+from judge.workspaces import fresh
 from judge.rounds import Stages
 from judge.targets import load_target
 

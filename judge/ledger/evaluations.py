@@ -7,7 +7,7 @@ import json
 
 from .. import contain
 from ..errors import JudgeError
-from ..stages.details import CheckDetail, CompileDetail, CompileError, TimedBenchmark, TimingDetail, detail_type
+from ..stages.details import CompileDetail, CompileError, TimedBenchmark, detail_type
 from ..stages.result import StageResult
 from .common import _json, now
 
@@ -30,15 +30,15 @@ class EvaluationRecords:
         stages: list[StageResult],
         device: dict | None,
         started_at: str,
+        confinement: str | None = None,
     ) -> int:
         """Write one finished evaluation with its stages, benchmarks, repetitions and resources at once. Text a
         candidate's processes produced is capped first (StageResult.bounded, contain.REASON_CAP): a 16 MiB error
-        line is kept as its first 4 KiB and how much more there was."""
+        line is kept as its first 4 KiB and how much more there was. `confinement` is the line a report shows of
+        its runners' confinement (judge.report.formatting.confinement_summary), kept as given."""
         stages = [s.bounded() for s in stages]
         reason = contain.cap(reason, contain.REASON_CAP)
         timing = next((s for s in stages if s.stage == "timing" and s.status == "passed"), None)
-        confinement = next((s.detail.confinement for s in stages
-                            if isinstance(s.detail, (CheckDetail, TimingDetail)) and s.detail.confinement), None)
         geomean = ci = None
         if timing:
             geomean = timing.detail.geomean
@@ -57,7 +57,7 @@ class EvaluationRecords:
                     "geomean_ci_low": ci[0] if ci else None,
                     "geomean_ci_high": ci[1] if ci else None,
                     "device_json": _json(device) if device else None,
-                    "confinement": confinement_summary(confinement),
+                    "confinement": confinement,
                     "started_at": started_at,
                     "finished_at": now(),
                 }
@@ -276,15 +276,6 @@ def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[TimedBenchmark])
             {"benchmark_result_id": bench_id, "rep": i, "base_us": b, "cand_us": c, "pair": p}
             for i, (b, c, p) in enumerate(zip(bench.base_us, bench.cand_us, pairs))
         )
-
-
-def confinement_summary(record: dict | None) -> str | None:
-    """The one line a report shows for a runner's confinement record (judge.sandbox.confine.Confinement)."""
-    if not record:
-        return None
-    from ..sandbox.confine import Confinement
-
-    return Confinement.from_dict(record).summary()
 
 
 RESOURCE_FIELDS = ("kernel", "registers", "smem_bytes", "spill_bytes", "stack_bytes", "threads_per_cta", "ctas_per_sm", "limiter")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..boundary import callframe
 from ..devices import gate
-from .evaluation import Case, Evaluator, fresh
+from ..workspaces import fresh
+from .evaluation import Case, Evaluator
 from .details import CheckDetail, CheckedCase
 from .result import StageResult, not_run
 from ..targets import Target, spec_label

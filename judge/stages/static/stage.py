@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...sandbox.confine import Policy
-from ..evaluation import fresh
+from ...workspaces import fresh
 from ...sandbox.isolation import run_isolated
 from ..details import CompiledConfig, LayoutCheck, RuleResult, StaticConfig, StaticDetail
 from ..result import StageResult

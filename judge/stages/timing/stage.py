@@ -33,7 +33,8 @@ from . import audits
 from ...boundary import callframe
 from ... import stats
 from ...devices import gate
-from ..evaluation import Evaluator, fresh
+from ...workspaces import fresh
+from ..evaluation import Evaluator
 from ...noise import Floor, default_floor
 from ...boundary.runner import spin_cycles, spin_for
 from ..details import ABSENT, TimedBenchmark, TimingDetail
