@@ -58,7 +58,7 @@ class RoundSummary:
     time: dict = field(default_factory=dict)
 
 
-class Stages:
+class StageCalls:
     """The stage functions a round calls; tests substitute fakes, the real ones load torch lazily."""
 
     def probe(self):
@@ -98,16 +98,16 @@ class Stages:
 
         return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir)
 
-    def check_base(self, session, base_dir: Path) -> StageResult:
+    def check_base(self, evaluator, base_dir: Path) -> StageResult:
         from .stages.check import check
 
-        return check(session, base_dir)
+        return check(evaluator, base_dir)
 
-    def evaluate(self, session, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
+    def evaluate(self, evaluator, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
         """Correctness, then timing against the base in process pairs, against the noise floor `floor`."""
         from .dispatch import kernel_stages
 
-        return kernel_stages(session, workspace, budget_s, floor)
+        return kernel_stages(evaluator, workspace, budget_s, floor)
 
 
 @dataclass
@@ -125,7 +125,7 @@ class Settings:
     warm_compiles: bool = True
     timing_budget_s: Optional[float] = None
     again: bool = False
-    stages: Stages = field(default_factory=Stages)
+    stages: StageCalls = field(default_factory=StageCalls)
     # Ray (judge.dispatch): the GPU stages on actors that each hold one GPU (or, for a CPU target, a block of
     # cores); off unless one of these is set.
     ray: bool = False
@@ -195,7 +195,7 @@ class RoundRun:
     base_dir: Path
     gate: Optional[str]
     device: Optional[dict]
-    session: object = None
+    evaluator: object = None
     dispatch: object = None  # judge.dispatch: where correctness and timing run
     floor: object = None  # judge.noise.Floor: the effect faster and slower must clear in this run
     spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
@@ -217,16 +217,16 @@ class RoundRun:
                 if seconds is not None:
                     self.spent[key] = self.spent.get(key, 0.0) + seconds
 
-    def open_session(self):
+    def open_evaluator(self):
         """The trusted state of the kernel-running stages, opened at the first one that runs here."""
-        if self.session is None:
-            self.session = self.settings.stages.open_round(self.target, self.root, self.base_dir)
-        return self.session
+        if self.evaluator is None:
+            self.evaluator = self.settings.stages.open_round(self.target, self.root, self.base_dir)
+        return self.evaluator
 
     def close(self) -> None:
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        if self.evaluator is not None:
+            self.evaluator.close()
+            self.evaluator = None
 
     def record(self, revision: Optional[dict], kernel_sha: Optional[str], stages: list[StageResult],
                started: str, outcome: Optional[tuple[Outcome, str]] = None, place: Optional[dict] = None,

@@ -76,27 +76,27 @@ def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float |
     if reason:
         return not_run(STAGE, reason)
     candidate = Path(candidate).resolve()
-    with Evaluator(target, fresh(candidate.parent / f".{candidate.name}-oracle"), base_dir=Path(base)) as ev:
-        return measure(ev, candidate, budget_s=budget_s, timeout_s=timeout_s, floor=floor)
+    with Evaluator(target, fresh(candidate.parent / f".{candidate.name}-oracle"), base_dir=Path(base)) as evaluator:
+        return measure(evaluator, candidate, budget_s=budget_s, timeout_s=timeout_s, floor=floor)
 
 
-def measure(ev: Evaluator, workspace: Path, *, budget_s: float | None = None, timeout_s: float | None = None,
+def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = None, timeout_s: float | None = None,
             floor: Floor | None = None, nonce: int | None = None) -> StageResult:
     """Time the kernel assembled in `workspace` against the round's base, pair after pair (module docstring)."""
-    target = ev.target
+    target = evaluator.target
     floor = floor or default_floor(target)
-    nonce = ev.nonce() if nonce is None else nonce
+    nonce = evaluator.nonce() if nonce is None else nonce
     limit = timeout_s if timeout_s is not None else target.limits.timing_s
     budget = budget_s if budget_s is not None else BUDGET_PER_BENCHMARK_S * len(target.benchmarks)
     budget = min(budget, 0.5 * limit)
     started = time.monotonic()
     deadline = started + limit
-    facts = None if target.on_cpu else ev.ask("facts")
+    facts = None if target.on_cpu else evaluator.ask("facts")
     pairs: list[PairResult] = []
-    ev.discard_prebound(keep=(workspace, ev.base_dir))
+    evaluator.discard_prebound(keep=(workspace, evaluator.base_dir))
     try:
         for p in range(MAX_PAIRS):
-            pairs.append(time_pair(ev, Path(workspace), p, nonce, deadline))
+            pairs.append(time_pair(evaluator, Path(workspace), p, nonce, deadline))
             if pairs[-1].failure or pairs[-1].findings or pairs[-1].base_findings:
                 break
             logs = _pair_geomeans(pairs, target)
@@ -108,32 +108,32 @@ def measure(ev: Evaluator, workspace: Path, *, budget_s: float | None = None, ti
                            f"{stop.message}", time.monotonic() - started, TimingDetail(error=stop.message, who=stop.who),
                            stop.log)
     finally:
-        ev.discard_prebound()
-    return _result(ev, pairs, floor, facts, time.monotonic() - started)
+        evaluator.discard_prebound()
+    return _result(evaluator, pairs, floor, facts, time.monotonic() - started)
 
 
-def time_pair(ev: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float) -> PairResult:
+def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float) -> PairResult:
     """One process pair over every benchmark: two fresh runners (bound in an order drawn for the pair), pinned
     to the timing cores, each benchmark in turn, then both runners' audits."""
-    rng = random.Random(ev.shift(nonce, pair, -1))
+    rng = random.Random(evaluator.shift(nonce, pair, -1))
     order = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
     runners: dict[str, Worker] = {}
     result = PairResult()
     started = time.monotonic()
     try:
         for who in order:
-            directory = ev.base_dir if who == "base" else workspace
+            directory = evaluator.base_dir if who == "base" else workspace
             name = f"timing-{'base-' if who == 'base' else ''}{pair}.log"
             try:
-                runners[who] = ev.loaded(directory, name, time_left(deadline))
+                runners[who] = evaluator.loaded(directory, name, time_left(deadline))
             except (WorkerError, CommandFailed) as error:
                 raise _stopped(error, who) from None
-        ev.pin_timing(*runners.values())
+        evaluator.pin_timing(*runners.values())
         result.confinement = (runners["cand"].hello or {}).get("confinement")
-        ev.settle()
+        evaluator.settle()
         first = "base" if pair % 2 == 0 else "cand"
-        for index in range(len(ev.target.benchmarks)):
-            bench = _benchmark(ev, runners, index, pair, nonce, first, deadline, result)
+        for index in range(len(evaluator.target.benchmarks)):
+            bench = _benchmark(evaluator, runners, index, pair, nonce, first, deadline, result)
             result.benchmarks.append(bench)
             if bench.get("failure"):
                 result.failure = bench["failure"]
@@ -151,31 +151,31 @@ def time_pair(ev: Evaluator, workspace: Path, pair: int, nonce: int, deadline: f
             (result.base_findings if who == "base" else result.findings).extend(found)
     finally:
         for worker in runners.values():
-            ev.close_runner(worker)
-        ev.collect()
+            evaluator.close_runner(worker)
+        evaluator.collect()
     result.seconds = time.monotonic() - started
     return result
 
 
-def _benchmark(ev: Evaluator, runners: dict[str, Worker], index: int, pair: int, nonce: int, first: str,
+def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pair: int, nonce: int, first: str,
                deadline: float, result: PairResult) -> dict[str, Any]:
     """One benchmark in one pair: its sets made and laid out by the oracle, both runners built and warmed up,
     then the turns (judge.stages.timing.turns)."""
-    target = ev.target
+    target = evaluator.target
     spec = target.benchmarks[index]
-    sets, copies = ev.sets_for(index), ev.copies_for(index)
+    sets, copies = evaluator.sets_for(index), evaluator.copies_for(index)
     key = f"t{nonce}-{pair}-{index}"
     pids = {who: w.pid for who, w in runners.items()}
-    made = ev.ask("benchmark", key=key, spec=spec, distribution=target.distributions[0].name,
-                  seeds=ev.timing_seeds(index, nonce, pair, sets), projection_seed=ev.projection_seed(index, nonce, pair),
-                  copies=copies, runners=list(pids.values()), shift=ev.shift(nonce, pair, index),
-                  flush=not target.on_cpu)
+    made = evaluator.ask("benchmark", key=key, spec=spec, distribution=target.distributions[0].name,
+                         seeds=evaluator.timing_seeds(index, nonce, pair, sets),
+                         projection_seed=evaluator.projection_seed(index, nonce, pair), copies=copies,
+                         runners=list(pids.values()), shift=evaluator.shift(nonce, pair, index), flush=not target.on_cpu)
     current = "cand"
     try:
-        spin, serials = _enter_frames(ev, runners, key, made, copies, deadline, result)
+        spin, serials = _enter_frames(evaluator, runners, key, made, copies, deadline, result)
         clocks = ["host"] if target.on_cpu else ["gpu", "call"]
-        turns = PairTurns(ev, key, index, runners, clocks, target.deciding_clock, sets, copies, spin,
-                          random.Random(ev.shift(nonce, pair, index + 1000)), first, deadline)
+        turns = PairTurns(evaluator, key, index, runners, clocks, target.deciding_clock, sets, copies, spin,
+                          random.Random(evaluator.shift(nonce, pair, index + 1000)), first, deadline)
         measuring = time.monotonic()
         try:
             turns.run()
@@ -194,7 +194,7 @@ def _benchmark(ev: Evaluator, runners: dict[str, Worker], index: int, pair: int,
     except (WorkerError, CommandFailed) as error:
         raise _stopped(error, current) from None
     finally:
-        ev.ask("release", key=key)
+        evaluator.ask("release", key=key)
     strays = sorted(pid for w in runners.values() for pid in w.strays())
     bench = {"index": index, "series": turns.series, "spin_us": round(spin["us"], 1), "sets": sets,
              "copies": copies, "placement": "separate" if target.on_cpu else "shared", "measuring_s": measuring_s,
@@ -204,7 +204,7 @@ def _benchmark(ev: Evaluator, runners: dict[str, Worker], index: int, pair: int,
     return bench
 
 
-def _enter_frames(ev: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
+def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
                   result: PairResult) -> tuple[dict, dict[str, int]]:
     """Both runners build their data from the oracle's plans, warm up on the warm-up set and enter the call frame,
     each stopped in between: the benchmark's spin and each runner's serial in the frame."""
@@ -217,13 +217,14 @@ def _enter_frames(ev: Evaluator, runners: dict[str, Worker], key: str, made: dic
             current = who
             worker.finish(time_left(deadline))
             worker.freeze()
-        ev.ask("stage", key=key, name="warm", copies=list(range(copies)), runners=[w.pid for w in runners.values()])
+        evaluator.ask("stage", key=key, name="warm", copies=list(range(copies)),
+                      runners=[w.pid for w in runners.values()])
         warm = []
         for who, worker in runners.items():
             current = who
             warm.append((who, worker.call("warm_up", time_left(deadline)).value))
             worker.freeze()
-        spin = _spin(ev.target, warm)
+        spin = _spin(evaluator.target, warm)
         serials = {}
         for who, worker in runners.items():
             current = who
@@ -261,9 +262,10 @@ def _log_ratio(bench: dict) -> float:
     return stats.pair_log_ratio(base, cand)
 
 
-def _result(ev: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | None, seconds: float) -> StageResult:
+def _result(evaluator: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | None,
+            seconds: float) -> StageResult:
     """The stage's result from the pairs: failure, tampering, or the summary with its decision."""
-    target = ev.target
+    target = evaluator.target
     confinement = pairs[0].confinement if pairs else None
     last = pairs[-1]
     if last.failure:
@@ -273,8 +275,8 @@ def _result(ev: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | 
         message = f"the base's runner: {'; '.join(dict.fromkeys(last.base_findings))}"
         return StageResult(STAGE, "failed", message, seconds, TimingDetail(error=message, who="base"), "")
     detail = summarise(pairs, target, confinement, floor)
-    after = None if target.on_cpu else ev.ask("facts")
-    detail = detail.updated(device=facts, cores=ev.cores["timing"] if ev.cores else None,
+    after = None if target.on_cpu else evaluator.ask("facts")
+    detail = detail.updated(device=facts, cores=evaluator.cores["timing"] if evaluator.cores else None,
                             device_after={k: after.get(k) for k in ("sm_clock_mhz", "mem_clock_mhz",
                                                                     "temperature_c")} if after else None)
     reasons = list(dict.fromkeys(last.findings)) + detail.audit_reasons

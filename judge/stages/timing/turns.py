@@ -37,9 +37,9 @@ FLAG_KIND_CHARS = 40
 class PairTurns:
     """The turns of one benchmark in one process pair: who runs, which copy, which set, which clock."""
 
-    def __init__(self, ev, key: str, index: int, runners: dict[str, Worker], clocks: list[str], deciding: str,
+    def __init__(self, evaluator, key: str, index: int, runners: dict[str, Worker], clocks: list[str], deciding: str,
                  sets: int, copies: int, spin: dict, rng: random.Random, first: str, deadline: float):
-        self.ev, self.key, self.index, self.runners = ev, key, index, runners
+        self.evaluator, self.key, self.index, self.runners = evaluator, key, index, runners
         self.clocks, self.deciding, self.sets, self.copies = clocks, deciding, sets, copies
         self.spin, self.rng, self.first, self.deadline = spin, rng, first, deadline
         self.series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in ("base", "cand") for c in clocks}
@@ -129,7 +129,7 @@ class PairTurns:
     def check_pending(self, stage: dict | None) -> bool:
         """The oracle checks the previous call's output (wiping its copy) and writes the next set, in one step."""
         pending, self.pending = self.pending, None
-        answer = self.ev.ask("turn", key=self.key, verify=pending["verify"] if pending else None, stage=stage)
+        answer = self.evaluator.ask("turn", key=self.key, verify=pending["verify"] if pending else None, stage=stage)
         if pending and answer["problem"]:
             self.fail(pending["who"], pending["clock"], pending["verify"]["set"], answer["problem"])
             return False
@@ -151,7 +151,7 @@ class PairTurns:
     def fail(self, who: str, clock: str, set_index: int, problem: str) -> None:
         count = len(self.series[(who, clock)])
         whose = "the base's" if who == "base" else "its"
-        self.failure = (f"benchmark {self.index} ({self.ev.target.benchmark_label(self.index)}), timed call "
+        self.failure = (f"benchmark {self.index} ({self.evaluator.target.benchmark_label(self.index)}), timed call "
                         f"{count} on input set {set_index} ({clock} clock): {whose} {problem}")
 
 
