@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from . import contain
 from .errors import JudgeError
@@ -19,9 +19,9 @@ from .devices import facts_dict, host_facts
 from .dispatch import Job
 from .workspaces import fresh
 from .ledger import Ledger, now, sha256
-from .stages.compile.pipeline import CompilePipeline, ready_jobs
+from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ready_jobs
 from .control import evaluate_control, round_floor
-from .noise import default_floor
+from .noise import Floor, default_floor
 from .stages.patch import apply_patch
 from .peer import evaluate_peer
 from .records import Outcome
@@ -31,6 +31,10 @@ from .stages.details import CheckDetail, TimingDetail
 from .stages.result import StageResult, not_run
 from .targets import Target, find_target
 from .verdicts import decide
+
+if TYPE_CHECKING:  # the names alone: judge.dispatch and the evaluator's module are imported where they are used
+    from .dispatch import LocalDispatch, RayDispatch
+    from .stages.evaluation import Evaluator
 
 EventSink = Callable[..., None]
 
@@ -92,18 +96,19 @@ class StageCalls:
 
         return run_static(target, workspace, compile_stage)
 
-    def open_round(self, target: Target, root: Path, base_dir: Path):
+    def open_round(self, target: Target, root: Path, base_dir: Path) -> Evaluator:
         """The round's trusted state (judge.stages.evaluation.Evaluator): secret seeds, oracle, base runner."""
         from .stages.evaluation import Evaluator
 
         return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir)
 
-    def check_base(self, evaluator, base_dir: Path) -> StageResult:
+    def check_base(self, evaluator: Evaluator, base_dir: Path) -> StageResult:
         from .stages.check import check
 
         return check(evaluator, base_dir)
 
-    def evaluate(self, evaluator, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
+    def evaluate(self, evaluator: Evaluator, workspace: Path, budget_s: Optional[float],
+                 floor: Optional[Floor] = None) -> list[StageResult]:
         """Correctness, then timing against the base in process pairs, against the noise floor `floor`."""
         from .dispatch import kernel_stages
 
@@ -195,9 +200,9 @@ class RoundRun:
     base_dir: Path
     gate: Optional[str]
     device: Optional[dict]
-    evaluator: object = None
-    dispatch: object = None  # judge.dispatch: where correctness and timing run
-    floor: object = None  # judge.noise.Floor: the effect faster and slower must clear in this run
+    evaluator: Optional[Evaluator] = None  # opened by the first kernel stage that runs here (open_evaluator)
+    dispatch: Union[LocalDispatch, RayDispatch, None] = None  # judge.dispatch: where correctness and timing run
+    floor: Optional[Floor] = None  # the effect faster and slower must clear in this run
     spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
 
     def stale(self, previous: Optional[dict]) -> bool:
@@ -217,7 +222,7 @@ class RoundRun:
                 if seconds is not None:
                     self.spent[key] = self.spent.get(key, 0.0) + seconds
 
-    def open_evaluator(self):
+    def open_evaluator(self) -> Evaluator:
         """The trusted state of the kernel-running stages, opened at the first one that runs here."""
         if self.evaluator is None:
             self.evaluator = self.settings.stages.open_round(self.target, self.root, self.base_dir)
@@ -324,7 +329,7 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
     """Every revision without a standing verdict: patched, then compiled and statically checked on other cores while
     earlier ones run their GPU stages wherever the dispatch runs them (judge.stages.compile.pipeline); each verdict written
     as soon as it is known, and listed as before: compile and static failures first, then the rest."""
-    pending = []
+    pending: list[PreparedCandidate] = []
     for revision in revisions:
         previous = run.ledger.latest_evaluation(run.round_row["id"], revision["id"])
         if not run.stale(previous):
@@ -360,8 +365,9 @@ def _time_spent(wall_s: float, spent: dict, ledger_wait_s: float = 0.0) -> dict:
             "ledger_wait_s": round(ledger_wait_s, 3)}
 
 
-def _prepare(run: RoundRun, revision: dict, base_source: str):
-    """Patch the base into a fresh workspace; a patch that does not apply is recorded as the verdict at once."""
+def _prepare(run: RoundRun, revision: dict, base_source: str) -> Verdict | PreparedCandidate:
+    """Patch the base into a fresh workspace; a patch that does not apply, or a forbidden call, is recorded as the
+    verdict at once."""
     started = now()
     t0 = time.monotonic()
     target = run.target
@@ -382,7 +388,7 @@ def _prepare(run: RoundRun, revision: dict, base_source: str):
     workspace = run.root / "candidates" / revision["proposal_id"]
     fresh(workspace)
     target.assemble(workspace, source)
-    return revision, source, workspace, [patch_stage, screened], started
+    return PreparedCandidate(revision, source, workspace, [patch_stage, screened], started)
 
 
 def _evaluate_base(run: RoundRun) -> None:
@@ -426,7 +432,7 @@ def _static_stages(run: RoundRun, workspace: Path, compile_stage: StageResult, p
     return [run.settings.stages.static_check(run.target, workspace, compile_stage)]
 
 
-def _dispatch(run: RoundRun):
+def _dispatch(run: RoundRun) -> Union[LocalDispatch, RayDispatch]:
     """Where correctness and timing run: Ray actors when the settings ask for them, else this machine."""
     from .dispatch import LocalDispatch, RayDispatch
 

@@ -60,7 +60,7 @@ class FakeStages(StageCalls):
     def compile_one(self, target, workspace, *, cache_dir, workers):
         return self.compile_many([(target, workspace)], cache_dir=cache_dir, workers=1, progress=lambda *_: None)[0]
 
-    class _Session:
+    class _Evaluator:
         def __init__(self, target, base_dir):
             self.target, self.base_dir = target, base_dir
 
@@ -68,7 +68,7 @@ class FakeStages(StageCalls):
             pass
 
     def open_round(self, target, root, base_dir):
-        return self._Session(target, base_dir)
+        return self._Evaluator(target, base_dir)
 
     def check_base(self, evaluator, base_dir):
         return self.correctness(evaluator.target, base_dir)
