@@ -27,7 +27,6 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from . import audits
 from ...boundary import callframe
@@ -58,10 +57,26 @@ class Stopped(Exception):
 
 
 @dataclass
+class PairBenchmark:
+    """One benchmark as one process pair timed it: both runners' series per clock and the facts of its turns."""
+
+    index: int
+    series: dict[tuple[str, str], list[dict]]  # (who, clock) -> repetitions (PairTurns.series)
+    spin_us: float
+    sets: int
+    copies: int
+    placement: str  # "shared" (a GPU target's pair shares the inputs' area) or "separate" (a CPU target's)
+    measuring_s: float
+    strays: list[int]  # processes a runner started that left its process group
+    analysed: str  # the clock whose repetitions the verdict reads (PairTurns.analysed_clock)
+    failure: str | None = None  # why the turns stopped, when they did not finish
+
+
+@dataclass
 class PairResult:
     """What one process pair measured: per benchmark its series and facts, and what its runners showed."""
 
-    benchmarks: list[dict] = field(default_factory=list)
+    benchmarks: list[PairBenchmark] = field(default_factory=list)
     failure: str | None = None
     findings: list[str] = field(default_factory=list)  # the candidate's: its audit, its frame's flags
     base_findings: list[str] = field(default_factory=list)
@@ -135,8 +150,8 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
         for index in range(len(evaluator.target.benchmarks)):
             bench = _benchmark(evaluator, runners, index, pair, nonce, first, deadline, result)
             result.benchmarks.append(bench)
-            if bench.get("failure"):
-                result.failure = bench["failure"]
+            if bench.failure:
+                result.failure = bench.failure
                 break
         for who, worker in runners.items():  # both audits at once: each walks its own process (0.2 s on an H100)
             try:
@@ -158,7 +173,7 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
 
 
 def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pair: int, nonce: int, first: str,
-               deadline: float, result: PairResult) -> dict[str, Any]:
+               deadline: float, result: PairResult) -> PairBenchmark:
     """One benchmark in one pair: its sets made and laid out by the oracle, both runners built and warmed up,
     then the turns (judge.stages.timing.turns)."""
     target = evaluator.target
@@ -196,12 +211,10 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
     finally:
         evaluator.ask("release", key=key)
     strays = sorted(pid for w in runners.values() for pid in w.strays())
-    bench = {"index": index, "series": turns.series, "spin_us": round(spin["us"], 1), "sets": sets,
-             "copies": copies, "placement": "separate" if target.on_cpu else "shared", "measuring_s": measuring_s,
-             "strays": strays, "analysed": turns.analysed_clock()}
-    if turns.failure and turns.failure != "raised":
-        bench["failure"] = turns.failure
-    return bench
+    return PairBenchmark(index=index, series=turns.series, spin_us=round(spin["us"], 1), sets=sets, copies=copies,
+                         placement="separate" if target.on_cpu else "shared", measuring_s=measuring_s, strays=strays,
+                         analysed=turns.analysed_clock(),
+                         failure=turns.failure if turns.failure and turns.failure != "raised" else None)
 
 
 def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
@@ -257,8 +270,8 @@ def _pair_geomeans(pairs: list[PairResult], target: Target) -> list[float]:
     return stats.geomean_logs([[_log_ratio(b) for b in pair.benchmarks] for pair in pairs])
 
 
-def _log_ratio(bench: dict) -> float:
-    base, cand, _ = audits.samples(bench["series"], bench["analysed"])
+def _log_ratio(bench: PairBenchmark) -> float:
+    base, cand, _ = audits.samples(bench.series, bench.analysed)
     return stats.pair_log_ratio(base, cand)
 
 
@@ -317,21 +330,21 @@ def summarise(pairs: list[PairResult], target: Target, confinement: dict | None,
         measuring_s=round(sum(b.measuring_s for b in out), 3))
 
 
-def _timed_benchmark(benches: list[dict], target: Target, deciding: str, reasons: list[str]) -> TimedBenchmark:
-    i = benches[0]["index"]
+def _timed_benchmark(benches: list[PairBenchmark], target: Target, deciding: str, reasons: list[str]) -> TimedBenchmark:
+    i = benches[0].index
     logs = [_log_ratio(b) for b in benches]
     mean = sum(logs) / len(logs)
     low, high = (stats.t_interval(logs)[1:] if len(logs) > 1 else (mean, mean))
-    analysed = benches[-1]["analysed"]
+    analysed = benches[-1].analysed
     pooled = {}
     for b in benches:
-        for key, reps in b["series"].items():
+        for key, reps in b.series.items():
             pooled.setdefault(key, []).extend(reps)
     base_us, cand_us, method = [], [], analysed
     rep_pairs = []
     for p, b in enumerate(benches):
-        bu, cu, method = audits.samples(b["series"], b["analysed"])
-        if deciding == "gpu" and b["analysed"] == "call":
+        bu, cu, method = audits.samples(b.series, b.analysed)
+        if deciding == "gpu" and b.analysed == "call":
             method = "device-wide"  # the turns found side-stream work and moved to the call clock (judge.stages.timing.turns)
         base_us += bu
         cand_us += cu
@@ -343,9 +356,9 @@ def _timed_benchmark(benches: list[dict], target: Target, deciding: str, reasons
         if bs and cs:
             clocks[clock] = {"base_median_us": round(stats.median(bs), 3), "cand_median_us": round(stats.median(cs), 3),
                              "speedup": round(stats.median(bs) / stats.median(cs), 5), "reps": min(len(bs), len(cs))}
-    audit = audits.audit([b["series"] for b in benches], deciding)
+    audit = audits.audit([b.series for b in benches], deciding)
     reasons += [f"benchmark {i}: {r}" for r in audit.pop("reasons")]
-    strays = sorted({pid for b in benches for pid in b["strays"]})
+    strays = sorted({pid for b in benches for pid in b.strays})
     if strays:
         reasons.append(f"benchmark {i}: processes it started left its process group and kept running while "
                        f"the base was timed (pids {', '.join(map(str, strays))})")
@@ -355,14 +368,14 @@ def _timed_benchmark(benches: list[dict], target: Target, deciding: str, reasons
         speedup=round(math.exp(mean), 5), ci_low=round(math.exp(low), 5), ci_high=round(math.exp(high), 5),
         significant=len(logs) > 1 and (low > 0 or high < 0), reps=len(base_us), stopped="pairs",
         method=method if method in ("stream", "device-wide") else deciding, clocks=clocks, audit=audit,
-        spin_us=benches[0]["spin_us"], sets=benches[0]["sets"], copies=benches[0]["copies"],
-        placement=benches[0]["placement"], processes=len(benches),
-        process_medians_us={"base": [round(stats.median(audits.samples(b["series"], b["analysed"])[0]), 3)
+        spin_us=benches[0].spin_us, sets=benches[0].sets, copies=benches[0].copies,
+        placement=benches[0].placement, processes=len(benches),
+        process_medians_us={"base": [round(stats.median(audits.samples(b.series, b.analysed)[0]), 3)
                                      for b in benches],
-                            "cand": [round(stats.median(audits.samples(b["series"], b["analysed"])[1]), 3)
+                            "cand": [round(stats.median(audits.samples(b.series, b.analysed)[1]), 3)
                                      for b in benches]},
         pair_log_ratios=[round(x, 6) for x in logs],
-        measuring_s=round(sum(b["measuring_s"] for b in benches), 3), base_us=_rounded(base_us),
+        measuring_s=round(sum(b.measuring_s for b in benches), 3), base_us=_rounded(base_us),
         cand_us=_rounded(cand_us), rep_pairs=rep_pairs,
         speed_of_light_us=target.speed_of_light_us[i] if target.speed_of_light_us else ABSENT,
     )

@@ -11,6 +11,7 @@ and answers with its times and where it put the output. The parent's clock times
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from . import audits
@@ -34,6 +35,15 @@ NULL_TAIL_EVERY = 4
 FLAG_KIND_CHARS = 40
 
 
+@dataclass(frozen=True)
+class PendingCheck:
+    """A timed call whose output the oracle has yet to check: whose, on which clock, and what the oracle reads."""
+
+    who: str
+    clock: str
+    verify: dict  # the oracle's `turn` command's verify: runner, set, copy, leaves
+
+
 class PairTurns:
     """The turns of one benchmark in one process pair: who runs, which copy, which set, which clock."""
 
@@ -48,7 +58,7 @@ class PairTurns:
         self.timed: dict[str, set[int]] = {"base": set(), "cand": set()}
         self.used: set[int] = set()
         self.other_every = OTHER_CLOCK_EVERY
-        self.pending: dict | None = None  # the last call's output, not yet checked by the oracle
+        self.pending: PendingCheck | None = None  # the last call's output, not yet checked by the oracle
         self.serials: dict[str, int] = {}
         self.failure: str | None = None
         self.last_who = "cand"
@@ -120,8 +130,8 @@ class PairTurns:
         if out["status"] == callframe.BAD_OUTPUT:
             self.fail(who, clock, set_index, out["problem"])
             return False
-        self.pending = {"who": who, "clock": clock, "verify": {"runner": worker.pid, "set": set_index,
-                                                                 "copy": copy, "leaves": out["leaves"]}}
+        self.pending = PendingCheck(who, clock, {"runner": worker.pid, "set": set_index, "copy": copy,
+                                                  "leaves": out["leaves"]})
         if out.get("release"):
             self.release(who)
         return True
@@ -129,9 +139,9 @@ class PairTurns:
     def check_pending(self, stage: dict | None) -> bool:
         """The oracle checks the previous call's output (wiping its copy) and writes the next set, in one step."""
         pending, self.pending = self.pending, None
-        answer = self.evaluator.ask("turn", key=self.key, verify=pending["verify"] if pending else None, stage=stage)
+        answer = self.evaluator.ask("turn", key=self.key, verify=pending.verify if pending else None, stage=stage)
         if pending and answer["problem"]:
-            self.fail(pending["who"], pending["clock"], pending["verify"]["set"], answer["problem"])
+            self.fail(pending.who, pending.clock, pending.verify["set"], answer["problem"])
             return False
         return True
 
