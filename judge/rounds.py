@@ -19,6 +19,7 @@ from .devices import facts_dict, host_facts
 from .dispatch import Job
 from .workspaces import fresh
 from .ledger import Ledger, now, sha256
+from .ledger.rows import EvaluationRow, RoundRow, WinnerRow
 from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ready_jobs
 from .control import evaluate_control, round_floor
 from .noise import Floor, default_floor
@@ -149,7 +150,7 @@ def _quiet(*_args, **_kwargs) -> None:
 # bases and winners -----------------------------------------------------------
 
 
-def winner_of(ledger: Ledger, round_id: int) -> Optional[dict]:
+def winner_of(ledger: Ledger, round_id: int) -> Optional[WinnerRow]:
     """The round's best significantly-faster proposal by measured geomean (an implausible one counts only once
     a person has cleared it as faster), or None."""
     return ledger.round_winner(round_id)
@@ -194,7 +195,7 @@ class RoundRun:
     target: Target
     settings: Settings
     on_event: EventSink
-    round_row: dict
+    round_row: RoundRow
     run_id: int
     root: Path
     base_dir: Path
@@ -205,7 +206,7 @@ class RoundRun:
     floor: Optional[Floor] = None  # the effect faster and slower must clear in this run
     spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
 
-    def stale(self, previous: Optional[dict]) -> bool:
+    def stale(self, previous: Optional[EvaluationRow]) -> bool:
         """Whether an earlier evaluation must be redone: asked to, or it was not run for a reason gone now."""
         if previous is None or self.settings.again:
             return True

@@ -10,6 +10,7 @@ from ..errors import JudgeError
 from ..stages.details import CompileDetail, CompileError, TimedBenchmark, detail_type
 from ..stages.result import StageResult
 from .common import _json, now
+from .rows import CandidateEvaluationRow, ClearedEvaluationRow, EvaluationRow, WinnerRow
 
 PEER = "peer"  # evaluations.subject of a target's peer: timed like a candidate, never ranked
 
@@ -67,10 +68,11 @@ class EvaluationRecords:
                 _insert_benchmarks(db, evaluation_id, timing.detail.benchmarks)
         return evaluation_id
 
-    def evaluations(self, round_id: int) -> list[dict]:
+    def evaluations(self, round_id: int) -> list[EvaluationRow]:
         return self.query("select * from evaluations where round_id = ? order by id", (round_id,))
 
-    def latest_evaluation(self, round_id: int, revision_id: int | None, subject: str = "candidate") -> dict | None:
+    def latest_evaluation(self, round_id: int, revision_id: int | None,
+                          subject: str = "candidate") -> EvaluationRow | None:
         rows = self.query(
             "select * from evaluations where round_id = ? and subject = ? and "
             "(revision_id = ? or (? is null and revision_id is null)) order by id desc limit 1",
@@ -78,7 +80,7 @@ class EvaluationRecords:
         )
         return rows[0] if rows else None
 
-    def peer_evaluation(self, round_id: int) -> dict | None:
+    def peer_evaluation(self, round_id: int) -> EvaluationRow | None:
         """The round's latest evaluation of the target's peer (judge/peer.py), or None."""
         return self.latest_evaluation(round_id, None, subject=PEER)
 
@@ -99,7 +101,7 @@ class EvaluationRecords:
     def benchmark_results(self, evaluation_id: int) -> list[dict]:
         return self.query("select * from benchmark_results where evaluation_id = ? order by benchmark", (evaluation_id,))
 
-    def round_winner(self, round_id: int) -> dict | None:
+    def round_winner(self, round_id: int) -> WinnerRow | None:
         """The latest candidate evaluation per revision of the round that stands as faster, best geomean first."""
         rows = self.query(
             """
@@ -131,7 +133,7 @@ class EvaluationRecords:
         rows = self.query("select * from clearances where evaluation_id = ?", (evaluation_id,))
         return rows[0] if rows else None
 
-    def evaluation(self, evaluation_id: int) -> dict | None:
+    def evaluation(self, evaluation_id: int) -> EvaluationRow | None:
         rows = self.query("select * from evaluations where id = ?", (evaluation_id,))
         return rows[0] if rows else None
 
@@ -157,7 +159,7 @@ class EvaluationRecords:
             "select * from revisions where target = ? and round <= ? order by proposal_id, revision", (target, round)
         )
 
-    def latest_candidate_evaluations(self, round_id: int) -> list[dict]:
+    def latest_candidate_evaluations(self, round_id: int) -> list[CandidateEvaluationRow]:
         """The latest candidate evaluation of each revision in a round, with its revision's fields and the
         outcome a person cleared it to (`cleared_outcome`, null when not cleared), oldest first."""
         return self.query(
@@ -174,7 +176,7 @@ class EvaluationRecords:
             (round_id,),
         )
 
-    def latest_evaluation_of_revision(self, revision_id: int) -> dict | None:
+    def latest_evaluation_of_revision(self, revision_id: int) -> ClearedEvaluationRow | None:
         """A revision's latest candidate evaluation in any round, with `cleared_outcome` as above."""
         rows = self.query(
             "select e.*, c.outcome as cleared_outcome, c.reason as cleared_reason from evaluations e "
@@ -184,7 +186,7 @@ class EvaluationRecords:
         )
         return rows[0] if rows else None
 
-    def evaluations_of_revision(self, revision_id: int) -> list[dict]:
+    def evaluations_of_revision(self, revision_id: int) -> list[EvaluationRow]:
         return self.query("select * from evaluations where revision_id = ? order by id", (revision_id,))
 
     def held(self, round_id: int) -> list[dict]:
