@@ -34,6 +34,7 @@ from ... import stats
 from ...devices import gate
 from ...workspaces import fresh
 from ..evaluation import Evaluator
+from ..lease import RunnerLease
 from ...noise import Floor, default_floor
 from ...boundary.runner import spin_cycles, spin_for
 from ..details import ABSENT, TimedBenchmark, TimingDetail
@@ -135,12 +136,12 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
     runners: dict[str, Worker] = {}
     result = PairResult()
     started = time.monotonic()
-    try:
+    with RunnerLease(evaluator) as lease:
         for who in order:
             directory = evaluator.base_dir if who == "base" else workspace
             name = f"timing-{'base-' if who == 'base' else ''}{pair}.log"
             try:
-                runners[who] = evaluator.loaded(directory, name, time_left(deadline))
+                runners[who] = lease.acquire_loaded(directory, name, time_left(deadline))
             except (WorkerError, CommandFailed) as error:
                 raise _stopped(error, who) from None
         evaluator.pin_timing(*runners.values())
@@ -164,10 +165,6 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
             except (WorkerError, CommandFailed) as error:
                 raise _stopped(error, who) from None
             (result.base_findings if who == "base" else result.findings).extend(found)
-    finally:
-        for worker in runners.values():
-            evaluator.close_runner(worker)
-        evaluator.collect()
     result.seconds = time.monotonic() - started
     return result
 
