@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from judge.stages.evaluation import Evaluator  # noqa: E402
-from judge.rounds import Stages  # noqa: E402
+from judge.rounds import StageCalls  # noqa: E402
 from judge.targets import load_target  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def main() -> None:
     with Evaluator(target, work / ".round", base_dir=base) as evaluator:
         for run in range(args.runs):
             workspace = target.assemble(work / f"self-{run + 1}", source)
-            timing = Stages().evaluate(evaluator, workspace, None)[-1]
+            timing = StageCalls().evaluate(evaluator, workspace, None)[-1]
             if not timing.passed:
                 raise SystemExit(f"self-{run + 1}: timing {timing.status}: {timing.summary}")
             detail = timing.detail.to_json()

@@ -17,7 +17,8 @@ from typing import Callable, Optional
 
 from . import stats
 from .devices import facts_dict, gate, probed
-from .stages.evaluation import Evaluator, fresh
+from .stages.evaluation import Evaluator
+from .workspaces import fresh
 from .ledger import Ledger, sha256
 from .noise import Floor, device_name, floor_from, target_minimum
 from .targets import Target

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .dispatch import Job
-from .stages.evaluation import fresh
+from .workspaces import fresh
 from .ledger import now, sha256
 from .ledger.noise import CONTROL
 from .noise import Floor, device_name, floor_from, target_minimum

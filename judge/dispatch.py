@@ -61,21 +61,21 @@ def describe_place(place: dict) -> str:
     return f"{place['host']}, GPU {place['gpus'] or '-'} ({name})" + gate
 
 
-def kernel_stages(session, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
+def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
     """Correctness in a runner of the candidate's, then timing against the base in process pairs (both with
     inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower."""
     from .stages.check import check
     from .stages.timing.stage import measure
 
-    nonce = session.nonce()
-    result = check(session, workspace, timing_next=True, nonce=nonce)
+    nonce = evaluator.nonce()
+    result = check(evaluator, workspace, timing_next=True, nonce=nonce)
     if not result.passed:
         return [result]
-    return [result, measure(session, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce)]
+    return [result, measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce)]
 
 
 class LocalDispatch:
-    """This machine, its GPU (or CPU for a CPU target), one candidate at a time: the round's own session. It takes
+    """This machine, its GPU (or CPU for a CPU target), one candidate at a time: the round's own evaluator. It takes
     its jobs as they come (`streams`): a candidate runs while the next ones compile (judge.stages.compile.pipeline)."""
 
     streams = True
@@ -85,7 +85,7 @@ class LocalDispatch:
 
     def check_base(self) -> tuple[StageResult, Optional[dict]]:
         run = self.run
-        return run.settings.stages.check_base(run.open_session(), run.base_dir), None
+        return run.settings.stages.check_base(run.open_evaluator(), run.base_dir), None
 
     def gate(self) -> Optional[str]:
         return self.run.gate
@@ -97,7 +97,7 @@ class LocalDispatch:
                 yield job, [not_run("correctness", run.gate), not_run("timing", run.gate)], None
                 continue
             run.on_event("stage", proposal=job.name, stage="correctness and timing")
-            yield job, run.settings.stages.evaluate(run.open_session(), job.workspace, run.settings.timing_budget_s,
+            yield job, run.settings.stages.evaluate(run.open_evaluator(), job.workspace, run.settings.timing_budget_s,
                                                     run.floor), None
 
     def close(self) -> None:
@@ -231,14 +231,14 @@ class EvaluationActor:
             facts = probed()
             self.facts, self.gate_reason = facts_dict(facts), arch_gate(self.target.arch, facts)
         self.core_block, self._block_locks = claim_block(self.target) if self.target.on_cpu else (None, [])
-        self.session = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir,
+        self.evaluator = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir,
                                  core_block=self.core_block)
 
     def where(self) -> dict:
         place = {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                  "device": self.facts, "gate": self.gate_reason, "pid": os.getpid()}
         if self.target.on_cpu:  # its cores, as taskset writes them: '' where it holds none
-            cores = self.session.cores
+            cores = self.evaluator.cores
             place["cpus"] = ",".join(str(c) for c in cores["others"] + cores["timing"]) if cores else ""
         return place
 
@@ -249,7 +249,7 @@ class EvaluationActor:
         if self.gate_reason:
             return
         try:
-            self.session.oracle
+            self.evaluator.oracle
         except Exception:  # noqa: BLE001 - judge's stages report it where it matters
             pass
 
@@ -258,19 +258,19 @@ class EvaluationActor:
 
         if self.gate_reason:
             return not_run("correctness", self.gate_reason), self.where()
-        return check(self.session, self.base_dir), self.where()
+        return check(self.evaluator, self.base_dir), self.where()
 
     def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None
                  ) -> tuple[str, list[StageResult], dict]:
-        from .stages.evaluation import fresh
+        from .workspaces import fresh
         from .noise import Floor
 
         if self.gate_reason:
             return key, [not_run("correctness", self.gate_reason), not_run("timing", self.gate_reason)], self.where()
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
-        return key, kernel_stages(self.session, workspace, self.budget_s, Floor.from_json(floor)), self.where()
+        return key, kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor)), self.where()
 
     def close(self) -> None:
-        self.session.close()
+        self.evaluator.close()
         release(self._block_locks)  # its cores are free for the next actor on this host
         self._block_locks = []

@@ -11,17 +11,18 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from . import contain
 from .errors import JudgeError
 from .devices import facts_dict, host_facts
 from .dispatch import Job
-from .stages.evaluation import fresh
+from .workspaces import fresh
 from .ledger import Ledger, now, sha256
-from .stages.compile.pipeline import CompilePipeline, ready_jobs
+from .ledger.rows import EvaluationRow, RoundRow, WinnerRow
+from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ready_jobs
 from .control import evaluate_control, round_floor
-from .noise import default_floor
+from .noise import Floor, default_floor
 from .stages.patch import apply_patch
 from .peer import evaluate_peer
 from .records import Outcome
@@ -31,6 +32,10 @@ from .stages.details import CheckDetail, TimingDetail
 from .stages.result import StageResult, not_run
 from .targets import Target, find_target
 from .verdicts import decide
+
+if TYPE_CHECKING:  # the names alone: judge.dispatch and the evaluator's module are imported where they are used
+    from .dispatch import LocalDispatch, RayDispatch
+    from .stages.evaluation import Evaluator
 
 EventSink = Callable[..., None]
 
@@ -58,7 +63,7 @@ class RoundSummary:
     time: dict = field(default_factory=dict)
 
 
-class Stages:
+class StageCalls:
     """The stage functions a round calls; tests substitute fakes, the real ones load torch lazily."""
 
     def probe(self):
@@ -92,22 +97,23 @@ class Stages:
 
         return run_static(target, workspace, compile_stage)
 
-    def open_round(self, target: Target, root: Path, base_dir: Path):
+    def open_round(self, target: Target, root: Path, base_dir: Path) -> Evaluator:
         """The round's trusted state (judge.stages.evaluation.Evaluator): secret seeds, oracle, base runner."""
-        from .stages.evaluation import Evaluator, fresh
+        from .stages.evaluation import Evaluator
 
         return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir)
 
-    def check_base(self, session, base_dir: Path) -> StageResult:
+    def check_base(self, evaluator: Evaluator, base_dir: Path) -> StageResult:
         from .stages.check import check
 
-        return check(session, base_dir)
+        return check(evaluator, base_dir)
 
-    def evaluate(self, session, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
+    def evaluate(self, evaluator: Evaluator, workspace: Path, budget_s: Optional[float],
+                 floor: Optional[Floor] = None) -> list[StageResult]:
         """Correctness, then timing against the base in process pairs, against the noise floor `floor`."""
         from .dispatch import kernel_stages
 
-        return kernel_stages(session, workspace, budget_s, floor)
+        return kernel_stages(evaluator, workspace, budget_s, floor)
 
 
 @dataclass
@@ -125,7 +131,7 @@ class Settings:
     warm_compiles: bool = True
     timing_budget_s: Optional[float] = None
     again: bool = False
-    stages: Stages = field(default_factory=Stages)
+    stages: StageCalls = field(default_factory=StageCalls)
     # Ray (judge.dispatch): the GPU stages on actors that each hold one GPU (or, for a CPU target, a block of
     # cores); off unless one of these is set.
     ray: bool = False
@@ -144,7 +150,7 @@ def _quiet(*_args, **_kwargs) -> None:
 # bases and winners -----------------------------------------------------------
 
 
-def winner_of(ledger: Ledger, round_id: int) -> Optional[dict]:
+def winner_of(ledger: Ledger, round_id: int) -> Optional[WinnerRow]:
     """The round's best significantly-faster proposal by measured geomean (an implausible one counts only once
     a person has cleared it as faster), or None."""
     return ledger.round_winner(round_id)
@@ -189,18 +195,18 @@ class RoundRun:
     target: Target
     settings: Settings
     on_event: EventSink
-    round_row: dict
+    round_row: RoundRow
     run_id: int
     root: Path
     base_dir: Path
     gate: Optional[str]
     device: Optional[dict]
-    session: object = None
-    dispatch: object = None  # judge.dispatch: where correctness and timing run
-    floor: object = None  # judge.noise.Floor: the effect faster and slower must clear in this run
+    evaluator: Optional[Evaluator] = None  # opened by the first kernel stage that runs here (open_evaluator)
+    dispatch: Union[LocalDispatch, RayDispatch, None] = None  # judge.dispatch: where correctness and timing run
+    floor: Optional[Floor] = None  # the effect faster and slower must clear in this run
     spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
 
-    def stale(self, previous: Optional[dict]) -> bool:
+    def stale(self, previous: Optional[EvaluationRow]) -> bool:
         """Whether an earlier evaluation must be redone: asked to, or it was not run for a reason gone now."""
         if previous is None or self.settings.again:
             return True
@@ -217,16 +223,16 @@ class RoundRun:
                 if seconds is not None:
                     self.spent[key] = self.spent.get(key, 0.0) + seconds
 
-    def open_session(self):
+    def open_evaluator(self) -> Evaluator:
         """The trusted state of the kernel-running stages, opened at the first one that runs here."""
-        if self.session is None:
-            self.session = self.settings.stages.open_round(self.target, self.root, self.base_dir)
-        return self.session
+        if self.evaluator is None:
+            self.evaluator = self.settings.stages.open_round(self.target, self.root, self.base_dir)
+        return self.evaluator
 
     def close(self) -> None:
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        if self.evaluator is not None:
+            self.evaluator.close()
+            self.evaluator = None
 
     def record(self, revision: Optional[dict], kernel_sha: Optional[str], stages: list[StageResult],
                started: str, outcome: Optional[tuple[Outcome, str]] = None, place: Optional[dict] = None,
@@ -243,7 +249,7 @@ class RoundRun:
         evaluation_id = self.ledger.record_evaluation(
             run_id=self.run_id, round_id=self.round_row["id"], revision_id=revision["id"] if revision else None,
             subject=subject or ("candidate" if revision else "base"), kernel_sha256=kernel_sha, outcome=outcome.value,
-            reason=reason, stages=stages, device=device, started_at=started,
+            reason=reason, stages=stages, device=device, started_at=started, confinement=_confinement(stages),
         )
         if revision is None:
             return Verdict(f"({subject or 'base'})", 0, outcome.value, reason, evaluation_id=evaluation_id)
@@ -254,6 +260,15 @@ class RoundRun:
             where = describe_place(place)
         self.on_event("verdict", proposal=revision["proposal_id"], outcome=outcome.value, reason=reason, where=where)
         return Verdict(revision["proposal_id"], revision["revision"], outcome.value, reason, evaluation_id=evaluation_id)
+
+
+def _confinement(stages: list[StageResult]) -> Optional[str]:
+    """The report's line for the first confinement record a correctness or timing stage kept, if any."""
+    from .report.formatting import confinement_summary  # the report's wording; its templates load only here
+
+    record = next((s.detail.confinement for s in stages
+                   if isinstance(s.detail, (CheckDetail, TimingDetail)) and s.detail.confinement), None)
+    return confinement_summary(record)
 
 
 def _run_target_round(
@@ -315,7 +330,7 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
     """Every revision without a standing verdict: patched, then compiled and statically checked on other cores while
     earlier ones run their GPU stages wherever the dispatch runs them (judge.stages.compile.pipeline); each verdict written
     as soon as it is known, and listed as before: compile and static failures first, then the rest."""
-    pending = []
+    pending: list[PreparedCandidate] = []
     for revision in revisions:
         previous = run.ledger.latest_evaluation(run.round_row["id"], revision["id"])
         if not run.stale(previous):
@@ -351,8 +366,9 @@ def _time_spent(wall_s: float, spent: dict, ledger_wait_s: float = 0.0) -> dict:
             "ledger_wait_s": round(ledger_wait_s, 3)}
 
 
-def _prepare(run: RoundRun, revision: dict, base_source: str):
-    """Patch the base into a fresh workspace; a patch that does not apply is recorded as the verdict at once."""
+def _prepare(run: RoundRun, revision: dict, base_source: str) -> Verdict | PreparedCandidate:
+    """Patch the base into a fresh workspace; a patch that does not apply, or a forbidden call, is recorded as the
+    verdict at once."""
     started = now()
     t0 = time.monotonic()
     target = run.target
@@ -373,7 +389,7 @@ def _prepare(run: RoundRun, revision: dict, base_source: str):
     workspace = run.root / "candidates" / revision["proposal_id"]
     fresh(workspace)
     target.assemble(workspace, source)
-    return revision, source, workspace, [patch_stage, screened], started
+    return PreparedCandidate(revision, source, workspace, [patch_stage, screened], started)
 
 
 def _evaluate_base(run: RoundRun) -> None:
@@ -417,7 +433,7 @@ def _static_stages(run: RoundRun, workspace: Path, compile_stage: StageResult, p
     return [run.settings.stages.static_check(run.target, workspace, compile_stage)]
 
 
-def _dispatch(run: RoundRun):
+def _dispatch(run: RoundRun) -> Union[LocalDispatch, RayDispatch]:
     """Where correctness and timing run: Ray actors when the settings ask for them, else this machine."""
     from .dispatch import LocalDispatch, RayDispatch
 

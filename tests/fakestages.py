@@ -11,7 +11,7 @@ import re
 import time
 from pathlib import Path
 
-from judge.rounds import Stages
+from judge.rounds import StageCalls
 from judge.stages.details import CompileDetail, CompiledConfig, TimedBenchmark, TimingDetail
 from judge.stages.result import StageResult
 
@@ -21,7 +21,7 @@ def marker(workspace: Path, kernel_file: str = "submission.py") -> str:
     return match.group(1).strip() if match else "speedup 1.0"
 
 
-class FakeStages(Stages):
+class FakeStages(StageCalls):
     interrupted: set[str] = set()  # the workspaces whose "interrupt" has been raised once
     def __init__(self, gpu: bool = True, hang_s: float = 0.0):
         self.gpu = gpu
@@ -60,7 +60,7 @@ class FakeStages(Stages):
     def compile_one(self, target, workspace, *, cache_dir, workers):
         return self.compile_many([(target, workspace)], cache_dir=cache_dir, workers=1, progress=lambda *_: None)[0]
 
-    class _Session:
+    class _Evaluator:
         def __init__(self, target, base_dir):
             self.target, self.base_dir = target, base_dir
 
@@ -68,19 +68,19 @@ class FakeStages(Stages):
             pass
 
     def open_round(self, target, root, base_dir):
-        return self._Session(target, base_dir)
+        return self._Evaluator(target, base_dir)
 
-    def check_base(self, session, base_dir):
-        return self.correctness(session.target, base_dir)
+    def check_base(self, evaluator, base_dir):
+        return self.correctness(evaluator.target, base_dir)
 
-    def evaluate(self, session, workspace, budget_s, floor=None):
+    def evaluate(self, evaluator, workspace, budget_s, floor=None):
         if marker(workspace) == "interrupt" and str(workspace) not in FakeStages.interrupted:
             FakeStages.interrupted.add(str(workspace))
             raise KeyboardInterrupt
-        check = self.correctness(session.target, workspace)
+        check = self.correctness(evaluator.target, workspace)
         if not check.passed:
             return [check]
-        return [check, self.timing(session.target, workspace, session.base_dir, budget_s)]
+        return [check, self.timing(evaluator.target, workspace, evaluator.base_dir, budget_s)]
 
     def correctness(self, target, workspace):
         what = marker(workspace)

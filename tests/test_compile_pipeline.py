@@ -8,7 +8,7 @@ import pytest
 
 from fakestages import FakeStages
 from judge.ledger import Ledger
-from judge.rounds import Settings, Stages, run_round
+from judge.rounds import Settings, StageCalls, run_round
 from test_rounds import proposal
 
 MIXED = [proposal(pid, verdict) for pid, verdict in [
@@ -71,11 +71,11 @@ class WaitingCompiles(FakeStages):
         self.log.append(f"{workspace.name} compiled")
         return result
 
-    def evaluate(self, session, workspace, budget_s, floor=None):
+    def evaluate(self, evaluator, workspace, budget_s, floor=None):
         self.log.append(f"{workspace.name} judged")
         if workspace.name == "a-first":
             self.first_judged.set()
-        return super().evaluate(session, workspace, budget_s, floor)
+        return super().evaluate(evaluator, workspace, budget_s, floor)
 
 
 def test_a_candidate_is_judged_while_later_ones_compile(tmp_path):
@@ -104,9 +104,9 @@ class LoggedStages(FakeStages):
         self.log.append("compiled")
         return result
 
-    def evaluate(self, session, workspace, budget_s, floor=None):
+    def evaluate(self, evaluator, workspace, budget_s, floor=None):
         self.log.append("judged")
-        return super().evaluate(session, workspace, budget_s, floor)
+        return super().evaluate(evaluator, workspace, budget_s, floor)
 
 
 def test_a_cpu_targets_compiles_all_end_before_its_first_candidate_is_judged(tmp_path, monkeypatch):
@@ -137,7 +137,7 @@ def test_a_gpu_targets_first_candidate_is_judged_while_the_others_compile(tmp_pa
 class RealCompiles(FakeStages):
     """Fake kernel stages, real compile children (warm ones, as a round makes them), a 15 s compile limit."""
 
-    compile_workers = Stages.compile_workers
+    compile_workers = StageCalls.compile_workers
 
     def compile_one(self, target, workspace, *, cache_dir, workers):
         from judge.stages.compile.stage import run_compile

@@ -300,7 +300,7 @@ def test_an_actor_starts_its_oracle_before_its_first_candidate(tmp_path):
     actor = EvaluationActor(target_files(cpu), "vecadd_cpu", cpu.kernel_source(), 0.5)
     try:
         actor.warm()
-        assert actor.session._oracle is not None and actor.session._oracle.is_ready()
+        assert actor.evaluator._oracle is not None and actor.evaluator._oracle.is_ready()
         key, stages, _ = actor.evaluate("0", "same", cpu.kernel_source())
         assert [s.status for s in stages] == ["passed", "passed"]
     finally:
@@ -310,6 +310,6 @@ def test_an_actor_starts_its_oracle_before_its_first_candidate(tmp_path):
     try:
         if idle.gate_reason:
             idle.warm()
-            assert idle.session._oracle is None and idle.session._pool == []
+            assert idle.evaluator._oracle is None and idle.evaluator._pool == []
     finally:
         idle.close()

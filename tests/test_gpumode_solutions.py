@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from judge.stages.evaluation import Evaluator, fresh
-from judge.rounds import Stages
+from judge.stages.evaluation import Evaluator
+from judge.workspaces import fresh
+from judge.rounds import StageCalls
 from judge.targets import load_target
 
 GPUMODE = os.environ.get("JUDGE_GPUMODE_PROBLEMS")
@@ -33,7 +34,7 @@ def test_solution_gets_its_verdict(problem, kind, name, tmp_path):
     base = target.assemble(tmp_path / "base", target.kernel_source())
     workspace = target.assemble(tmp_path / "solution", source)
     with Evaluator(target, fresh(tmp_path / "round"), base_dir=base) as evaluator:
-        stages = Stages().evaluate(evaluator, workspace, budget_s=2.0 * len(target.benchmarks))
+        stages = StageCalls().evaluate(evaluator, workspace, budget_s=2.0 * len(target.benchmarks))
     check = stages[0]
     print(f"{problem}/{kind}/{name}: correctness {check.status}: {check.summary}")
     if kind == "wrong":

@@ -24,6 +24,7 @@ from .migrations import migrate
 from ..records import Proposal, Shark, Vote
 from .common import _json, now, sha256  # noqa: F401 (now, sha256: judge.rounds and judge.actions)
 from .evaluations import EvaluationRecords
+from .rows import RoundRow
 from .noise import NoiseRecords
 from .participants import ParticipantRecords
 
@@ -287,16 +288,16 @@ class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords):
 
     # rounds and runs -------------------------------------------------------
 
-    def round_row(self, target: str, round: int) -> dict | None:
+    def round_row(self, target: str, round: int) -> RoundRow | None:
         rows = self.query("select * from rounds where target = ? and round = ?", (target, round))
         return rows[0] if rows else None
 
-    def rounds(self, target: str | None = None) -> list[dict]:
+    def rounds(self, target: str | None = None) -> list[RoundRow]:
         return self.query(
             "select * from rounds where (:t is null or target = :t) order by target, round", {"t": target}
         )
 
-    def create_round(self, target: str, round: int, base_source: str, base_origin: str) -> dict:
+    def create_round(self, target: str, round: int, base_source: str, base_origin: str) -> RoundRow:
         """Freeze a round's base kernel the first time the round runs; later calls return it unchanged."""
         with self.transaction() as db:
             existing = self.round_row(target, round)

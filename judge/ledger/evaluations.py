@@ -7,9 +7,10 @@ import json
 
 from .. import contain
 from ..errors import JudgeError
-from ..stages.details import CheckDetail, CompileDetail, CompileError, TimedBenchmark, TimingDetail, detail_type
+from ..stages.details import CompileDetail, CompileError, TimedBenchmark, detail_type
 from ..stages.result import StageResult
 from .common import _json, now
+from .rows import CandidateEvaluationRow, ClearedEvaluationRow, EvaluationRow, WinnerRow
 
 PEER = "peer"  # evaluations.subject of a target's peer: timed like a candidate, never ranked
 
@@ -30,15 +31,15 @@ class EvaluationRecords:
         stages: list[StageResult],
         device: dict | None,
         started_at: str,
+        confinement: str | None = None,
     ) -> int:
         """Write one finished evaluation with its stages, benchmarks, repetitions and resources at once. Text a
         candidate's processes produced is capped first (StageResult.bounded, contain.REASON_CAP): a 16 MiB error
-        line is kept as its first 4 KiB and how much more there was."""
+        line is kept as its first 4 KiB and how much more there was. `confinement` is the line a report shows of
+        its runners' confinement (judge.report.formatting.confinement_summary), kept as given."""
         stages = [s.bounded() for s in stages]
         reason = contain.cap(reason, contain.REASON_CAP)
         timing = next((s for s in stages if s.stage == "timing" and s.status == "passed"), None)
-        confinement = next((s.detail.confinement for s in stages
-                            if isinstance(s.detail, (CheckDetail, TimingDetail)) and s.detail.confinement), None)
         geomean = ci = None
         if timing:
             geomean = timing.detail.geomean
@@ -57,7 +58,7 @@ class EvaluationRecords:
                     "geomean_ci_low": ci[0] if ci else None,
                     "geomean_ci_high": ci[1] if ci else None,
                     "device_json": _json(device) if device else None,
-                    "confinement": confinement_summary(confinement),
+                    "confinement": confinement,
                     "started_at": started_at,
                     "finished_at": now(),
                 }
@@ -67,10 +68,11 @@ class EvaluationRecords:
                 _insert_benchmarks(db, evaluation_id, timing.detail.benchmarks)
         return evaluation_id
 
-    def evaluations(self, round_id: int) -> list[dict]:
+    def evaluations(self, round_id: int) -> list[EvaluationRow]:
         return self.query("select * from evaluations where round_id = ? order by id", (round_id,))
 
-    def latest_evaluation(self, round_id: int, revision_id: int | None, subject: str = "candidate") -> dict | None:
+    def latest_evaluation(self, round_id: int, revision_id: int | None,
+                          subject: str = "candidate") -> EvaluationRow | None:
         rows = self.query(
             "select * from evaluations where round_id = ? and subject = ? and "
             "(revision_id = ? or (? is null and revision_id is null)) order by id desc limit 1",
@@ -78,7 +80,7 @@ class EvaluationRecords:
         )
         return rows[0] if rows else None
 
-    def peer_evaluation(self, round_id: int) -> dict | None:
+    def peer_evaluation(self, round_id: int) -> EvaluationRow | None:
         """The round's latest evaluation of the target's peer (judge/peer.py), or None."""
         return self.latest_evaluation(round_id, None, subject=PEER)
 
@@ -99,7 +101,7 @@ class EvaluationRecords:
     def benchmark_results(self, evaluation_id: int) -> list[dict]:
         return self.query("select * from benchmark_results where evaluation_id = ? order by benchmark", (evaluation_id,))
 
-    def round_winner(self, round_id: int) -> dict | None:
+    def round_winner(self, round_id: int) -> WinnerRow | None:
         """The latest candidate evaluation per revision of the round that stands as faster, best geomean first."""
         rows = self.query(
             """
@@ -131,7 +133,7 @@ class EvaluationRecords:
         rows = self.query("select * from clearances where evaluation_id = ?", (evaluation_id,))
         return rows[0] if rows else None
 
-    def evaluation(self, evaluation_id: int) -> dict | None:
+    def evaluation(self, evaluation_id: int) -> EvaluationRow | None:
         rows = self.query("select * from evaluations where id = ?", (evaluation_id,))
         return rows[0] if rows else None
 
@@ -157,7 +159,7 @@ class EvaluationRecords:
             "select * from revisions where target = ? and round <= ? order by proposal_id, revision", (target, round)
         )
 
-    def latest_candidate_evaluations(self, round_id: int) -> list[dict]:
+    def latest_candidate_evaluations(self, round_id: int) -> list[CandidateEvaluationRow]:
         """The latest candidate evaluation of each revision in a round, with its revision's fields and the
         outcome a person cleared it to (`cleared_outcome`, null when not cleared), oldest first."""
         return self.query(
@@ -174,7 +176,7 @@ class EvaluationRecords:
             (round_id,),
         )
 
-    def latest_evaluation_of_revision(self, revision_id: int) -> dict | None:
+    def latest_evaluation_of_revision(self, revision_id: int) -> ClearedEvaluationRow | None:
         """A revision's latest candidate evaluation in any round, with `cleared_outcome` as above."""
         rows = self.query(
             "select e.*, c.outcome as cleared_outcome, c.reason as cleared_reason from evaluations e "
@@ -184,7 +186,7 @@ class EvaluationRecords:
         )
         return rows[0] if rows else None
 
-    def evaluations_of_revision(self, revision_id: int) -> list[dict]:
+    def evaluations_of_revision(self, revision_id: int) -> list[EvaluationRow]:
         return self.query("select * from evaluations where revision_id = ? order by id", (revision_id,))
 
     def held(self, round_id: int) -> list[dict]:
@@ -276,15 +278,6 @@ def _insert_benchmarks(db, evaluation_id: int, benchmarks: list[TimedBenchmark])
             {"benchmark_result_id": bench_id, "rep": i, "base_us": b, "cand_us": c, "pair": p}
             for i, (b, c, p) in enumerate(zip(bench.base_us, bench.cand_us, pairs))
         )
-
-
-def confinement_summary(record: dict | None) -> str | None:
-    """The one line a report shows for a runner's confinement record (judge.sandbox.confine.Confinement)."""
-    if not record:
-        return None
-    from ..sandbox.confine import Confinement
-
-    return Confinement.from_dict(record).summary()
 
 
 RESOURCE_FIELDS = ("kernel", "registers", "smem_bytes", "spill_bytes", "stack_bytes", "threads_per_cta", "ctas_per_sm", "limiter")

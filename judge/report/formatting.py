@@ -184,6 +184,15 @@ def fmt_line(value: Any) -> str:
     return "" if value is None else " ".join(str(value).split())
 
 
+def confinement_summary(record: Optional[dict]) -> Optional[str]:
+    """The one line a report shows for a runner's confinement record (judge.sandbox.confine.Confinement)."""
+    if not record:
+        return None
+    from ..sandbox.confine import Confinement
+
+    return Confinement.from_dict(record).summary()
+
+
 def fmt_text(value: Any) -> str:
     """Contestant text on one line (error lines, summaries, reasons, notes), contained: judge/contain.py."""
     return contain.md_text(value)

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from ..boundary import callframe
 from ..devices import gate
-from .evaluation import Case, Evaluator, fresh
+from ..workspaces import fresh
+from .evaluation import Case, Evaluator
+from .lease import RunnerLease
 from .details import CheckDetail, CheckedCase
 from .result import StageResult, not_run
 from ..targets import Target, spec_label
@@ -50,8 +52,9 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
     deadline = started + limit
     nonce = evaluator.nonce() if nonce is None else nonce
     worker = None
+    lease = RunnerLease(evaluator)
     try:
-        worker = evaluator.runner(workspace)
+        worker = lease.acquire(workspace)
         runner_start_s = round(time.monotonic() - started, 3)  # a warm spare's bind, or a cold start
         confinement = worker.hello.get("confinement")
         worker.call("load", time_left(deadline))
@@ -64,16 +67,16 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
                  for n, case in enumerate(evaluator.cases(nonce))]
         changes = worker.call("audit", time_left(deadline)).value
     except Tampered as found:
-        _no_timing_follows(evaluator, worker)
+        _no_timing_follows(evaluator, lease)
         message = str(found)
         return StageResult(STAGE, "tampered", f"tampered: {message}", time.monotonic() - started,
                            CheckDetail(tampered=message.split("; ")), worker.log_tail() if worker else "")
     except WorkerError as error:
-        _no_timing_follows(evaluator, worker)
+        _no_timing_follows(evaluator, lease)
         return StageResult(STAGE, error.status, f"{error.status}: {error.message}", time.monotonic() - started,
                            CheckDetail(error=error.message), error.log_tail)
     except CommandFailed as error:
-        _no_timing_follows(evaluator, worker)
+        _no_timing_follows(evaluator, lease)
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
                            CheckDetail(error=error.error), error.log_tail)
     seconds = time.monotonic() - started
@@ -82,8 +85,7 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
                          confinement=confinement, secret_seeds=True, runner_start_s=runner_start_s,
                          distributions=[d.name for d in target.distributions])
     tail = worker.log_tail()
-    evaluator.close_runner(worker)
-    evaluator.collect()
+    lease.release()
     if changes:
         evaluator.discard_prebound()
         detail = detail.updated(tampered=changes)
@@ -97,12 +99,10 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
                        seconds, detail, tail)
 
 
-def _no_timing_follows(evaluator: Evaluator, worker: Worker | None) -> None:
+def _no_timing_follows(evaluator: Evaluator, lease: RunnerLease) -> None:
     """The kernel failed its check: its runner and any bound for its timing (Evaluator.prebind) are closed."""
-    if worker is not None:
-        evaluator.close_runner(worker)
+    lease.release()
     evaluator.discard_prebound()
-    evaluator.collect()
 
 
 def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: int, deadline: float) -> CheckedCase:

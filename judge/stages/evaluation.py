@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from ..errors import JudgeError
 from ..boundary.oracle import oracle_dir
 from ..targets import Target
 from ..sandbox.worker import POLL_S, CommandFailed, Worker, WorkerError
+from ..workspaces import fresh
 
 # Timing input sets per benchmark: as many as fit in this many bytes (the oracle keeps them), within these bounds.
 SET_MEMORY_BYTES = 4 << 30
@@ -412,10 +412,3 @@ def _not_dumpable() -> None:
     import ctypes
 
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-
-
-def fresh(path: Path) -> Path:
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    return path

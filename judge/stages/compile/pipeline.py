@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator
 
 from ...records import sha256
@@ -27,6 +29,17 @@ from ..result import StageResult
 # Warm compile children kept at once, at most: each holds torch (a few hundred MB) while it waits; more threads
 # than this take a new one each, still warm unless the spares fall behind.
 MAX_WARM = 8
+
+
+@dataclass(frozen=True)
+class PreparedCandidate:
+    """A candidate patched and screened, ready to compile (judge.rounds._prepare makes it)."""
+
+    revision: dict  # its ledger row
+    source: str  # the patched kernel file
+    workspace: Path  # where the target was assembled with it
+    early: list[StageResult]  # the stages it passed already: patch and screen
+    started: str  # when its evaluation started (judge.ledger.now)
 
 
 def compile_cores(target, gpus: list[int] | None) -> list[int] | None:
@@ -44,11 +57,10 @@ def compile_cores(target, gpus: list[int] | None) -> list[int] | None:
 
 
 class CompilePipeline:
-    """The compiles of a round's prepared candidates, (revision, source, workspace, early stages, started) each,
-    started at once on `threads` threads; iterating gives each with its stages in proposal order, waiting only for
+    """The compiles of a round's prepared candidates (PreparedCandidate), started at once on `threads` threads; iterating gives each with its stages in proposal order, waiting only for
     its own compile (or, with `overlap` False, for all of them, as rounds did before issue 27)."""
 
-    def __init__(self, run, pending: list[tuple], overlap: bool = True):
+    def __init__(self, run, pending: list[PreparedCandidate], overlap: bool = True):
         self.run, self.pending, self.overlap = run, pending, overlap
         settings = run.settings
         cores = compile_cores(run.target, settings.gpus)
@@ -64,7 +76,7 @@ class CompilePipeline:
             run.on_event("compile-start", total=len(pending))
         self.futures = [self._pool.submit(self._one, p) for p in pending]
 
-    def __iter__(self) -> Iterator[tuple[tuple, list[StageResult]]]:
+    def __iter__(self) -> Iterator[tuple[PreparedCandidate, list[StageResult]]]:
         if not self.overlap:
             wait(self.futures)
         for prepared, future in zip(self.pending, self.futures):
@@ -78,17 +90,16 @@ class CompilePipeline:
             self.workers.close()
         self._pool.shutdown(wait=True)
 
-    def _one(self, prepared: tuple) -> list[StageResult]:
+    def _one(self, prepared: PreparedCandidate) -> list[StageResult]:
         """One candidate's compile and static stages (run_static reads the compiled files; its layout checks run
         in a child of their own), after the stages `prepared` already has."""
         run = self.run
-        _, _, workspace, early, _ = prepared
         settings = run.settings
-        compiled = settings.stages.compile_one(run.target, workspace, cache_dir=settings.cache_dir,
+        compiled = settings.stages.compile_one(run.target, prepared.workspace, cache_dir=settings.cache_dir,
                                                workers=self.workers)
-        stages = [*early, compiled]
+        stages = [*prepared.early, compiled]
         if run.target.static is not None and compiled.passed:
-            stages.append(settings.stages.static_check(run.target, workspace, compiled))
+            stages.append(settings.stages.static_check(run.target, prepared.workspace, compiled))
         with self._lock:
             self._done += 1
             done = self._done
@@ -99,11 +110,13 @@ class CompilePipeline:
 def ready_jobs(run, pipeline: CompilePipeline, failed: list) -> Iterator[Job]:
     """The candidates whose compile and static stages passed (or could not run), as the dispatch's jobs, in
     proposal order as each is ready; a candidate that failed one is recorded at once, its verdict in `failed`."""
-    for (revision, source, workspace, early, started), stages in pipeline:
+    for prepared, stages in pipeline:
+        revision, early = prepared.revision, prepared.early
         compiled = stages[len(early)]
         if len(stages) > len(early) + 1:
             run.on_event("stage", proposal=revision["proposal_id"], stage="static")
         if stages[-1].passed or compiled.status == "not-run":
-            yield Job((revision, stages, started), revision["proposal_id"], source, workspace)
+            yield Job((revision, stages, prepared.started), revision["proposal_id"], prepared.source,
+                      prepared.workspace)
         else:
-            failed.append(run.record(revision, sha256(source), stages, started))
+            failed.append(run.record(revision, sha256(prepared.source), stages, prepared.started))

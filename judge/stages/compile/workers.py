@@ -108,7 +108,8 @@ class CompileWorkers:
             self._pool.append(self._new())
 
     def _new(self) -> Worker:
-        from ..evaluation import fresh, pin
+        from ...workspaces import fresh
+        from ..evaluation import pin
 
         self._started += 1
         home = fresh(self.root / str(self._started))

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...extensions import CHECKS
 from ...sandbox.confine import Policy
-from ..evaluation import fresh
+from ...workspaces import fresh
 from ...sandbox.isolation import run_isolated
 from ..details import CompiledConfig, LayoutCheck, RuleResult, StaticConfig, StaticDetail
 from ..result import StageResult

@@ -27,13 +27,14 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from . import audits
 from ...boundary import callframe
 from ... import stats
 from ...devices import gate
-from ..evaluation import Evaluator, fresh
+from ...workspaces import fresh
+from ..evaluation import Evaluator
+from ..lease import RunnerLease
 from ...noise import Floor, default_floor
 from ...boundary.runner import spin_cycles, spin_for
 from ..details import ABSENT, TimedBenchmark, TimingDetail
@@ -57,10 +58,26 @@ class Stopped(Exception):
 
 
 @dataclass
+class PairBenchmark:
+    """One benchmark as one process pair timed it: both runners' series per clock and the facts of its turns."""
+
+    index: int
+    series: dict[tuple[str, str], list[dict]]  # (who, clock) -> repetitions (PairTurns.series)
+    spin_us: float
+    sets: int
+    copies: int
+    placement: str  # "shared" (a GPU target's pair shares the inputs' area) or "separate" (a CPU target's)
+    measuring_s: float
+    strays: list[int]  # processes a runner started that left its process group
+    analysed: str  # the clock whose repetitions the verdict reads (PairTurns.analysed_clock)
+    failure: str | None = None  # why the turns stopped, when they did not finish
+
+
+@dataclass
 class PairResult:
     """What one process pair measured: per benchmark its series and facts, and what its runners showed."""
 
-    benchmarks: list[dict] = field(default_factory=list)
+    benchmarks: list[PairBenchmark] = field(default_factory=list)
     failure: str | None = None
     findings: list[str] = field(default_factory=list)  # the candidate's: its audit, its frame's flags
     base_findings: list[str] = field(default_factory=list)
@@ -75,27 +92,27 @@ def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float |
     if reason:
         return not_run(STAGE, reason)
     candidate = Path(candidate).resolve()
-    with Evaluator(target, fresh(candidate.parent / f".{candidate.name}-oracle"), base_dir=Path(base)) as ev:
-        return measure(ev, candidate, budget_s=budget_s, timeout_s=timeout_s, floor=floor)
+    with Evaluator(target, fresh(candidate.parent / f".{candidate.name}-oracle"), base_dir=Path(base)) as evaluator:
+        return measure(evaluator, candidate, budget_s=budget_s, timeout_s=timeout_s, floor=floor)
 
 
-def measure(ev: Evaluator, workspace: Path, *, budget_s: float | None = None, timeout_s: float | None = None,
+def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = None, timeout_s: float | None = None,
             floor: Floor | None = None, nonce: int | None = None) -> StageResult:
     """Time the kernel assembled in `workspace` against the round's base, pair after pair (module docstring)."""
-    target = ev.target
+    target = evaluator.target
     floor = floor or default_floor(target)
-    nonce = ev.nonce() if nonce is None else nonce
+    nonce = evaluator.nonce() if nonce is None else nonce
     limit = timeout_s if timeout_s is not None else target.limits.timing_s
     budget = budget_s if budget_s is not None else BUDGET_PER_BENCHMARK_S * len(target.benchmarks)
     budget = min(budget, 0.5 * limit)
     started = time.monotonic()
     deadline = started + limit
-    facts = None if target.on_cpu else ev.ask("facts")
+    facts = None if target.on_cpu else evaluator.ask("facts")
     pairs: list[PairResult] = []
-    ev.discard_prebound(keep=(workspace, ev.base_dir))
+    evaluator.discard_prebound(keep=(workspace, evaluator.base_dir))
     try:
         for p in range(MAX_PAIRS):
-            pairs.append(time_pair(ev, Path(workspace), p, nonce, deadline))
+            pairs.append(time_pair(evaluator, Path(workspace), p, nonce, deadline))
             if pairs[-1].failure or pairs[-1].findings or pairs[-1].base_findings:
                 break
             logs = _pair_geomeans(pairs, target)
@@ -107,35 +124,35 @@ def measure(ev: Evaluator, workspace: Path, *, budget_s: float | None = None, ti
                            f"{stop.message}", time.monotonic() - started, TimingDetail(error=stop.message, who=stop.who),
                            stop.log)
     finally:
-        ev.discard_prebound()
-    return _result(ev, pairs, floor, facts, time.monotonic() - started)
+        evaluator.discard_prebound()
+    return _result(evaluator, pairs, floor, facts, time.monotonic() - started)
 
 
-def time_pair(ev: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float) -> PairResult:
+def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float) -> PairResult:
     """One process pair over every benchmark: two fresh runners (bound in an order drawn for the pair), pinned
     to the timing cores, each benchmark in turn, then both runners' audits."""
-    rng = random.Random(ev.shift(nonce, pair, -1))
+    rng = random.Random(evaluator.shift(nonce, pair, -1))
     order = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
     runners: dict[str, Worker] = {}
     result = PairResult()
     started = time.monotonic()
-    try:
+    with RunnerLease(evaluator) as lease:
         for who in order:
-            directory = ev.base_dir if who == "base" else workspace
+            directory = evaluator.base_dir if who == "base" else workspace
             name = f"timing-{'base-' if who == 'base' else ''}{pair}.log"
             try:
-                runners[who] = ev.loaded(directory, name, time_left(deadline))
+                runners[who] = lease.acquire_loaded(directory, name, time_left(deadline))
             except (WorkerError, CommandFailed) as error:
                 raise _stopped(error, who) from None
-        ev.pin_timing(*runners.values())
+        evaluator.pin_timing(*runners.values())
         result.confinement = (runners["cand"].hello or {}).get("confinement")
-        ev.settle()
+        evaluator.settle()
         first = "base" if pair % 2 == 0 else "cand"
-        for index in range(len(ev.target.benchmarks)):
-            bench = _benchmark(ev, runners, index, pair, nonce, first, deadline, result)
+        for index in range(len(evaluator.target.benchmarks)):
+            bench = _benchmark(evaluator, runners, index, pair, nonce, first, deadline, result)
             result.benchmarks.append(bench)
-            if bench.get("failure"):
-                result.failure = bench["failure"]
+            if bench.failure:
+                result.failure = bench.failure
                 break
         for who, worker in runners.items():  # both audits at once: each walks its own process (0.2 s on an H100)
             try:
@@ -148,33 +165,29 @@ def time_pair(ev: Evaluator, workspace: Path, pair: int, nonce: int, deadline: f
             except (WorkerError, CommandFailed) as error:
                 raise _stopped(error, who) from None
             (result.base_findings if who == "base" else result.findings).extend(found)
-    finally:
-        for worker in runners.values():
-            ev.close_runner(worker)
-        ev.collect()
     result.seconds = time.monotonic() - started
     return result
 
 
-def _benchmark(ev: Evaluator, runners: dict[str, Worker], index: int, pair: int, nonce: int, first: str,
-               deadline: float, result: PairResult) -> dict[str, Any]:
+def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pair: int, nonce: int, first: str,
+               deadline: float, result: PairResult) -> PairBenchmark:
     """One benchmark in one pair: its sets made and laid out by the oracle, both runners built and warmed up,
     then the turns (judge.stages.timing.turns)."""
-    target = ev.target
+    target = evaluator.target
     spec = target.benchmarks[index]
-    sets, copies = ev.sets_for(index), ev.copies_for(index)
+    sets, copies = evaluator.sets_for(index), evaluator.copies_for(index)
     key = f"t{nonce}-{pair}-{index}"
     pids = {who: w.pid for who, w in runners.items()}
-    made = ev.ask("benchmark", key=key, spec=spec, distribution=target.distributions[0].name,
-                  seeds=ev.timing_seeds(index, nonce, pair, sets), projection_seed=ev.projection_seed(index, nonce, pair),
-                  copies=copies, runners=list(pids.values()), shift=ev.shift(nonce, pair, index),
-                  flush=not target.on_cpu)
+    made = evaluator.ask("benchmark", key=key, spec=spec, distribution=target.distributions[0].name,
+                         seeds=evaluator.timing_seeds(index, nonce, pair, sets),
+                         projection_seed=evaluator.projection_seed(index, nonce, pair), copies=copies,
+                         runners=list(pids.values()), shift=evaluator.shift(nonce, pair, index), flush=not target.on_cpu)
     current = "cand"
     try:
-        spin, serials = _enter_frames(ev, runners, key, made, copies, deadline, result)
+        spin, serials = _enter_frames(evaluator, runners, key, made, copies, deadline, result)
         clocks = ["host"] if target.on_cpu else ["gpu", "call"]
-        turns = PairTurns(ev, key, index, runners, clocks, target.deciding_clock, sets, copies, spin,
-                          random.Random(ev.shift(nonce, pair, index + 1000)), first, deadline)
+        turns = PairTurns(evaluator, key, index, runners, clocks, target.deciding_clock, sets, copies, spin,
+                          random.Random(evaluator.shift(nonce, pair, index + 1000)), first, deadline)
         measuring = time.monotonic()
         try:
             turns.run()
@@ -193,17 +206,15 @@ def _benchmark(ev: Evaluator, runners: dict[str, Worker], index: int, pair: int,
     except (WorkerError, CommandFailed) as error:
         raise _stopped(error, current) from None
     finally:
-        ev.ask("release", key=key)
+        evaluator.ask("release", key=key)
     strays = sorted(pid for w in runners.values() for pid in w.strays())
-    bench = {"index": index, "series": turns.series, "spin_us": round(spin["us"], 1), "sets": sets,
-             "copies": copies, "placement": "separate" if target.on_cpu else "shared", "measuring_s": measuring_s,
-             "strays": strays, "analysed": turns.analysed_clock()}
-    if turns.failure and turns.failure != "raised":
-        bench["failure"] = turns.failure
-    return bench
+    return PairBenchmark(index=index, series=turns.series, spin_us=round(spin["us"], 1), sets=sets, copies=copies,
+                         placement="separate" if target.on_cpu else "shared", measuring_s=measuring_s, strays=strays,
+                         analysed=turns.analysed_clock(),
+                         failure=turns.failure if turns.failure and turns.failure != "raised" else None)
 
 
-def _enter_frames(ev: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
+def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
                   result: PairResult) -> tuple[dict, dict[str, int]]:
     """Both runners build their data from the oracle's plans, warm up on the warm-up set and enter the call frame,
     each stopped in between: the benchmark's spin and each runner's serial in the frame."""
@@ -216,13 +227,14 @@ def _enter_frames(ev: Evaluator, runners: dict[str, Worker], key: str, made: dic
             current = who
             worker.finish(time_left(deadline))
             worker.freeze()
-        ev.ask("stage", key=key, name="warm", copies=list(range(copies)), runners=[w.pid for w in runners.values()])
+        evaluator.ask("stage", key=key, name="warm", copies=list(range(copies)),
+                      runners=[w.pid for w in runners.values()])
         warm = []
         for who, worker in runners.items():
             current = who
             warm.append((who, worker.call("warm_up", time_left(deadline)).value))
             worker.freeze()
-        spin = _spin(ev.target, warm)
+        spin = _spin(evaluator.target, warm)
         serials = {}
         for who, worker in runners.items():
             current = who
@@ -255,14 +267,15 @@ def _pair_geomeans(pairs: list[PairResult], target: Target) -> list[float]:
     return stats.geomean_logs([[_log_ratio(b) for b in pair.benchmarks] for pair in pairs])
 
 
-def _log_ratio(bench: dict) -> float:
-    base, cand, _ = audits.samples(bench["series"], bench["analysed"])
+def _log_ratio(bench: PairBenchmark) -> float:
+    base, cand, _ = audits.samples(bench.series, bench.analysed)
     return stats.pair_log_ratio(base, cand)
 
 
-def _result(ev: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | None, seconds: float) -> StageResult:
+def _result(evaluator: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | None,
+            seconds: float) -> StageResult:
     """The stage's result from the pairs: failure, tampering, or the summary with its decision."""
-    target = ev.target
+    target = evaluator.target
     confinement = pairs[0].confinement if pairs else None
     last = pairs[-1]
     if last.failure:
@@ -272,8 +285,8 @@ def _result(ev: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | 
         message = f"the base's runner: {'; '.join(dict.fromkeys(last.base_findings))}"
         return StageResult(STAGE, "failed", message, seconds, TimingDetail(error=message, who="base"), "")
     detail = summarise(pairs, target, confinement, floor)
-    after = None if target.on_cpu else ev.ask("facts")
-    detail = detail.updated(device=facts, cores=ev.cores["timing"] if ev.cores else None,
+    after = None if target.on_cpu else evaluator.ask("facts")
+    detail = detail.updated(device=facts, cores=evaluator.cores["timing"] if evaluator.cores else None,
                             device_after={k: after.get(k) for k in ("sm_clock_mhz", "mem_clock_mhz",
                                                                     "temperature_c")} if after else None)
     reasons = list(dict.fromkeys(last.findings)) + detail.audit_reasons
@@ -314,21 +327,21 @@ def summarise(pairs: list[PairResult], target: Target, confinement: dict | None,
         measuring_s=round(sum(b.measuring_s for b in out), 3))
 
 
-def _timed_benchmark(benches: list[dict], target: Target, deciding: str, reasons: list[str]) -> TimedBenchmark:
-    i = benches[0]["index"]
+def _timed_benchmark(benches: list[PairBenchmark], target: Target, deciding: str, reasons: list[str]) -> TimedBenchmark:
+    i = benches[0].index
     logs = [_log_ratio(b) for b in benches]
     mean = sum(logs) / len(logs)
     low, high = (stats.t_interval(logs)[1:] if len(logs) > 1 else (mean, mean))
-    analysed = benches[-1]["analysed"]
+    analysed = benches[-1].analysed
     pooled = {}
     for b in benches:
-        for key, reps in b["series"].items():
+        for key, reps in b.series.items():
             pooled.setdefault(key, []).extend(reps)
     base_us, cand_us, method = [], [], analysed
     rep_pairs = []
     for p, b in enumerate(benches):
-        bu, cu, method = audits.samples(b["series"], b["analysed"])
-        if deciding == "gpu" and b["analysed"] == "call":
+        bu, cu, method = audits.samples(b.series, b.analysed)
+        if deciding == "gpu" and b.analysed == "call":
             method = "device-wide"  # the turns found side-stream work and moved to the call clock (judge.stages.timing.turns)
         base_us += bu
         cand_us += cu
@@ -340,9 +353,9 @@ def _timed_benchmark(benches: list[dict], target: Target, deciding: str, reasons
         if bs and cs:
             clocks[clock] = {"base_median_us": round(stats.median(bs), 3), "cand_median_us": round(stats.median(cs), 3),
                              "speedup": round(stats.median(bs) / stats.median(cs), 5), "reps": min(len(bs), len(cs))}
-    audit = audits.audit([b["series"] for b in benches], deciding)
+    audit = audits.audit([b.series for b in benches], deciding)
     reasons += [f"benchmark {i}: {r}" for r in audit.pop("reasons")]
-    strays = sorted({pid for b in benches for pid in b["strays"]})
+    strays = sorted({pid for b in benches for pid in b.strays})
     if strays:
         reasons.append(f"benchmark {i}: processes it started left its process group and kept running while "
                        f"the base was timed (pids {', '.join(map(str, strays))})")
@@ -352,14 +365,14 @@ def _timed_benchmark(benches: list[dict], target: Target, deciding: str, reasons
         speedup=round(math.exp(mean), 5), ci_low=round(math.exp(low), 5), ci_high=round(math.exp(high), 5),
         significant=len(logs) > 1 and (low > 0 or high < 0), reps=len(base_us), stopped="pairs",
         method=method if method in ("stream", "device-wide") else deciding, clocks=clocks, audit=audit,
-        spin_us=benches[0]["spin_us"], sets=benches[0]["sets"], copies=benches[0]["copies"],
-        placement=benches[0]["placement"], processes=len(benches),
-        process_medians_us={"base": [round(stats.median(audits.samples(b["series"], b["analysed"])[0]), 3)
+        spin_us=benches[0].spin_us, sets=benches[0].sets, copies=benches[0].copies,
+        placement=benches[0].placement, processes=len(benches),
+        process_medians_us={"base": [round(stats.median(audits.samples(b.series, b.analysed)[0]), 3)
                                      for b in benches],
-                            "cand": [round(stats.median(audits.samples(b["series"], b["analysed"])[1]), 3)
+                            "cand": [round(stats.median(audits.samples(b.series, b.analysed)[1]), 3)
                                      for b in benches]},
         pair_log_ratios=[round(x, 6) for x in logs],
-        measuring_s=round(sum(b["measuring_s"] for b in benches), 3), base_us=_rounded(base_us),
+        measuring_s=round(sum(b.measuring_s for b in benches), 3), base_us=_rounded(base_us),
         cand_us=_rounded(cand_us), rep_pairs=rep_pairs,
         speed_of_light_us=target.speed_of_light_us[i] if target.speed_of_light_us else ABSENT,
     )

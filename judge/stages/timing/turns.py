@@ -11,6 +11,7 @@ and answers with its times and where it put the output. The parent's clock times
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from . import audits
@@ -34,12 +35,21 @@ NULL_TAIL_EVERY = 4
 FLAG_KIND_CHARS = 40
 
 
+@dataclass(frozen=True)
+class PendingCheck:
+    """A timed call whose output the oracle has yet to check: whose, on which clock, and what the oracle reads."""
+
+    who: str
+    clock: str
+    verify: dict  # the oracle's `turn` command's verify: runner, set, copy, leaves
+
+
 class PairTurns:
     """The turns of one benchmark in one process pair: who runs, which copy, which set, which clock."""
 
-    def __init__(self, ev, key: str, index: int, runners: dict[str, Worker], clocks: list[str], deciding: str,
+    def __init__(self, evaluator, key: str, index: int, runners: dict[str, Worker], clocks: list[str], deciding: str,
                  sets: int, copies: int, spin: dict, rng: random.Random, first: str, deadline: float):
-        self.ev, self.key, self.index, self.runners = ev, key, index, runners
+        self.evaluator, self.key, self.index, self.runners = evaluator, key, index, runners
         self.clocks, self.deciding, self.sets, self.copies = clocks, deciding, sets, copies
         self.spin, self.rng, self.first, self.deadline = spin, rng, first, deadline
         self.series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in ("base", "cand") for c in clocks}
@@ -48,7 +58,7 @@ class PairTurns:
         self.timed: dict[str, set[int]] = {"base": set(), "cand": set()}
         self.used: set[int] = set()
         self.other_every = OTHER_CLOCK_EVERY
-        self.pending: dict | None = None  # the last call's output, not yet checked by the oracle
+        self.pending: PendingCheck | None = None  # the last call's output, not yet checked by the oracle
         self.serials: dict[str, int] = {}
         self.failure: str | None = None
         self.last_who = "cand"
@@ -120,8 +130,8 @@ class PairTurns:
         if out["status"] == callframe.BAD_OUTPUT:
             self.fail(who, clock, set_index, out["problem"])
             return False
-        self.pending = {"who": who, "clock": clock, "verify": {"runner": worker.pid, "set": set_index,
-                                                                 "copy": copy, "leaves": out["leaves"]}}
+        self.pending = PendingCheck(who, clock, {"runner": worker.pid, "set": set_index, "copy": copy,
+                                                  "leaves": out["leaves"]})
         if out.get("release"):
             self.release(who)
         return True
@@ -129,9 +139,9 @@ class PairTurns:
     def check_pending(self, stage: dict | None) -> bool:
         """The oracle checks the previous call's output (wiping its copy) and writes the next set, in one step."""
         pending, self.pending = self.pending, None
-        answer = self.ev.ask("turn", key=self.key, verify=pending["verify"] if pending else None, stage=stage)
+        answer = self.evaluator.ask("turn", key=self.key, verify=pending.verify if pending else None, stage=stage)
         if pending and answer["problem"]:
-            self.fail(pending["who"], pending["clock"], pending["verify"]["set"], answer["problem"])
+            self.fail(pending.who, pending.clock, pending.verify["set"], answer["problem"])
             return False
         return True
 
@@ -151,7 +161,7 @@ class PairTurns:
     def fail(self, who: str, clock: str, set_index: int, problem: str) -> None:
         count = len(self.series[(who, clock)])
         whose = "the base's" if who == "base" else "its"
-        self.failure = (f"benchmark {self.index} ({self.ev.target.benchmark_label(self.index)}), timed call "
+        self.failure = (f"benchmark {self.index} ({self.evaluator.target.benchmark_label(self.index)}), timed call "
                         f"{count} on input set {set_index} ({clock} clock): {whose} {problem}")
 
 
