@@ -9,7 +9,7 @@ CUDA events around each call, warm-up excluded. The host's launch overhead per c
     python benchmarks/peer_fp8_group_gemm.py [--ceilings] [--reps 200] [--set NUM_STAGES=6] [--kernel FILE]
     python benchmarks/peer_fp8_group_gemm.py --ledger docs/examples/fp8-contest/fp8-contest.db --round 5
 
-With --ledger and --round the kernel is that round's base as judge builds it (judge.rounds.base_for: the
+With --ledger and --round the kernel is that round's base as judge builds it (judge.schedule.base_for: the
 round-1 kernel with each earlier winner's patch applied), written to a temporary file.
 """
 
@@ -147,7 +147,7 @@ def round_base(ledger_path: Path, round_: int) -> Path:
     sys.path.insert(0, str(TARGET.parent.parent))
     from judge.errors import JudgeError
     from judge.ledger import Ledger
-    from judge.rounds import base_for
+    from judge.schedule import base_for
     from judge.targets import load_target
 
     try:

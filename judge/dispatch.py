@@ -19,7 +19,7 @@ from typing import Any, Iterator, Optional
 
 from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
-from .stages.job import Job  # noqa: F401 (judge.rounds, peer and control take it from here)
+from .stages.job import Job
 from .stages.result import StageResult, not_run
 
 # How many times Ray starts a dead evaluation actor again (and resends the evaluation it held) before the round

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .dispatch import Job
+from .stages.job import Job
 from .workspaces import fresh
 from .ledger import now, sha256
 from .ledger.evaluations import PEER

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Union
 from . import contain
 from .errors import JudgeError
 from .devices import facts_dict, host_facts
-from .dispatch import Job
+from .stages.job import Job
 from .workspaces import fresh
 from .ledger import Ledger, now, sha256
 from .ledger.rows import EvaluationRow, RoundRow, WinnerRow
@@ -26,7 +26,7 @@ from .noise import Floor, default_floor
 from .stages.patch import apply_patch
 from .peer import evaluate_peer
 from .records import Outcome
-from .schedule import base_for, base_words, check_submission, require_runnable  # noqa: F401 (base_for, check_submission: their old home)
+from .schedule import base_for, base_words, require_runnable
 from .stages.screen.stage import screen_stage
 from .stages.details import CheckDetail, TimingDetail
 from .stages.result import StageResult, not_run

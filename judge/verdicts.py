@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .noise import MIN_EFFECT, Floor, recorded_floor  # noqa: F401 (MIN_EFFECT: read from here by older callers)
+from .noise import Floor, recorded_floor
 from .records import Outcome
 from .stages.details import TimingDetail
 from .stages.result import StageResult, not_run_reason

@@ -15,7 +15,8 @@ from fakestages import FakeStages
 from judge.cli.main import main
 from judge.ledger import Ledger
 from judge.records import Proposal
-from judge.rounds import Settings, base_for, run_round
+from judge.rounds import Settings, run_round
+from judge.schedule import base_for
 from judge.targets import load_target
 
 FIXTURE = Path(__file__).parent / "fixtures" / "axpy"

@@ -11,7 +11,7 @@ from judge import actions
 from judge.ledger import Ledger
 from judge.stages.patch import apply_patch
 from judge.report import render_leaderboard, render_round
-from judge.rounds import base_for
+from judge.schedule import base_for
 from judge.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,8 @@ from judge.ledger import Ledger
 from judge.noise import Floor
 from judge.records import Outcome, Proposal
 from judge.report import render_round
-from judge.rounds import RoundRun, Settings, base_for, run_round
+from judge.rounds import RoundRun, Settings, run_round
+from judge.schedule import base_for
 from judge.verdicts import decide
 from judge.stages.details import CheckDetail, TimedBenchmark, TimingDetail
 from judge.stages.result import StageResult

@@ -9,7 +9,8 @@ import pytest
 from harness import judge_toml_error, replacing
 
 from judge.stages.static import ptx
-from judge.stages.static.rules import RULES, Code, check_formula, evaluate
+from judge.formulas import check_formula
+from judge.stages.static.rules import RULES, Code, evaluate
 from judge.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,8 @@ from judge.stages.timing import stage as timing, turns
 from judge.records import Outcome
 from judge.targets import load_target
 from judge.stages.timing.stage import run_timing
-from judge.verdicts import MIN_EFFECT, timing_verdict
+from judge.noise import MIN_EFFECT
+from judge.verdicts import timing_verdict
 from judge.sandbox.worker import Reply
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from ...extensions import STATIC_RULES
-from ...formulas import check_formula, evaluate, formulas_of, knobs_text  # noqa: F401 (check_formula: the loader's, tests')
+from ...formulas import evaluate, formulas_of, knobs_text
 from ..compile import resources
 from .ptx import Function, Instruction, parse
 from ..details import RuleResult  # what a rule returns is a part of the static stage's detail
