@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .. import participants
-from .main import Context, command, emit_json, err, main, out
+from .app import Context, command, emit_json, err, main, out
 from ..errors import JudgeError
 
 

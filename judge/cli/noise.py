@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from .. import actions
-from .main import Context, command, emit_json, err, main, out
+from .app import Context, command, emit_json, err, main, out
 from ..errors import JudgeError
 from ..noise import Floor
 from .progress import RunProgress

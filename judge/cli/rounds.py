@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import round_actions
-from .main import Context, command, emit_json, err, fail, main, out
+from .app import Context, command, emit_json, err, fail, main, out
 from ..contain import terminal
 from ..errors import JudgeError
 from .progress import RunProgress

@@ -8,6 +8,7 @@ organizer on other machines, each with a token and a role; HTML pages of the sco
 - documents.py + pages.py: the Markdown documents and the HTML pages (/pages).
 """
 
-from .app import Config, create_app
+from .app import create_app
+from .state import Config
 
 __all__ = ["Config", "create_app"]

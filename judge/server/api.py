@@ -20,7 +20,7 @@ from ..report.rendering import render_text
 from ..rounds import Settings
 from ..targets import find_target
 from . import documents
-from .app import State, answer
+from .state import State, answer
 from .bodies import items_of, proposal_schema, shark_schema, vote_schema
 from .jobs import round_work
 from .limits import read_body

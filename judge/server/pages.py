@@ -10,7 +10,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import NotFound
 from . import documents
-from .app import State
+from .state import State
 
 router = APIRouter(include_in_schema=False)
 
