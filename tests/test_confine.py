@@ -41,7 +41,7 @@ def _has_seccomp() -> bool:
 
 
 def _can_unshare_net() -> bool:
-    code = "from judge import confine; confine._unshare_net()"
+    code = "from judge.sandbox import confine; confine._unshare_net()"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=CHECKOUT).returncode == 0
 
 
