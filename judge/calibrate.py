@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import stats
-from .devices import facts_dict, gate, probed
+from .devices import gate, probed
 from .stages.evaluation import Evaluator
 from .workspaces import fresh
 from .ledger import Ledger, sha256
+from .machine import facts_dict
 from .noise import Floor, device_name, floor_from, target_minimum
 from .targets import Target
 from .stages.timing.stage import MIN_PAIRS
@@ -101,20 +102,20 @@ def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, 
     base_dir = target.assemble(root / "base", base_source)
     started = time.monotonic()
     controls, slowed = [], []
-    with Evaluator(target, root / ".judge-round", base_dir=base_dir) as ev:
-        base_check = kernel_stages_check(ev, base_dir)
+    with Evaluator(target, root / ".judge-round", base_dir=base_dir) as evaluator:
+        base_check = kernel_stages_check(evaluator, base_dir)
         if base_check is not None:
             raise_not_run(target, f"the base fails its own correctness stage: {base_check}")
         for n in range(aa):
             on_event("calibrate", what=f"A/A {n + 1} of {aa}")
-            stages = kernel_stages(ev, target.assemble(root / f"aa-{n + 1}", base_source), budget_s)
+            stages = kernel_stages(evaluator, target.assemble(root / f"aa-{n + 1}", base_source), budget_s)
             controls.append(_run_record(stages, f"A/A {n + 1}"))
         floor = floor_from([c["logs"] for c in controls], target_minimum(target), MIN_PAIRS, device)
-        delays = _delays(ev, target, controls)
+        delays = _delays(evaluator, target, controls)
         for fraction in slowdowns:
             on_event("calibrate", what=f"slowed by {fraction:.1%}")
             source = slowed_source(base_source, {k: fraction * us for k, us in delays.items()})
-            stages = kernel_stages(ev, target.assemble(root / f"slow-{fraction:g}", source), budget_s, floor)
+            stages = kernel_stages(evaluator, target.assemble(root / f"slow-{fraction:g}", source), budget_s, floor)
             slowed.append(dict(_run_record(stages, f"slowed {fraction:.1%}"), fraction=fraction))
     result = _summary(target, controls, slowed, floor)
     result["seconds"] = round(time.monotonic() - started, 1)
@@ -123,11 +124,11 @@ def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, 
     return result
 
 
-def kernel_stages_check(ev: Evaluator, base_dir: Path) -> Optional[str]:
+def kernel_stages_check(evaluator: Evaluator, base_dir: Path) -> Optional[str]:
     """None when the base passes its correctness stage, else why not."""
     from .stages.check import check
 
-    result = check(ev, base_dir)
+    result = check(evaluator, base_dir)
     return None if result.passed else result.summary
 
 
@@ -151,7 +152,7 @@ def _run_record(stages: list, name: str) -> dict:
                            for b in detail.benchmarks]}
 
 
-def _delays(ev: Evaluator, target: Target, controls: list[dict]) -> dict[int, float]:
+def _delays(evaluator: Evaluator, target: Target, controls: list[dict]) -> dict[int, float]:
     """Each benchmark's median base time (over the A/A runs), keyed as the mixin keys calls: by input bytes."""
     from .stages.evaluation import Case, with_seed
 
@@ -162,7 +163,7 @@ def _delays(ev: Evaluator, target: Target, controls: list[dict]) -> dict[int, fl
     delays = {}
     for index, values in times.items():
         spec = with_seed(target.benchmarks[index], 0)
-        plan = ev.plan(Case("benchmark", index, 1, target.distributions[0].name, spec))
+        plan = evaluator.plan(Case("benchmark", index, 1, target.distributions[0].name, spec))
         delays[int(plan["input_bytes"])] = stats.median(values)
     return delays
 

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JudgeError
-from .machine import (  # noqa: F401 (the facts' names as judge.devices has always given them)
-    DeviceFacts, _nvml_clocks, _smi_clocks, facts_dict, facts_here, host_facts, read_clocks)
+from .machine import DeviceFacts, facts_here
 from .sandbox.isolation import run_isolated
 
 _ARCH = re.compile(r"^sm_(\d+)(\d)([af]?)$")

@@ -15,7 +15,7 @@ import os
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
@@ -217,7 +217,8 @@ class EvaluationActor:
     round state. A CPU target's actor claims a block of its host's cores first and holds it while it lives."""
 
     def __init__(self, files: dict[str, bytes], name: str, base_source: str, budget_s: Optional[float]):
-        from .devices import arch_gate, facts_dict, host_facts, probed
+        from .devices import arch_gate, probed
+        from .machine import facts_dict, host_facts
         from .stages.evaluation import Evaluator
         from .targets import load_target
 

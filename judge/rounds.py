@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from . import contain
 from .errors import JudgeError
-from .devices import facts_dict, host_facts
-from .stages.job import Job
+from .machine import facts_dict, host_facts
 from .workspaces import fresh
 from .ledger import Ledger, now, sha256
 from .ledger.rows import EvaluationRow, RoundRow, WinnerRow

@@ -66,12 +66,12 @@ def test_nvml_reads_what_nvidia_smi_reads():
     and both must say the same of the same GPU."""
     import shutil
 
-    from judge import devices
+    from judge import machine
 
     if shutil.which("nvidia-smi") is None:
         pytest.skip("no nvidia-smi to compare with")
-    nvml = devices._nvml_clocks(0)
-    smi = devices._smi_clocks(0)
+    nvml = machine._nvml_clocks(0)
+    smi = machine._smi_clocks(0)
     assert nvml is not None, "NVML did not load on a machine with an NVIDIA driver"
     assert nvml["driver"] == smi["driver"]
     assert nvml["sm_clock_max_mhz"] == smi["sm_clock_max_mhz"]
@@ -102,7 +102,7 @@ core id\t\t: 1
 
 
 def test_a_cpu_target_records_the_cpu_its_model_cores_and_threads():
-    from judge.devices import host_facts
+    from judge.machine import host_facts
     from judge.report.formatting import fmt_device
 
     facts = host_facts(CPUINFO)
