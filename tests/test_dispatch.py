@@ -292,7 +292,7 @@ def test_a_target_travels_with_the_files_its_task_takes_from_beside_it(tmp_path)
 
 def test_an_actor_starts_its_oracle_before_its_first_candidate(tmp_path):
     """`warm` runs while the driver compiles; without a GPU for a GPU target it starts nothing. No base runner is
-    kept: each timed pair starts a fresh base and candidate runner."""
+    kept: each timed pair starts a fresh base and candidate runner. Closing the actor removes its files."""
     from judge.dispatch import EvaluationActor, target_files
     from judge.targets import load_target
 
@@ -305,6 +305,7 @@ def test_an_actor_starts_its_oracle_before_its_first_candidate(tmp_path):
         assert [s.status for s in stages] == ["passed", "passed"]
     finally:
         actor.close()
+    assert not actor.root.exists()  # its copy of the round, spares and workspaces with it, is gone with it
     gpu = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "vecadd")
     idle = EvaluationActor(target_files(gpu), "vecadd", gpu.kernel_source(), 0.5)
     try:
