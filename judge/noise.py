@@ -46,9 +46,14 @@ class Floor:
         return 1.0 / (1.0 + self.effect)
 
     @property
+    def ceiling(self) -> float:
+        """The widest floor an `unchanged` may rest on: MAX_FLOOR, or the target's minimum where that is higher."""
+        return max(MAX_FLOOR, self.min_effect)
+
+    @property
     def too_wide(self) -> bool:
-        """Whether controls set the floor past MAX_FLOOR (and past the target's minimum): no `unchanged` then."""
-        return self.effect > max(MAX_FLOOR, self.min_effect)
+        """Whether controls set the floor past its ceiling: no `unchanged` then."""
+        return self.effect > self.ceiling
 
     def percent(self) -> str:
         return f"{self.effect:.1%}"
@@ -59,14 +64,14 @@ class Floor:
 
     def ceiling_words(self) -> str:
         """Why a verdict under this floor is inconclusive rather than unchanged."""
-        return (f"the noise floor ({self.percent()}) is past judge's ceiling of {max(MAX_FLOOR, self.min_effect):.0%}: "
+        return (f"the noise floor ({self.percent()}) is past judge's ceiling of {self.ceiling:.0%}: "
                 f"identical code strays that far here, so no change can be called none")
 
     def words(self) -> str:
         """One line: the floor and where it came from."""
         if self.source == "controls":
             on = f" on {self.device}" if self.device else ""
-            ceiling = f"; past the ceiling of {max(MAX_FLOOR, self.min_effect):.0%}, so no verdict says unchanged" \
+            ceiling = f"; past the ceiling of {self.ceiling:.0%}, so no verdict says unchanged" \
                 if self.too_wide else ""
             return (f"{self.percent()}, set by {self.controls} A/A control{'s' if self.controls != 1 else ''}{on} "
                     f"(an identical copy of the base judged the same way); the target's minimum is "

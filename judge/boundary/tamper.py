@@ -42,21 +42,10 @@ _TORCH_SELF_PATCHING = ("torch._dynamo", "torch._dynamo.eval_frame", "torch._dyn
                         "torch._inductor.runtime.autotune_cache", "torch._functorch._aot_autograd.autograd_cache")
 
 
-def preload_torch() -> None:
+def preload_torch() -> list[str]:
     """Import the modules `settle_torch` applies (torch's compiler: over a second), in a warm spare before any
-    kernel exists, so that a runner's bind does not wait for them. Only torch's own code runs here."""
-    import importlib
-
-    for name in _TORCH_SELF_PATCHING:
-        try:
-            importlib.import_module(name)
-        except Exception:  # a torch without this module: settle_torch says which
-            pass
-
-
-def settle_torch() -> list[str]:
-    """Let torch make the changes to itself that its compiler makes on first use, before the snapshot is
-    taken; returns the modules that could not be imported (an older or newer torch)."""
+    kernel exists, so that a runner's bind does not wait for them. Only torch's own code runs here. Returns the
+    modules that could not be imported (an older or newer torch)."""
     import importlib
 
     missing = []
@@ -65,6 +54,13 @@ def settle_torch() -> list[str]:
             importlib.import_module(name)
         except Exception:  # a torch without this module: nothing of it to settle
             missing.append(name)
+    return missing
+
+
+def settle_torch() -> list[str]:
+    """Let torch make the changes to itself that its compiler makes on first use, before the snapshot is
+    taken; returns the modules that could not be imported (an older or newer torch)."""
+    missing = preload_torch()  # already imported in a warm spare: then only looked up
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     guard = sys.modules.get("torch._dynamo.mutation_guard")
     if eval_frame is not None and hasattr(eval_frame, "TorchPatcher"):
