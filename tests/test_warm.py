@@ -170,3 +170,27 @@ def test_on_a_gpu_the_spare_has_cuda_before_its_kernel_and_times_like_a_cold_run
             assert timing.passed, timing.summary + timing.log_tail
             assert 0.98 < timing.detail.geomean < 1.02, timing.summary
         assert result.detail.runner_start_s < 1.0  # bound, not started
+
+
+def test_a_kernel_on_a_spare_writes_its_temp_files_in_its_own_workspace(tmp_path):
+    """A spare imports torch's compiler before it knows its kernel, and that import fixes Python's temp directory
+    (tempfile.tempdir) under the spare's own environment; the FP8 kernel's first call then crashed on the H100
+    with PermissionError, since the confined kernel may not write there. After the bind, the temp directory is
+    the workspace's."""
+    target = load_target(TARGET)
+    source = target.kernel_source()
+    probe = ("import tempfile as _t\n"
+             "_fd, _path = _t.mkstemp()\n"
+             "open('tempdir.txt', 'w').write(_t.gettempdir() + '\\n' + _path)\n")
+    with Evaluator(target, tmp_path / "round") as evaluator:
+        evaluator.close_runner(evaluator.runner(target.assemble(tmp_path / "first", source)))
+        spare = evaluator._pool[0]
+        spare.ready()
+        workspace = target.assemble(tmp_path / "second", probe + source)
+        runner = evaluator.runner(workspace)
+        assert runner is spare
+        assert runner.call("load", 60).value is not None
+        evaluator.close_runner(runner)
+    tempdir, path = (workspace / "tempdir.txt").read_text().splitlines()
+    assert Path(tempdir) == (workspace / ".tmp").resolve()
+    assert Path(path).parent == (workspace / ".tmp").resolve()

@@ -16,6 +16,7 @@ import math
 import os
 import signal
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from time import perf_counter as _clock  # CLOCK_MONOTONIC on Linux: the parent's clock too
@@ -233,6 +234,10 @@ def _bind(message: dict, setup: dict) -> tuple[int, dict]:
     args = message["args"]
     os.environ.clear()
     os.environ.update(args["env"])
+    # Python keeps the temp directory it found first (tempfile.tempdir): the spare's own, when its imports (torch's
+    # compiler) asked for it before the bind. Forgotten here, it is found again under the workspace's TMPDIR; the
+    # spare's directory is out of the kernel's reach once confined, so a kernel writing a temp file crashed there.
+    tempfile.tempdir = None
     log = os.open(args["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush()
     sys.stderr.flush()
