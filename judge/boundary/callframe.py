@@ -268,15 +268,22 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 gc_disable()
                 sigmask(sig_block, blocked)
                 handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
-                sync()
-                record(end_ev, stream)
-                ev_sync(end_ev)
-                us = elapsed(start_ev, stream_end_ev) * 1e3
-                tail = elapsed(stream_end_ev, end_ev) * 1e3
+                try:
+                    sync()
+                    record(end_ev, stream)
+                    ev_sync(end_ev)
+                    us = elapsed(start_ev, stream_end_ev) * 1e3
+                    tail = elapsed(stream_end_ev, end_ev) * 1e3
+                except base_exception as error:  # the kernel's GPU work faulted: CUDA says so at the next sync
+                    out, raised = None, raised or error
             elif cuda:  # call clock, or a correctness call on a GPU: the GPU idle, events around everything
                 sync()
                 between = others_cpu(frames, own, clock_of, cpu_ns, base_exception, others_mark)[0]
                 record(start_ev, stream)
+                # The driver may hold a recorded event back until the next launch: host work before the kernel's
+                # first launch (a 40 us busy loop on the H100) then fell outside the interval. Waiting for the start
+                # event makes it a time stamp of now.
+                ev_sync(start_ev)
                 h0 = perf()
                 try:
                     out = kernel(data)
@@ -289,10 +296,13 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 gc_disable()
                 sigmask(sig_block, blocked)
                 handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
-                sync()
-                record(end_ev, stream)
-                ev_sync(end_ev)
-                us = elapsed(start_ev, end_ev) * 1e3
+                try:
+                    sync()
+                    record(end_ev, stream)
+                    ev_sync(end_ev)
+                    us = elapsed(start_ev, end_ev) * 1e3
+                except base_exception as error:  # the kernel's GPU work faulted: CUDA says so at the next sync
+                    out, raised = None, raised or error
             else:  # the host clock, or a correctness call on a CPU
                 between = others_cpu(frames, own, clock_of, cpu_ns, base_exception, others_mark)[0]
                 h0 = perf()
@@ -311,18 +321,21 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
             monitored = monitoring_off(mon_get, mon_set, mon_local, code, range_)
             calls += 1
             kept.append(out)
-            if raised is not None:
+            modes = modes_f() + 2 * modes_d()
+            digest = hash_(tuple_([dump(name) for name in operators]))
+            leaves, problem, extra = b"", "", 0  # not copied where a mode or kernel is active: the parent names it
+            if raised is None:
+                try:
+                    if not modes and digest == digest_before:
+                        leaves, problem, extra = take(out, outboxes)
+                    if cuda:
+                        sync()
+                except base_exception as error:  # a fault of the kernel's GPU work that surfaced in the copy
+                    raised = error
+            if raised is not None:  # the kernel's error, or its GPU work's fault: its verdict is a crash
                 kept.append(raised)
                 write(reply_fd, b'{"serial": %d, "ok": true, "value": {"status": 1, "raised": true}}\n' % serial)
                 return {"calls": calls, "ended": "the kernel raised", "error": raised}
-            modes = modes_f() + 2 * modes_d()
-            digest = hash_(tuple_([dump(name) for name in operators]))
-            if modes or digest != digest_before:
-                leaves, problem, extra = b"", "", 0  # not copied: the parent names what would have run
-            else:
-                leaves, problem, extra = take(out, outboxes)
-            if cuda:
-                sync()
             kept_bytes += extra
             threads, where = threads_now(frames, length, v["str"], workspace, code)
             others_mark = others_cpu(frames, own, clock_of, cpu_ns, base_exception, {})[1]
