@@ -1,10 +1,12 @@
 """`judge calibrate`: how much noise judge sees on this machine for a target, and the smallest slowdown it finds.
 
 For organizers setting up a contest on a new machine or target. It judges the target's current base against
-identical copies of itself (A/A) several times, exactly as a round judges a candidate, and then against copies
-slowed by known fractions of their own time (a GPU spin, or a busy wait on the CPU, after each call). It keeps
-the A/A runs in the ledger, where they set the noise floor with the rounds' controls (judge.noise), and reports
-per benchmark the floor and the smallest slowdown found.
+identical copies of itself (A/A) several times, exactly as a round judges a candidate, and then copies slowed by
+known fractions of their own time (a GPU spin, or a busy wait on the CPU, after each call). A spin is a kernel
+launch of its own, with a fixed cost (on the H100 a "2%" spin slowed 24-74 us kernels by 5-10%), so the slowed
+copies are judged against the base with an empty spin after each call: the fixed cost is on both sides and the
+difference is the delay asked for. It keeps the A/A runs in the ledger, where they set the noise floor with the
+rounds' controls (judge.noise), and reports per benchmark the floor and the smallest slowdown found.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ import time as _judge_cal_time
 import torch as _judge_cal_torch
 
 _judge_cal_kernel = custom_kernel
-_JUDGE_CAL_DELAY_US = {delays!r}  # by the bytes of the call's input tensors
+_JUDGE_CAL_DELAY_US = {delays!r}  # by the bytes of the call's input tensors; 0.0 is an empty spin
 _judge_cal_rate = []
-_judge_cal_known = {{}}  # id(data) -> (data, delay): judge calls the same data objects again and again
+_judge_cal_known = {{}}  # id(data) -> (data, delay or None, on the GPU): judge calls the same data again and again
 
 
 def _judge_cal_bytes(data):
@@ -49,6 +51,14 @@ def _judge_cal_bytes(data):
     if isinstance(data, _judge_cal_torch.Tensor):
         return data.numel() * data.element_size()
     return 0
+
+
+def _judge_cal_on_gpu(data):
+    if isinstance(data, (tuple, list)):
+        return any(_judge_cal_on_gpu(x) for x in data)
+    if isinstance(data, dict):
+        return any(_judge_cal_on_gpu(x) for x in data.values())
+    return isinstance(data, _judge_cal_torch.Tensor) and data.is_cuda
 
 
 def _judge_cal_cycles_per_us():
@@ -68,11 +78,12 @@ def _judge_cal_cycles_per_us():
 def custom_kernel(data):
     known = _judge_cal_known.get(id(data))
     if known is None or known[0] is not data:  # worked out before the call: no host work between kernel and delay
-        known = _judge_cal_known[id(data)] = (data, _JUDGE_CAL_DELAY_US.get(_judge_cal_bytes(data), 0.0))
-    delay = known[1]
+        known = _judge_cal_known[id(data)] = (data, _JUDGE_CAL_DELAY_US.get(_judge_cal_bytes(data)),
+                                              _judge_cal_on_gpu(data))
+    delay, on_gpu = known[1], known[2]
     out = _judge_cal_kernel(data)
-    if delay > 0:
-        if _judge_cal_torch.cuda.is_available():
+    if delay is not None:  # a benchmark's size: its spin, empty or not, so every copy pays the same launch
+        if on_gpu:  # where the inputs are, not whether a GPU exists: a CPU target on a GPU host waits on the host
             _judge_cal_torch.cuda._sleep(int(delay * _judge_cal_cycles_per_us()))
         else:
             until = _judge_cal_time.perf_counter() + delay * 1e-6
@@ -83,8 +94,15 @@ def custom_kernel(data):
 
 
 def slowed_source(base_source: str, delays: dict[int, float]) -> str:
-    """The base's source with each call delayed by `delays[input bytes]` microseconds after it returns."""
+    """The base's source with each call delayed by `delays[input bytes]` microseconds after it returns (a spin
+    launched even for 0.0: judge slowed copies against `spun_source`, never against the bare base)."""
     return base_source.rstrip("\n") + "\n" + DELAY_MIXIN.format(delays={k: round(v, 3) for k, v in delays.items()})
+
+
+def spun_source(base_source: str, delays: dict[int, float]) -> str:
+    """The base with an empty spin after each benchmark's call: what slowed copies are judged against, so that
+    the spin's own launch is on both sides and only the delay differs."""
+    return slowed_source(base_source, {size: 0.0 for size in delays})
 
 
 def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, *, aa: int = AA_RUNS,
@@ -112,6 +130,12 @@ def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, 
             controls.append(_run_record(stages, f"A/A {n + 1}"))
         floor = floor_from([c["logs"] for c in controls], target_minimum(target), MIN_PAIRS, device)
         delays = _delays(evaluator, target, controls)
+    spun_dir = target.assemble(root / "base-spun", spun_source(base_source, delays))
+    with Evaluator(target, root / ".judge-round-spun", base_dir=spun_dir) as evaluator:
+        spun_check = kernel_stages_check(evaluator, spun_dir)
+        if spun_check is not None:
+            raise_not_run(target, f"the base with an empty spin after each call fails its correctness stage: "
+                                  f"{spun_check}")
         for fraction in slowdowns:
             on_event("calibrate", what=f"slowed by {fraction:.1%}")
             source = slowed_source(base_source, {k: fraction * us for k, us in delays.items()})

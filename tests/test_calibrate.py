@@ -35,11 +35,17 @@ def input_bytes(index: int) -> int:
     return 1000 + index
 
 
+def mixin_delays(workspace: Path):
+    """The delays judge.calibrate's mixin in this workspace's kernel asks for, by input bytes; None without one."""
+    found = re.search(r"^_JUDGE_CAL_DELAY_US = (\{.*\})", (workspace / "submission.py").read_text(), re.M)
+    return ast.literal_eval(found.group(1)) if found else None
+
+
 class ModelEvaluator:
     """What calibrate asks of an Evaluator besides the stages: a context, and each benchmark's input size."""
 
-    def __init__(self, *args, **kwargs):
-        pass
+    def __init__(self, target, root, base_dir=None, **kwargs):
+        self.base_dir = base_dir
 
     def __enter__(self):
         return self
@@ -57,15 +63,18 @@ class Model:
     def __init__(self, target):
         self.target = target
         self.delays: list[dict[int, float]] = []  # what each slowed copy's mixin asked for, in order
+        self.bases: list = []  # what the base each slowed copy was judged against asked for (None: no mixin)
         self.floors: list = []
         self.aa_runs = 0
 
     def kernel_stages(self, evaluator, workspace: Path, budget_s=None, floor=None):
-        source = (workspace / "submission.py").read_text()
-        found = re.search(r"^_JUDGE_CAL_DELAY_US = (\{.*\})", source, re.M)
-        if found:
-            delays = ast.literal_eval(found.group(1))
+        delays = mixin_delays(workspace)
+        base = mixin_delays(evaluator.base_dir)
+        if delays is not None:
             self.delays.append(delays)
+            self.bases.append(base)
+            # the base's empty spin pays the same launch as the slowed copy's: only the delay differs
+            delays = {size: us - base[size] for size, us in delays.items()}
             noise = SLOWED_NOISE
         else:
             delays = {}
@@ -110,6 +119,8 @@ def test_slowdowns_are_fractions_of_the_base_s_own_time_judged_against_the_floor
                                    slowdowns=(0.005, 0.05))
     # each slowed copy waits that fraction of each benchmark's median base time, keyed by its input bytes
     assert machine.delays == [{1000: 0.5, 1001: 1.0}, {1000: 5.0, 1001: 10.0}]
+    # ...and is judged against the base with an empty spin after each benchmark's call, not the bare base
+    assert machine.bases == [{1000: 0.0, 1001: 0.0}] * 2
     # the A/A runs are judged against the target's minimum, the slowed copies against the floor they set
     assert machine.floors[:2] == [None, None]
     assert machine.floors[2:] == [calibration.Floor.from_json(result["floor"])] * 2
@@ -147,3 +158,40 @@ def test_the_command_refuses_slowdowns_that_are_not_percentages(judge_env):
     assert "--slowdowns: '2,x' is not a comma-separated list of percentages" in result.output
     result = judge("calibrate", "--target", "axpy", "--slowdowns", "0,5")
     assert "--slowdowns: '0,5': each slowdown is a percentage above 0 and below 100" in result.output
+
+
+def test_the_mixin_delays_benchmark_sizes_only_and_an_empty_spin_adds_no_delay(tmp_path, monkeypatch):
+    """The mixin itself, run on the CPU (its busy wait): a benchmark's size waits its delay after the call, an
+    empty spin (0.0) and a size it does not know (a correctness case) do not wait, and the output is the base's."""
+    import importlib
+    import sys
+    import time
+
+    import torch
+
+    target = load_target(ROOT / "kernels" / "vecadd_cpu")
+    size = 1000
+    small = (torch.ones(10), torch.ones(10), torch.empty(10))
+    data = (torch.ones(size), torch.ones(size), torch.empty(size))
+    known = sum(t.numel() * t.element_size() for t in data)
+    monkeypatch.syspath_prepend(str(target.path))
+    for name, delays in (("slowed", {known: 30_000.0}), ("spun", {known: 0.0})):
+        kernel = tmp_path / name
+        kernel.mkdir()
+        source = calibration.slowed_source(target.kernel_source(), delays) if name == "slowed" else \
+            calibration.spun_source(target.kernel_source(), {known: 123.0})
+        (kernel / f"cal_{name}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(kernel))
+        module = importlib.import_module(f"cal_{name}")
+        started = time.perf_counter()
+        out = module.custom_kernel(data)
+        spent = time.perf_counter() - started
+        assert torch.equal(out, torch.full((size,), 2.0))
+        if name == "slowed":
+            assert spent >= 0.03
+        else:
+            assert spent < 0.03
+        started = time.perf_counter()
+        module.custom_kernel(small)
+        assert time.perf_counter() - started < 0.03
+        sys.modules.pop(f"cal_{name}")
