@@ -99,6 +99,7 @@ class Worker:
         the parent sleeps until it comes (POLL_S on GPU targets)."""
         self.role = role
         self.poll_s = poll_s
+        self.home = Path(cwd)  # where it started: a spare's scratch directories (TMPDIR, caches) lie under it
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = tempfile.TemporaryDirectory(prefix="judge-worker-")

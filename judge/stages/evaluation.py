@@ -66,6 +66,16 @@ class Case:
         return (self.kind, self.index, self.distribution)
 
 
+def spare_policy(policy: dict | None, spare: Worker) -> dict | None:
+    """The confinement of a spare bound to a kernel: the workspace's, and the spare's own directory. What the
+    spare imported before it knew its kernel (torch's compiler) fixed paths under the TMPDIR and caches it started
+    with (torch._inductor's precompiled headers, Python's temp directory), and a kernel that uses them must not
+    crash where a cold runner would not. No other process ever uses a spare's directory."""
+    if policy is None:
+        return None
+    return {**policy, "writable": [*policy["writable"], str(spare.home.resolve())]}
+
+
 @dataclass
 class Evaluator:
     """Starts and keeps the oracle and the spare runners for one round run; see the module docstring."""
@@ -203,7 +213,8 @@ class Evaluator:
         while worker is None and self._pool:
             spare = self._pool.pop(0)
             try:
-                worker = spare.bind(init, workspace=workspace, log_path=workspace / log_name, policy=policy, env=env)
+                worker = spare.bind(init, workspace=workspace, log_path=workspace / log_name,
+                                    policy=spare_policy(policy, spare), env=env)
             except (WorkerError, CommandFailed):
                 spare.close()  # a spare that broke is judge's loss, never the kernel's: the next one, or a cold start
         if worker is None:
@@ -224,7 +235,8 @@ class Evaluator:
             self._pool.remove(spare)
             log = workspace / f"{prefix}-{spare.pid}.log"
             try:
-                spare.bind(init, workspace=workspace, log_path=log, policy=policy, env=env, wait=False)
+                spare.bind(init, workspace=workspace, log_path=log, policy=spare_policy(policy, spare), env=env,
+                           wait=False)
                 spare.start("load")
             except (WorkerError, CommandFailed):
                 spare.close()
