@@ -104,6 +104,8 @@ def selfcheck(path: Path, args, work_root: Path) -> dict:
             "controls": controls, "aa": aa, "tries": tries, "ladder": ladder, "slowdown": args.slowdown,
             "identical_verdicts": [r["decision"] for r in identical],
             "mean_log_ratio": sum(logs) / len(logs) if logs else None,
+            # the "self error": how far an identical copy's geomean strayed from 1, at worst
+            "worst_self_error": max((abs(r["geomean"] - 1) for r in identical), default=None),
             "slower_in": sum(1 for r in tries if r.get("decision") == "slower"),
             "smallest_found": min([r["percent"] for r in ladder if r.get("decision") == "slower"]
                                   + ([args.slowdown] if any(r.get("decision") == "slower" for r in tries) else []),
@@ -115,12 +117,12 @@ def selfcheck(path: Path, args, work_root: Path) -> dict:
 
 def table(results: list[dict], args) -> None:
     print()
-    print(f"| target | benchmarks | identical: verdicts | mean log ratio | floor | {args.slowdown:g}% slower | "
-          "ladder found | s per evaluation | s |")
-    print("|---|---:|---|---:|---:|---:|---|---:|---:|")
+    print(f"| target | benchmarks | identical: verdicts | mean log ratio | worst self error | floor | "
+          f"{args.slowdown:g}% slower | ladder found | s per evaluation | s |")
+    print("|---|---:|---|---:|---:|---:|---:|---|---:|---:|")
     for r in results:
         if "error" in r:
-            print(f"| {r['target']} | | {r['error']} | | | | | | |")
+            print(f"| {r['target']} | | {r['error']} | | | | | | | |")
             continue
         counts = {}
         for v in r["identical_verdicts"]:
@@ -128,12 +130,25 @@ def table(results: list[dict], args) -> None:
         verdicts = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
         ladder = ", ".join(f"{x['percent']:g}%: {x.get('decision', x['status'])}" for x in r["ladder"])
         mean = f"{r['mean_log_ratio']:+.4f}" if r["mean_log_ratio"] is not None else "-"
-        print(f"| {r['target']} | {r['benchmarks']} | {verdicts} | {mean} | {r['floor']['effect']:.2%} | "
+        worst = f"{r['worst_self_error']:.2%}" if r["worst_self_error"] is not None else "-"
+        print(f"| {r['target']} | {r['benchmarks']} | {verdicts} | {mean} | {worst} | {r['floor']['effect']:.2%} | "
               f"{r['slower_in']} of {len(r['tries'])} | {ladder} | {r['per_evaluation_s']} | {r['seconds']} |")
-    identical = [v for r in results if "error" not in r for v in r["identical_verdicts"]]
+    judged = [r for r in results if "error" not in r]
+    identical = [v for r in judged for v in r["identical_verdicts"]]
     wrong = [v for v in identical if v in ("faster", "slower")]
+    means = [r for r in judged if r["mean_log_ratio"] is not None]
+    within = [r for r in means if abs(r["mean_log_ratio"]) <= 0.003]
+    worst = max((r for r in judged if r["worst_self_error"] is not None), key=lambda r: r["worst_self_error"],
+                default=None)
     print()
     print(f"identical kernels: {len(identical)}, judged faster or slower: {len(wrong)}")
+    print(f"mean log ratio within ±0.3%: {len(within)} of {len(means)} targets")
+    if worst is not None:
+        print(f"worst self error: {worst['worst_self_error']:.2%} ({worst['target']})")
+    tried = [r for r in judged if r["tries"]]
+    if tried:
+        print(f"{args.slowdown:g}% slowdowns judged slower: "
+              + ", ".join(f"{r['target']} {r['slower_in']} of {len(r['tries'])}" for r in tried))
 
 
 def main() -> None:
