@@ -36,6 +36,17 @@ def test_a_profile_function_the_call_leaves_is_named(tmp_path):
     assert result.summary == "tampered: its call left a profile or trace function set"
 
 
+def test_an_error_in_judge_s_copy_of_the_output_is_the_kernel_s_crash_not_a_forged_reply(tmp_path):
+    """An output judge cannot copy (a meta tensor holds no data; on a GPU, a fault of the kernel's work surfaces at
+    judge's sync after the call) is the kernel's error. It was read as a forged reply: the error left the call
+    frame and the runner answered a command whose answer the parent already had."""
+    result = judged(tmp_path, "import torch\n\ndef custom_kernel(data):\n"
+                              "    out = _rt_base(data)\n    return torch.empty(out.shape, device='meta')\n")
+    assert result.status == "crashed"
+    assert result.summary.startswith("crashed: NotImplementedError: Cannot copy out of meta tensor; no data! "
+                                     "(test 0 (size=127), first call (seed "), result.summary
+
+
 def test_a_thread_a_correctness_call_starts_is_a_library_pool_not_tampering(tmp_path):
     """torch.compile starts its compile workers in a shape's first call: on a correctness call that is honest."""
     result = judged(tmp_path, "import threading, time\n\ndef custom_kernel(data):\n"
