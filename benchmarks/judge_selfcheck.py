@@ -8,7 +8,7 @@ Per target, in one Evaluator (one oracle, the same spares), in this order:
      inconclusive, never faster or slower);
   3. slowdowns: the base slowed by a known fraction of its own time per benchmark (judge.calibrate's mixin),
      `--tries` times at `--slowdown` percent and once at each `--ladder` percent, judged in a second Evaluator
-     against the base with an empty spin after each call (judge.calibrate.spun_source), so that only the delay
+     against the base with an empty spin after each call (judge.calibrate.spun_evaluator), so that only the delay
      differs and "2%" is 2%.
 It prints a table per target and one across targets, and writes every number to --json.
 
@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from judge import devices  # noqa: E402
 from judge.sandbox import worker  # noqa: E402
-from judge.calibrate import _delays, slowed_source, spun_source  # noqa: E402
+from judge.calibrate import _delays, slowed_by, spun_evaluator  # noqa: E402
+from judge.errors import JudgeError  # noqa: E402
 from judge.stages.check import check  # noqa: E402
 from judge.dispatch import kernel_stages  # noqa: E402
 from judge.stages.evaluation import Evaluator  # noqa: E402
@@ -86,18 +87,17 @@ def selfcheck(path: Path, args, work_root: Path) -> dict:
         delays = _delays(ev, target, [c for c in controls + aa if c.get("benchmarks")])
     tries, ladder = [], []
     if args.tries or args.ladder:  # slowed copies, against the base with an empty spin after each call
-        spun = target.assemble(work / "base-spun", spun_source(base_source, delays))
-        with Evaluator(target, work / ".round-spun", base_dir=spun) as ev:
-            spun_check = check(ev, ev.base_dir)
-            if not spun_check.passed:
-                return {"target": target.name, "error": f"the spun base fails correctness: {spun_check.summary}"}
-            for n in range(args.tries):
-                source = slowed_source(base_source, {k: args.slowdown / 100 * us for k, us in delays.items()})
-                tries.append(judged(ev, work, f"slow{args.slowdown:g}-{n}", source, args.budget_s, floor))
-            for percent in args.ladder:
-                source = slowed_source(base_source, {k: percent / 100 * us for k, us in delays.items()})
-                ladder.append(dict(judged(ev, work, f"ladder{percent:g}", source, args.budget_s, floor),
-                                   percent=percent))
+        try:
+            with spun_evaluator(target, work, base_source, delays) as ev:
+                for n in range(args.tries):
+                    source = slowed_by(base_source, delays, args.slowdown / 100)
+                    tries.append(judged(ev, work, f"slow{args.slowdown:g}-{n}", source, args.budget_s, floor))
+                for percent in args.ladder:
+                    source = slowed_by(base_source, delays, percent / 100)
+                    ladder.append(dict(judged(ev, work, f"ladder{percent:g}", source, args.budget_s, floor),
+                                       percent=percent))
+        except JudgeError as error:
+            return {"target": target.name, "error": str(error)}
     identical = [r for r in controls + aa if r.get("decision")]
     logs = [x for r in identical for x in r["logs"]]
     return {"target": target.name, "benchmarks": len(target.benchmarks), "floor": floor.to_json(),

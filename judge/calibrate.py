@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from . import stats
 from .devices import gate, probed
@@ -105,6 +106,23 @@ def spun_source(base_source: str, delays: dict[int, float]) -> str:
     return slowed_source(base_source, {size: 0.0 for size in delays})
 
 
+def slowed_by(base_source: str, delays: dict[int, float], fraction: float) -> str:
+    """The base slowed by `fraction` of each benchmark's median time (`delays`, as `_delays` gives them)."""
+    return slowed_source(base_source, {size: fraction * us for size, us in delays.items()})
+
+
+@contextmanager
+def spun_evaluator(target: Target, root: Path, base_source: str, delays: dict[int, float]) -> Iterator[Evaluator]:
+    """An Evaluator whose base is `spun_source`, checked: where slowed copies are judged. Raises JudgeError where
+    that base fails its correctness stage."""
+    spun_dir = target.assemble(root / "base-spun", spun_source(base_source, delays))
+    with Evaluator(target, root / ".judge-round-spun", base_dir=spun_dir) as evaluator:
+        failed = kernel_stages_check(evaluator, spun_dir)
+        if failed is not None:
+            raise_not_run(target, f"the base with an empty spin after each call fails its correctness stage: {failed}")
+        yield evaluator
+
+
 def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, *, aa: int = AA_RUNS,
               slowdowns: tuple[float, ...] = SLOWDOWNS, budget_s: Optional[float] = None,
               on_event: Callable[..., None] = lambda *a, **k: None) -> dict:
@@ -130,15 +148,10 @@ def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, 
             controls.append(_run_record(stages, f"A/A {n + 1}"))
         floor = floor_from([c["logs"] for c in controls], target_minimum(target), MIN_PAIRS, device)
         delays = _delays(evaluator, target, controls)
-    spun_dir = target.assemble(root / "base-spun", spun_source(base_source, delays))
-    with Evaluator(target, root / ".judge-round-spun", base_dir=spun_dir) as evaluator:
-        spun_check = kernel_stages_check(evaluator, spun_dir)
-        if spun_check is not None:
-            raise_not_run(target, f"the base with an empty spin after each call fails its correctness stage: "
-                                  f"{spun_check}")
+    with spun_evaluator(target, root, base_source, delays) as evaluator:
         for fraction in slowdowns:
             on_event("calibrate", what=f"slowed by {fraction:.1%}")
-            source = slowed_source(base_source, {k: fraction * us for k, us in delays.items()})
+            source = slowed_by(base_source, delays, fraction)
             stages = kernel_stages(evaluator, target.assemble(root / f"slow-{fraction:g}", source), budget_s, floor)
             slowed.append(dict(_run_record(stages, f"slowed {fraction:.1%}"), fraction=fraction))
     result = _summary(target, controls, slowed, floor)

@@ -195,3 +195,18 @@ def test_the_mixin_delays_benchmark_sizes_only_and_an_empty_spin_adds_no_delay(t
         module.custom_kernel(small)
         assert time.perf_counter() - started < 0.03
         sys.modules.pop(f"cal_{name}")
+
+
+def test_a_base_that_fails_with_an_empty_spin_stops_the_calibration_with_one_line(model, tmp_path, monkeypatch):
+    from judge.errors import JudgeError
+
+    target, machine = model
+    monkeypatch.setattr(calibration, "kernel_stages_check",
+                        lambda evaluator, base_dir: "failed: 1 of 4 checks failed" if base_dir.name == "base-spun"
+                        else None)
+    ledger = Ledger(tmp_path / "ledger.db")
+    with pytest.raises(JudgeError) as raised:
+        calibration.calibrate(ledger, target, target.kernel_source(), tmp_path / "work", aa=2, slowdowns=(0.05,))
+    assert str(raised.value) == ("axpy: cannot calibrate here: the base with an empty spin after each call fails its "
+                                 "correctness stage: failed: 1 of 4 checks failed")
+    assert machine.delays == [] and ledger.calibrations(target.name) == []  # nothing slowed, nothing kept

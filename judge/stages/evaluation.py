@@ -69,8 +69,8 @@ class Case:
 def spare_policy(policy: dict | None, spare: Worker) -> dict | None:
     """The confinement of a spare bound to a kernel: the workspace's, and the spare's own directory. What the
     spare imported before it knew its kernel (torch's compiler) fixed paths under the TMPDIR and caches it started
-    with (torch._inductor's precompiled headers, Python's temp directory), and a kernel that uses them must not
-    crash where a cold runner would not. No other process ever uses a spare's directory."""
+    with (torch._inductor's precompiled headers, taken from Python's temp directory at import), and a kernel that
+    uses them must not crash where a cold runner would not. No other process ever uses a spare's directory."""
     if policy is None:
         return None
     return {**policy, "writable": [*policy["writable"], str(spare.home.resolve())]}
