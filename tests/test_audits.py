@@ -4,6 +4,7 @@ replay check and side-stream work."""
 import random
 
 from judge.stages.timing import audits
+from judge.stages.timing.turns import SIDE_STREAM_OTHER_EVERY, first_uses
 
 
 def test_side_stream_detection():
@@ -109,8 +110,12 @@ def test_side_stream_kernels_are_checked_for_replays_on_the_call_clock():
         return [{**_rep(us_cold if i in cold else us_warm, 400.0, cold=i in cold), "tail_us": tail,
                  "null_tail_us": 20.0} for i in range(100)]
 
+    # The call clock's first calls where judge.stages.timing.turns plans them once side-stream work is found.
+    on_call = set(first_uses(8, ["gpu", "call"], "gpu", SIDE_STREAM_OTHER_EVERY)["call"])
+    assert on_call == {1, 7, 13, 19}
+
     def call(first, later):
-        return [_rep(first if i in {0, 1, 2, 3} else later, 400.0, cold=i in {0, 1, 2, 3}) for i in range(30)]
+        return [_rep(first if i in on_call else later, 400.0, cold=i in on_call) for i in range(30)]
 
     series = {("base", "gpu"): gpu(40.0, 40.0, 20.0), ("cand", "gpu"): gpu(30.0, 1.5, 60.0),
               ("base", "call"): call(60.0, 60.0), ("cand", "call"): call(62.0, 62.0)}
@@ -152,3 +157,24 @@ def test_noisy_first_calls_of_identical_kernels_are_not_a_replay_but_a_replay_in
     replays = series(8.0)  # 80 us to compute and keep an answer, 10 us to hand a kept one back
     audit = audits.audit([{("base", "gpu"): base, ("cand", "gpu"): replays}], "gpu")
     assert audit["reasons"][-1].endswith("it replays answers it kept")
+
+
+def test_a_benchmarks_first_timed_call_is_not_compared():
+    # An H100 (2026-11-26): an honest kernel that syncs with the host in its call, on the call clock. Its first
+    # timed call of the benchmark (a first use of a set, as a clock's first call must be) ran 1.4-1.9x its
+    # neighbours, the base's 1.0-1.1x; its later first calls ran as the calls around them. Counted, the first
+    # call made it a replay; it is left out.
+    cold = {0, 12, 24, 36}
+    base = [_rep(110.0 if i == 0 else 100.0, 400.0, cold=i in cold) for i in range(50)]
+    host_sync = [_rep(190.0 if i == 0 else 100.0, 400.0, cold=i in cold) for i in range(50)]
+    pairs = [{("base", "call"): base, ("cand", "call"): host_sync}] * 3
+    audit = audits.audit(pairs, "call")
+    assert audit["replay_ratio"] == {"base": 1.0, "cand": 1.0}
+    assert audit["first_calls"] == {"base": 9, "cand": 9}
+    assert audit["reasons"] == []
+    # A kernel that replays answers is slow on every first call, and is still caught on the later ones.
+    replays = [_rep(190.0 if i in cold else 100.0, 400.0, cold=i in cold) for i in range(50)]
+    audit = audits.audit([{("base", "call"): base, ("cand", "call"): replays}] * 3, "call")
+    assert audit["replay_ratio"] == {"base": 1.0, "cand": 1.9}
+    assert audit["reasons"][-1] == ("calls on input sets it had seen before ran 1.90x faster than calls on new "
+                                    "ones (the base: 1.00x): it replays answers it kept")

@@ -15,7 +15,9 @@ def test_the_clock_that_does_not_decide_gets_one_round_in_eight():
 def test_first_uses_of_the_sets_are_split_between_the_clocks_and_spread_over_each():
     plan = first_uses(8, ["gpu", "call"], "gpu", OTHER_CLOCK_EVERY)
     assert plan["gpu"] == {0: 0, 12: 2, 24: 4, 36: 6}  # REPS_PER_PAIR 50 calls, four sets: one every 12
-    assert plan["call"] == {0: 1, 1: 3, 2: 5, 3: 7}  # 6 calls on the call clock: its sets first
+    # 6 calls on the call clock: its sets first, from its second call on; its first takes a set the GPU clock used
+    assert plan["call"] == {1: 1, 2: 3, 3: 5, 4: 7}
+    assert first_uses(8, ["gpu", "call"], "gpu", turns.SIDE_STREAM_OTHER_EVERY)["call"] == {1: 1, 7: 3, 13: 5, 19: 7}
     assert first_uses(4, ["host"], "host", 8) == {"host": {0: 0, 12: 1, 24: 2, 36: 3}}
 
 
@@ -40,6 +42,9 @@ def test_each_clock_holds_several_first_calls_and_nothing_is_first_used_twice():
         assert sorted(s for _, s in firsts) == list(range(8))
         assert sum(1 for clock, _ in firsts if clock == "call") == 4
         assert sum(1 for clock, _ in firsts if clock == "gpu") == 4
+        # the call clock's first call (a benchmark's first on that clock, which the replay check leaves out) is
+        # on a set the GPU clock has used, so none of its sets loses its first call there
+        assert next(first for clock, _, first in calls if clock == "call") is False
 
 
 def test_with_side_stream_work_the_call_clock_runs_every_other_round_and_keeps_its_first_calls():

@@ -46,6 +46,11 @@ REPLAY_P = 0.01
 # them, ran up to 7x slower for both kernels on an H100 now and then (2026-11-25), and a kernel that waits on the
 # host inside its call was 1.1-2x slower there than later; against the whole series that read as replays.
 REPLAY_WINDOW = 12
+# A clock's first timed call of a benchmark in a process is not compared at all: it is slow for every kernel,
+# and by how much depends on the kernel. On an H100 (2026-11-26) a kernel that syncs with the host in its call
+# read 0.81-1.93x its neighbours there on the call clock (median 1.4x), the base 0.76-1.27x; with that call
+# counted, the honest kernel was judged a replay (1.15x against 0.85x). Its later first calls read 0.93-1.06x.
+SKIP_FIRST_CALLS = 1
 
 
 def audit(pairs: list[dict], deciding: str) -> dict[str, Any]:
@@ -134,11 +139,12 @@ def _residual(rep: dict) -> float:
 
 def _first_calls(per_clock: list[list[dict]]) -> list[tuple[float, float]]:
     """(time of a first call on an input set, median of the later calls around it): each first call against
-    the calls on sets seen before, of the same kernel and clock, within REPLAY_WINDOW calls of it."""
+    the calls on sets seen before, of the same kernel and clock, within REPLAY_WINDOW calls of it; a clock's
+    first SKIP_FIRST_CALLS calls are left out."""
     pairs = []
     for reps in per_clock:
         for i, rep in enumerate(reps):
-            if rep["cold"]:
+            if rep["cold"] and i >= SKIP_FIRST_CALLS:
                 near = [r["us"] for r in reps[max(0, i - REPLAY_WINDOW):i + REPLAY_WINDOW + 1] if not r["cold"]]
                 if near:
                     pairs.append((rep["us"], stats.median(near)))
