@@ -197,16 +197,16 @@ def first_uses(sets: int, clocks: list[str], deciding: str, every: int) -> dict[
     Every clock then holds first calls of several sets, so that the replay check has first calls to compare on
     the clock it reads, the call clock included where side-stream work moves the verdict there.
 
-    The other clock's first calls start at its second call: its first one takes a set the deciding clock has
-    used. A clock's first timed call of a benchmark is slow for every kernel (judge.stages.timing.audits leaves
-    it out), so a set first used there would give the replay check nothing to compare."""
+    The other clock's first calls start after the calls the replay check leaves out (audits.SKIP_FIRST_CALLS: a
+    clock's first timed call of a benchmark is slow for every kernel), which take sets the deciding clock has
+    used; a set first used there would give the replay check nothing to compare."""
     others = [c for c in clocks if c != deciding]
     if not others:
         spacing = max(1, REPS_PER_PAIR // sets)
         return {deciding: {s * spacing: s for s in range(sets)}}
     split = {deciding: [s for s in range(sets) if s % 2 == 0], others[0]: [s for s in range(sets) if s % 2 == 1]}
     calls = {deciding: REPS_PER_PAIR, others[0]: max(2, REPS_PER_PAIR // every)}
-    start = {deciding: 0, others[0]: 1}
+    start = {deciding: 0, others[0]: audits.SKIP_FIRST_CALLS}
     plan = {}
     for clock, own in split.items():
         spacing = max(1, (calls[clock] - start[clock]) // max(1, len(own)))
