@@ -37,6 +37,16 @@ class DeviceFacts:
         return asdict(self)
 
 
+def host_gpu_count(proc: Path = Path("/proc/driver/nvidia/gpus")) -> int:
+    """How many NVIDIA GPUs the host has, whatever CUDA_VISIBLE_DEVICES leaves this process: the driver's own
+    listing, read without a CUDA context (a Ray actor sees one GPU of several, and its evaluator must still keep
+    off the cores where the others' pairs are timed). 0 where the driver lists none."""
+    try:
+        return sum(1 for entry in proc.iterdir() if entry.is_dir())
+    except OSError:
+        return 0
+
+
 def facts_dict(facts) -> dict[str, Any] | None:
     """Device facts as the ledger stores them: a DeviceFacts, or the plain dict a test's fake stages give."""
     if facts is None:

@@ -3,6 +3,7 @@ round that compiles everything first, candidates judged while later ones compile
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -178,3 +179,36 @@ def test_progress_shows_the_compiles_and_the_candidates_judged_side_by_side(tmp_
         tasks = {t.description: (t.completed, t.total) for t in progress.progress.tasks}
     assert tasks == {"compiling": (6, 6), "candidates judged": (6, 6)}
     assert "  b-broken: compile-error (DSLUserCodeError: unsupported tile (submission.py:7))" in buffer.getvalue()
+
+
+def test_no_evaluator_of_a_host_puts_spares_or_compiles_on_another_gpus_timed_cores(monkeypatch, tmp_path):
+    """Two GPUs judged at once (--gpus, Ray): each evaluator's timed pair has its block of cores, and its spares
+    and oracle (and the driver's compiles) use none of either block. Before, GPU 0's spares importing torch ran on
+    the cores where GPU 1's pairs were timed, and the reverse."""
+    import os
+
+    from judge import machine
+    from judge.stages.compile.pipeline import compile_cores
+    from judge.stages.evaluation import placement
+    from judge.targets import load_target
+    gpu = load_target(Path(__file__).parent / "fixtures" / "gpumode" / "vecadd")  # two cores a timed pair
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert placement(gpu, 0, host_gpus=2) == {"timing": [14, 15], "others": list(range(12))}
+    assert placement(gpu, 1, host_gpus=2) == {"timing": [12, 13], "others": list(range(12))}
+    assert placement(gpu, 0, host_gpus=1) == {"timing": [14, 15], "others": list(range(14))}
+    assert placement(gpu, 0, host_gpus=8) == {"timing": [14, 15], "others": [0, 1]}  # seven blocks fit, core 0 never
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    assert placement(gpu, 0, host_gpus=2) == {"timing": [1, 2], "others": [0]}
+    assert placement(gpu, 1, host_gpus=2) is None  # too few cores to set a second block apart
+
+    gpus = tmp_path / "gpus"
+    for bus in ("0000:18:00.0", "0000:2a:00.0"):
+        (gpus / bus).mkdir(parents=True)
+    assert machine.host_gpu_count(gpus) == 2 and machine.host_gpu_count(tmp_path / "none") == 0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    import judge.stages.evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "host_gpu_count", lambda: 2)
+    assert compile_cores(gpu, None) == list(range(12))  # this machine's GPU is judged, the other's block kept free
+    assert compile_cores(gpu, [0, 1]) == list(range(12))

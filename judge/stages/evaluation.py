@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core_blocks import block_placement
 from ..errors import JudgeError
+from ..machine import host_gpu_count
 from ..boundary.oracle import oracle_dir
 from ..targets import Target
 from ..sandbox.worker import POLL_S, CommandFailed, Worker, WorkerError
@@ -376,16 +377,27 @@ class Evaluator:
         self.close()
 
 
-def placement(target: Target, gpu_index: int = 0) -> dict[str, list[int]] | None:
+def placement(target: Target, gpu_index: int = 0, host_gpus: int | None = None) -> dict[str, list[int]] | None:
     """The cores a timed pair runs on (the target's budget, the last ones this process may use, a block per
-    GPU) and the rest, for the oracle and the spares; None where there are too few cores to set any apart."""
+    GPU of the host) and the rest, for the oracle, the spares and compiles; None where there are too few cores to
+    set any apart. The rest leaves out every GPU's block, not only this one's: on a host whose GPUs are judged
+    at once (--gpus, Ray), one evaluator's spares importing torch must not share a core with another's timed pair.
+    `host_gpus`: judge.machine.host_gpu_count unless given. The first core is never in a block, so the rest is
+    never empty."""
     allowed = sorted(os.sched_getaffinity(0))
     need = target.cores_for_timing
-    end = len(allowed) - gpu_index * need
-    if end - need < 1:
+
+    def block(gpu: int) -> list[int] | None:
+        end = len(allowed) - gpu * need
+        return allowed[end - need:end] if end - need >= 1 else None
+
+    timing = block(gpu_index)
+    if timing is None:
         return None
-    timing = allowed[end - need:end]
-    return {"timing": timing, "others": [c for c in allowed if c not in timing]}
+    reserved = set(timing)
+    for gpu in range(max(gpu_index + 1, host_gpu_count() if host_gpus is None else host_gpus)):
+        reserved.update(block(gpu) or [])
+    return {"timing": timing, "others": [c for c in allowed if c not in reserved]}
 
 
 def visible_gpu() -> int:

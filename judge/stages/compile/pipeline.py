@@ -8,8 +8,8 @@ transaction as it comes: a run killed half-way keeps every verdict written, and 
 are redone on resume.
 
 Cores: the compile workers are pinned to the cores no timed pair uses: every core this process may use minus the
-timing block (judge.stages.evaluation.placement) of each GPU the round times on (this machine's: the one CUDA shows
-first, or `--gpus`). Where the host has too few cores to set any apart, placement sets none and nothing is
+timing block (judge.stages.evaluation.placement) of each GPU of the host, and of each GPU the round times on (this
+machine's: the one CUDA shows first, or `--gpus`). Where the host has too few cores to set any apart, placement sets none and nothing is
 pinned, the timed pairs included.
 """
 
@@ -47,12 +47,14 @@ def compile_cores(target, gpus: list[int] | None) -> list[int] | None:
     from ..evaluation import placement, visible_gpu
 
     timing: set[int] = set()
+    others = set(os.sched_getaffinity(0))
     for gpu in gpus or [visible_gpu()]:
         cores = placement(target, gpu)
         if cores is None:
             return None
         timing.update(cores["timing"])
-    left = sorted(set(os.sched_getaffinity(0)) - timing)
+        others &= set(cores["others"])  # every GPU's block of the host is left out, not only those judged here
+    left = sorted(others - timing)
     return left or None
 
 
