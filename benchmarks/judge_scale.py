@@ -58,16 +58,22 @@ def candidates(count: int) -> list[tuple[str, int]]:
 
 
 def event_log(kind: str, **fields) -> None:
-    """`--events`: each round event on stderr with the seconds since the benchmark started, to see where time goes."""
+    """`--events`: each round event on stderr with the seconds since the benchmark started, to see where time goes;
+    a Ray actor's runner command seconds when it closes."""
+    if kind == "worker-tallies":
+        print(f"{time.monotonic() - STARTED:8.2f}s runner commands of the actor on GPU {fields['place']['gpus']}:",
+              file=sys.stderr)
+        return print_tallies(fields["tallies"])
     words = " ".join(f"{k}={v}" for k, v in fields.items() if k in ("proposal", "stage", "outcome", "done", "total"))
     print(f"{time.monotonic() - STARTED:8.2f}s {kind} {words}", file=sys.stderr, flush=True)
 
 
-def print_tallies() -> None:
-    """`--events`: the seconds the parent waited on each runner command (judge.sandbox.worker's tally), largest first."""
+def print_tallies(tallies: dict | None = None) -> None:
+    """`--events`: the seconds the parent (this process, or a Ray actor's `tallies`) waited on each runner command
+    (judge.sandbox.worker's tally), largest first."""
     from judge.sandbox.worker import COMMAND_SECONDS
 
-    for name, (count, seconds) in sorted(COMMAND_SECONDS.items(), key=lambda kv: -kv[1][1])[:16]:
+    for name, (count, seconds) in sorted((tallies or COMMAND_SECONDS).items(), key=lambda kv: -kv[1][1])[:16]:
         print(f"{seconds:8.2f}s {count:6d}  {name}", file=sys.stderr)
 
 

@@ -4,9 +4,11 @@ device, and their spread sets the noise floor the round's verdicts must clear (j
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from .stages.job import Job
+from .stages.result import StageResult
 from .workspaces import fresh
 from .ledger import now, sha256
 from .ledger.noise import CONTROL
@@ -15,25 +17,48 @@ from .records import Outcome
 from .verdicts import decide
 
 
-def evaluate_control(run) -> Optional[object]:
-    """Time the base against itself once per round (a standing control is kept); nothing where the base did not
-    pass or the kernels cannot run here."""
-    base = run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")
-    if base is None or base["outcome"] != Outcome.UNCHANGED.value or run.gate is not None:
-        return None
-    if not run.stale(run.ledger.control_evaluation(run.round_row["id"])):
+@dataclass
+class ControlJob:
+    """A control about to run: its job (the base's source in a workspace of its own) and when it started; where it
+    ran beside the base's check (judge.dispatch.BaseCheck), its kernel stages and place come with it."""
+
+    job: Job
+    started: str
+    ran: Optional[tuple[list[StageResult], Optional[dict]]] = None
+
+
+def control_job(run) -> Optional[ControlJob]:
+    """The control this run must time, laid out; None where the kernels cannot run here or a standing control is
+    kept. Whether the base passed is the caller's to know (evaluate_control)."""
+    if run.gate is not None or not run.stale(run.ledger.control_evaluation(run.round_row["id"])):
         return None
     source = run.round_row["base_source"]
     workspace = run.root / "control"
     fresh(workspace)
     run.target.assemble(workspace, source)
-    started = now()
-    run.on_event("stage", proposal="(control)", stage="the base against an identical copy of itself")
-    for job, stages, place in run.dispatch.evaluate([Job(None, "(control)", source, workspace)]):
-        outcome, reason = decide(stages)
-        return run.record(None, sha256(source), stages, started, (outcome, f"the base against itself: {reason}"),
-                          place=place, subject=CONTROL)
-    return None
+    return ControlJob(Job(None, "(control)", source, workspace), now())
+
+
+def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object]:
+    """Time the base against itself once per round (a standing control is kept); nothing where the base did not
+    pass or the kernels cannot run here. `early` is a control that already ran beside the base's check: it is
+    recorded only now, and only if the base passed."""
+    base = run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")
+    if base is None or base["outcome"] != Outcome.UNCHANGED.value or run.gate is not None:
+        return None
+    control = early if early is not None and early.ran is not None else control_job(run)
+    if control is None:
+        return None
+    if control.ran is None:
+        run.on_event("stage", proposal="(control)", stage="the base against an identical copy of itself")
+        for _, stages, place in run.dispatch.evaluate([control.job]):
+            control.ran = (stages, place)
+    if control.ran is None:
+        return None
+    stages, place = control.ran
+    outcome, reason = decide(stages)
+    return run.record(None, sha256(control.job.source), stages, control.started,
+                      (outcome, f"the base against itself: {reason}"), place=place, subject=CONTROL)
 
 
 def round_floor(run) -> Floor:

@@ -16,7 +16,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, NamedTuple, Optional
 
 from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
@@ -75,23 +75,42 @@ def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=N
     return [result, measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce)]
 
 
-class LocalDispatch:
-    """This machine, its GPU (or CPU for a CPU target), one candidate at a time: the round's own evaluator. It takes
-    its jobs as they come (`streams`): a candidate runs while the next ones compile (judge.stages.compile.pipeline)."""
+class BaseCheck(NamedTuple):
+    """The base's correctness as a dispatch checked it, where it ran, and the control's kernel stages and place
+    where the control ran beside it (on another worker); None where it did not."""
 
-    streams = True
+    result: StageResult
+    place: Optional[dict]
+    control: Optional[tuple[list[StageResult], Optional[dict]]] = None
+
+
+class LocalDispatch:
+    """This machine, its GPU (or CPU for a CPU target), one candidate at a time: the round's own evaluator. Like
+    every dispatch it takes its jobs as they come: a candidate runs while the next ones compile
+    (judge.stages.compile.pipeline)."""
+
+    workers = 1  # the control waits for the base's check: one GPU times one thing at a time
 
     def __init__(self, run):
         self.run = run
 
-    def check_base(self) -> tuple[StageResult, Optional[dict]]:
+    def check_base(self, control: Optional[Job] = None) -> BaseCheck:
         run = self.run
-        return run.settings.stages.check_base(run.open_evaluator(), run.base_dir), None
+        return BaseCheck(run.settings.stages.check_base(run.open_evaluator(), run.base_dir), None)
 
     def gate(self) -> Optional[str]:
         return self.run.gate
 
-    def evaluate(self, jobs: list[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+    def warm(self) -> None:
+        """Start the round's oracle and spares while the driver compiles the base. A failure is met again, and
+        recorded, by the stage that needs them."""
+        if self.run.gate is None:
+            try:
+                self.run.open_evaluator().start()
+            except Exception:  # noqa: BLE001 - judge's stages report it where it matters
+                pass
+
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
         run = self.run
         for job in jobs:
             if run.gate is not None:
@@ -133,8 +152,6 @@ class RayDispatch:
         self.actors = [actor.remote(files, target.name, base_source, run.settings.timing_budget_s)
                        for _ in range(count)]
         self.places = ray.get([a.where.remote() for a in self.actors])
-        for a in self.actors:  # not waited for: each actor starts its round state while the driver compiles
-            a.warm.remote()
         self.pool = ActorPool(self.actors)
         run.on_event("workers", places=self.places)
 
@@ -142,25 +159,57 @@ class RayDispatch:
         gates = {p["gate"] for p in self.places}
         return gates.pop() if len(gates) == 1 else None
 
-    def check_base(self) -> tuple[StageResult, Optional[dict]]:
-        result, place = self.ray.get(self.actors[0].check_base.remote())
-        return result, place
+    def warm(self) -> None:
+        """Not waited for: each actor starts its oracle and spares while the driver compiles."""
+        for actor in self.actors:
+            actor.warm.remote()
 
-    def evaluate(self, jobs: list[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
-        by_key = {str(i): job for i, job in enumerate(jobs)}
-        for job in jobs:
-            self.run.on_event("stage", proposal=job.name, stage="correctness and timing (queued on Ray)")
+    @property
+    def workers(self) -> int:
+        return len(self.actors)
+
+    def check_base(self, control: Optional[Job] = None) -> BaseCheck:
+        """The base's correctness on the first actor; with `control` and a second actor, the control's kernel
+        stages on that one at the same time (the round drops them if the base fails): a round on two GPUs
+        does not wait twice before its first candidate."""
+        checking = self.actors[0].check_base.remote()
+        beside = None
+        if control is not None and len(self.actors) > 1:
+            floor = self.run.floor.to_json() if self.run.floor else None
+            beside = self.actors[1].evaluate.remote("control", control.name, control.source, floor)
+        result, place = self.ray.get(checking)
+        if beside is None:
+            return BaseCheck(result, place)
+        _, stages, control_place = self.ray.get(beside)
+        return BaseCheck(result, place, (stages, control_place))
+
+    def evaluate(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+        """Each job goes to the pool as soon as the driver has it (its compile ended), and each verdict comes
+        back as soon as an actor has it; Ray's ActorPool gives a job to the next idle actor."""
         floor = self.run.floor.to_json() if self.run.floor else None
-        results = self.pool.map_unordered(
-            lambda actor, item: actor.evaluate.remote(item[0], item[1].name, item[1].source, floor),
-            list(by_key.items()))
-        for key, stages, place in results:
-            yield by_key[key], stages, place
+        by_key: dict[str, Job] = {}
+        for job in jobs:
+            key = str(len(by_key))
+            by_key[key] = job
+            self.run.on_event("stage", proposal=job.name, stage="correctness and timing (sent to Ray)")
+            self.pool.submit(lambda actor, item: actor.evaluate.remote(item[0], item[1].name, item[1].source, floor),
+                             (key, job))
+            while self.pool.has_next():  # what has come back meanwhile, so that its actor takes the next job
+                try:
+                    key_done, stages, place = self.pool.get_next_unordered(timeout=0)
+                except TimeoutError:
+                    break
+                yield by_key[key_done], stages, place
+        while self.pool.has_next():
+            key_done, stages, place = self.pool.get_next_unordered()
+            yield by_key[key_done], stages, place
 
     def close(self) -> None:
-        for actor in self.actors:
+        """Close every actor; what each one's runner commands cost goes out as a `worker-tallies` event first
+        (judge.sandbox.worker.COMMAND_SECONDS of its process: `judge_scale.py --events` prints it)."""
+        for actor, place in zip(self.actors, self.places):
             try:
-                self.ray.get(actor.close.remote())
+                self.run.on_event("worker-tallies", place=place, tallies=self.ray.get(actor.close.remote()))
             except Exception:  # an actor already gone has nothing left to close
                 pass
             self.ray.kill(actor)
@@ -245,13 +294,14 @@ class EvaluationActor:
         return place
 
     def warm(self) -> None:
-        """Start the oracle every candidate here needs while the driver still compiles: Ray runs an actor's calls
-        in order, so the first candidate waits only for what is left of it. No base runner is kept (each timed
-        pair starts fresh ones). A failure is met again, and recorded, by the stage that needs it."""
+        """Start the oracle and spares every candidate here needs while the driver still compiles: Ray runs an
+        actor's calls in order, so the first candidate (or the control) waits only for what is left of them. No
+        base runner is kept (each timed pair starts fresh ones). A failure is met again, and recorded, by the
+        stage that needs it."""
         if self.gate_reason:
             return
         try:
-            self.evaluator.oracle
+            self.evaluator.start()
         except Exception:  # noqa: BLE001 - judge's stages report it where it matters
             pass
 
@@ -272,10 +322,14 @@ class EvaluationActor:
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
         return key, kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor)), self.where()
 
-    def close(self) -> None:
+    def close(self) -> dict[str, list]:
         """End the actor's runners and oracle, free its cores, and drop its copy of the round (a round's spares and
-        workspaces came to 1.3 GB a round in /tmp, and 92 were left behind on a test machine)."""
+        workspaces came to 1.3 GB a round in /tmp, and 92 were left behind on a test machine). Returns the
+        seconds its runner commands took, by command (judge.sandbox.worker.COMMAND_SECONDS)."""
+        from .sandbox.worker import COMMAND_SECONDS
+
         self.evaluator.close()
         release(self._block_locks)  # its cores are free for the next actor on this host
         self._block_locks = []
         shutil.rmtree(self.root, ignore_errors=True)
+        return {name: list(entry) for name, entry in COMMAND_SECONDS.items()}

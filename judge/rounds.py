@@ -20,7 +20,7 @@ from .workspaces import fresh
 from .ledger import Ledger, now, sha256
 from .ledger.rows import EvaluationRow, RoundRow, WinnerRow
 from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ready_jobs
-from .control import evaluate_control, round_floor
+from .control import ControlJob, control_job, evaluate_control, round_floor
 from .noise import Floor, default_floor
 from .stages.patch import apply_patch
 from .peer import evaluate_peer
@@ -292,9 +292,10 @@ def _run_target_round(
     try:
         run.dispatch = _dispatch(run)
         run.gate = run.dispatch.gate()
-        _evaluate_base(run)
-        run.floor = round_floor(run)
-        evaluate_control(run)
+        run.dispatch.warm()
+        run.floor = round_floor(run)  # from the controls before this run: what the control itself is measured against
+        early = _evaluate_base(run)
+        evaluate_control(run, early)
         run.floor = round_floor(run)
         on_event("floor", target=target.name, floor=run.floor)
         evaluate_peer(run)
@@ -349,8 +350,6 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
         jobs = ready_jobs(run, pipeline, failed)
         if pending:
             run.on_event("gpu-start", total=len(pending))
-        if not getattr(run.dispatch, "streams", False):  # a dispatch that takes its jobs at once (Ray)
-            jobs = list(jobs)
         for job, kernel_stages, place in run.dispatch.evaluate(jobs):
             revision, stages, started = job.key
             judged.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
@@ -391,24 +390,34 @@ def _prepare(run: RoundRun, revision: dict, base_source: str) -> Verdict | Prepa
     return PreparedCandidate(revision, source, workspace, [patch_stage, screened], started)
 
 
-def _evaluate_base(run: RoundRun) -> None:
-    """Compile (and, where the target runs, check) the base once per round: the report's deltas start here."""
+def _evaluate_base(run: RoundRun) -> Optional[ControlJob]:
+    """Compile (and, where the target runs, check) the base once per round: the report's deltas start here. Where
+    the dispatch has a second worker, the round's control runs on it during the check; it is handed back, to be
+    recorded after the base (judge.control.evaluate_control)."""
     if not run.stale(run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")):
-        return
+        return None
     started = now()
     run.on_event("stage", proposal="(base)", stage="compile")
     stages = _compile_all(run.target, [run.base_dir], run.settings, _quiet)
     stages += _static_stages(run, run.base_dir, stages[0], "(base)")
-    place = None
+    place, early = None, None
     if all(s.passed for s in stages) and run.gate is None:
+        early = control_job(run) if run.dispatch.workers > 1 else None
         run.on_event("stage", proposal="(base)", stage="correctness")
-        checked, place = run.dispatch.check_base()
-        stages.append(checked)
+        if early is not None:
+            run.on_event("stage", proposal="(control)",
+                         stage="the base against an identical copy of itself, beside the base's check")
+        checked = run.dispatch.check_base(early.job if early else None)
+        stages.append(checked.result)
+        place = checked.place
+        if early is not None:
+            early.ran = checked.control
     elif all(s.passed for s in stages):
         stages.append(not_run("correctness", run.gate))
     # A base that passed every stage it ran is recorded as 'unchanged' against itself; the report says 'passed'.
     outcome = (Outcome.UNCHANGED, "compiled and correct") if all(s.passed for s in stages) else None
     run.record(None, run.round_row["base_sha256"], stages, started, outcome, place=place)
+    return early
 
 
 def _compile_all(target: Target, workspaces: list[Path], settings: Settings, on_event: EventSink) -> list[StageResult]:

@@ -67,6 +67,9 @@ class FakeStages(StageCalls):
         def close(self):
             pass
 
+        def start(self):
+            """What the real one starts early (oracle, spares), the fakes have no need of."""
+
     def open_round(self, target, root, base_dir):
         return self._Evaluator(target, base_dir)
 

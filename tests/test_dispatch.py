@@ -290,7 +290,7 @@ def test_a_target_travels_with_the_files_its_task_takes_from_beside_it(tmp_path)
         write_target({"../../escape.py": b""}, tmp_path / "other", "vecadd")
 
 
-def test_an_actor_starts_its_oracle_before_its_first_candidate(tmp_path):
+def test_an_actor_starts_its_oracle_and_spares_before_its_first_candidate(tmp_path):
     """`warm` runs while the driver compiles; without a GPU for a GPU target it starts nothing. No base runner is
     kept: each timed pair starts a fresh base and candidate runner. Closing the actor removes its files."""
     from judge.dispatch import EvaluationActor, target_files
@@ -301,10 +301,12 @@ def test_an_actor_starts_its_oracle_before_its_first_candidate(tmp_path):
     try:
         actor.warm()
         assert actor.evaluator._oracle is not None and actor.evaluator._oracle.is_ready()
+        assert len(actor.evaluator._pool) == actor.evaluator.spares == 2  # its spares load torch meanwhile
         key, stages, _ = actor.evaluate("0", "same", cpu.kernel_source())
         assert [s.status for s in stages] == ["passed", "passed"]
     finally:
-        actor.close()
+        tallies = actor.close()
+    assert tallies["bind"][0] >= 1  # what its runner commands cost, for `judge_scale.py --events`
     assert not actor.root.exists()  # its copy of the round, spares and workspaces with it, is gone with it
     gpu = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "vecadd")
     idle = EvaluationActor(target_files(gpu), "vecadd", gpu.kernel_source(), 0.5)

@@ -143,6 +143,96 @@ def test_a_proposal_named_like_judges_own_workspaces_leaves_them_alone(setup):
     assert (root / "base" / "submission.py").read_text() == (root / "control" / "submission.py").read_text() == BASE
 
 
+def test_the_round_starts_its_oracle_and_spares_before_it_compiles_the_base(setup):
+    """So that the base's check does not wait for them; where the kernels cannot run here nothing is started."""
+    ledger, settings = setup
+    happened = []
+
+    class Watching(FakeStages):
+        class _Evaluator(FakeStages._Evaluator):
+            def start(self):
+                happened.append("oracle and spares started")
+
+        def compile_many(self, jobs, **kwargs):
+            happened.extend(f"compiled {workspace.name}" for _, workspace in jobs)
+            return super().compile_many(jobs, **kwargs)
+
+    settings.stages = Watching()
+    ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
+    run_round(ledger, 1, settings=settings)
+    assert happened[:2] == ["oracle and spares started", "compiled base"]
+    assert happened.count("oracle and spares started") == 1
+    happened.clear()
+    settings.stages = Watching(gpu=False)
+    run_round(ledger, 2, settings=settings, target=load_target(FIXTURE))
+    assert "oracle and spares started" not in happened and "compiled base" in happened
+
+
+def two_workers(monkeypatch, base_fails: bool = False) -> list:
+    """Rounds on a dispatch with a second worker (as Ray with two GPUs), here on this machine with the fake stages:
+    what the round hands to the base's check is kept in the list returned, and the control it is handed is run
+    'on the second worker', whose place its record must name."""
+    import judge.rounds
+    from judge.dispatch import BaseCheck, LocalDispatch
+
+    handed = []
+    first, second = ({"host": f"w{i}", "gpus": str(i), "device": {"name": "Fake GPU"}, "gate": None} for i in (0, 1))
+
+    class TwoWorkers(LocalDispatch):
+        workers = 2
+
+        def check_base(self, control=None):
+            handed.append(control.name if control else None)
+            result = super().check_base().result
+            if base_fails:
+                result = StageResult("correctness", "failed", "test 0: 1 of 127 elements differ", 0.1)
+            ran = None
+            if control is not None:
+                ran = (self.run.settings.stages.evaluate(self.run.open_evaluator(), control.workspace, None,
+                                                         self.run.floor), second)
+            return BaseCheck(result, first, ran)
+
+        def evaluate(self, jobs):
+            for job in jobs:
+                handed.append(job.name)
+                yield from super().evaluate([job])
+
+    monkeypatch.setattr(judge.rounds, "_dispatch", TwoWorkers)
+    return handed
+
+
+def test_on_two_workers_the_control_runs_beside_the_base_check_and_is_recorded_after_it(setup, monkeypatch):
+    """Ray with two GPUs: the control goes to the second actor while the first checks the base, so the round waits
+    once, not twice, before its first candidate; the ledger still holds the base, then the control, each with the
+    worker that ran it."""
+    import json
+
+    ledger, settings = setup
+    handed = two_workers(monkeypatch)
+    ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert handed == ["(control)", "a-fast"]  # the control was not timed a second time
+    assert outcomes(summary) == {"a-fast": ("faster", "geomean 1.250x [1.244, 1.256] over 2 benchmarks")}
+    rows = ledger.query("select subject, outcome, reason, device_json from evaluations order by id")
+    assert [(r["subject"], r["outcome"], r["reason"]) for r in rows] == [
+        ("base", "unchanged", "compiled and correct"),
+        ("control", "unchanged", "the base against itself: geomean 1.000x [0.995, 1.005] over 2 benchmarks"),
+        ("candidate", "faster", "geomean 1.250x [1.244, 1.256] over 2 benchmarks")]
+    assert [(json.loads(r["device_json"])["host"], json.loads(r["device_json"])["gpus"]) for r in rows[:2]] == [
+        ("w0", "0"), ("w1", "1")]
+
+
+def test_a_control_that_ran_beside_a_base_that_failed_is_not_recorded(setup, monkeypatch):
+    ledger, settings = setup
+    handed = two_workers(monkeypatch, base_fails=True)
+    ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
+    run_round(ledger, 1, settings=settings)
+    assert handed[0] == "(control)"
+    rows = ledger.query("select subject, outcome, reason from evaluations where subject != 'candidate' order by id")
+    assert [(r["subject"], r["outcome"], r["reason"]) for r in rows] == [
+        ("base", "incorrect", "test 0: 1 of 127 elements differ")]
+
+
 def test_a_patch_that_adds_a_forbidden_call_stops_at_the_screen(tmp_path):
     kernels = tmp_path / "kernels"
     shutil.copytree(FIXTURE, kernels / "axpy")

@@ -167,6 +167,14 @@ class Evaluator:
                 pin(self._oracle.pid, self.cores["others"])
         return self._oracle
 
+    def start(self) -> None:
+        """Start the oracle and (where warm) the spare runners now, before the first kernel stage asks for them: a
+        round starts them while its driver still compiles the base (judge.dispatch), so that its first check, or a
+        control on a second GPU, does not wait for twelve processes to import torch."""
+        self.oracle
+        if self.warm:
+            self._top_up()
+
     def ask(self, op: str, **args) -> Any:
         """A command to the oracle. Its failure is the target's (its reference), never a candidate's."""
         try:
