@@ -292,7 +292,8 @@ def _run_target_round(
     try:
         run.dispatch = _dispatch(run)
         run.gate = run.dispatch.gate()
-        run.dispatch.warm()
+        if _kernels_to_run(run, revisions):
+            run.dispatch.warm()
         run.floor = round_floor(run)  # from the controls before this run: what the control itself is measured against
         early = _evaluate_base(run)
         evaluate_control(run, early)
@@ -312,6 +313,15 @@ def _run_target_round(
     summary.winner = winner["proposal_id"] if winner else None
     summary.time = _time_spent(time.monotonic() - wall_start, run.spent, ledger.waited_s - waited_before)
     return summary
+
+
+def _kernels_to_run(run: RoundRun, revisions: list[dict]) -> bool:
+    """Whether this run has a base, a control or a candidate without a standing verdict: only then are the oracle
+    and spares started early (a run that finds every verdict standing starts none)."""
+    ledger, round_id = run.ledger, run.round_row["id"]
+    return (run.stale(ledger.latest_evaluation(round_id, None, subject="base"))
+            or run.stale(ledger.control_evaluation(round_id))
+            or any(run.stale(ledger.latest_evaluation(round_id, r["id"])) for r in revisions if r["patch"]))
 
 
 def _machine(target: Target, settings: Settings, on_event: EventSink) -> tuple[Optional[str], Optional[dict]]:

@@ -163,6 +163,8 @@ def test_the_round_starts_its_oracle_and_spares_before_it_compiles_the_base(setu
     assert happened[:2] == ["oracle and spares started", "compiled base"]
     assert happened.count("oracle and spares started") == 1
     happened.clear()
+    run_round(ledger, 1, settings=settings)  # every verdict stands: nothing to start
+    assert happened == []
     settings.stages = Watching(gpu=False)
     run_round(ledger, 2, settings=settings, target=load_target(FIXTURE))
     assert "oracle and spares started" not in happened and "compiled base" in happened
