@@ -18,14 +18,14 @@ from .errors import JudgeError
 from .machine import facts_dict, host_facts
 from .workspaces import fresh
 from .ledger import Ledger, now, sha256
-from .ledger.rows import EvaluationRow, RoundRow, WinnerRow
+from .ledger.rows import EvaluationRow, RoundRow
 from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ready_jobs
 from .control import ControlJob, control_job, evaluate_control, round_floor
 from .noise import Floor, default_floor
 from .stages.patch import apply_patch
 from .peer import evaluate_peer
 from .records import Outcome
-from .schedule import base_for, base_words, require_runnable
+from .schedule import base_for, base_words, kernels_to_run, require_runnable
 from .stages.screen.stage import screen_stage
 from .stages.details import CheckDetail, TimingDetail
 from .stages.result import StageResult, not_run
@@ -144,15 +144,6 @@ class Settings:
 
 def _quiet(*_args, **_kwargs) -> None:
     pass
-
-
-# bases and winners -----------------------------------------------------------
-
-
-def winner_of(ledger: Ledger, round_id: int) -> Optional[WinnerRow]:
-    """The round's best significantly-faster proposal by measured geomean (an implausible one counts only once
-    a person has cleared it as faster), or None."""
-    return ledger.round_winner(round_id)
 
 
 # the round ---------------------------------------------------------------------
@@ -292,7 +283,7 @@ def _run_target_round(
     try:
         run.dispatch = _dispatch(run)
         run.gate = run.dispatch.gate()
-        if _kernels_to_run(run, revisions):
+        if kernels_to_run(ledger, round_row["id"], run.stale, revisions):
             run.dispatch.warm()
         run.floor = round_floor(run)  # from the controls before this run: what the control itself is measured against
         early = _evaluate_base(run)
@@ -308,20 +299,11 @@ def _run_target_round(
         run.close()
         ledger.finish_run(run.run_id, status)
 
-    winner = winner_of(ledger, round_row["id"])
+    winner = ledger.round_winner(round_row["id"])  # best significantly faster; an implausible one once cleared
     ledger.set_winner(round_row["id"], winner["revision_id"] if winner else None)
     summary.winner = winner["proposal_id"] if winner else None
     summary.time = _time_spent(time.monotonic() - wall_start, run.spent, ledger.waited_s - waited_before)
     return summary
-
-
-def _kernels_to_run(run: RoundRun, revisions: list[dict]) -> bool:
-    """Whether this run has a base, a control or a candidate without a standing verdict: only then are the oracle
-    and spares started early (a run that finds every verdict standing starts none)."""
-    ledger, round_id = run.ledger, run.round_row["id"]
-    return (run.stale(ledger.latest_evaluation(round_id, None, subject="base"))
-            or run.stale(ledger.control_evaluation(round_id))
-            or any(run.stale(ledger.latest_evaluation(round_id, r["id"])) for r in revisions if r["patch"]))
 
 
 def _machine(target: Target, settings: Settings, on_event: EventSink) -> tuple[Optional[str], Optional[dict]]:

@@ -158,6 +158,15 @@ def base_for(ledger: Ledger, target: Target, round: int) -> tuple[str, str]:
     return source, f"round {round - 1} base + winner {winner['proposal_id']} r{winner['revision']}"
 
 
+def kernels_to_run(ledger: Ledger, round_id: int, stale, revisions: list[dict]) -> bool:
+    """Whether a run of the round has a base, a control or a candidate without a standing verdict (`stale`, the
+    run's rule): only then does it start its oracle and spares early (one that finds every verdict standing starts
+    none)."""
+    return (stale(ledger.latest_evaluation(round_id, None, subject="base"))
+            or stale(ledger.control_evaluation(round_id))
+            or any(stale(ledger.latest_evaluation(round_id, r["id"])) for r in revisions if r["patch"]))
+
+
 def base_words(target: str, round: int, origin: str, sha: str) -> str:
     """Which base a patch was tried against, and the command that prints it."""
     return (f"tried against round {round}'s base of {target} ({origin}; sha256 {sha[:12]}); get it with "
