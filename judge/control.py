@@ -46,15 +46,13 @@ def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object
     base = run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")
     if base is None or base["outcome"] != Outcome.UNCHANGED.value or run.gate is not None:
         return None
-    control = early if early is not None and early.ran is not None else control_job(run)
+    control = early or control_job(run)
     if control is None:
         return None
     if control.ran is None:
         run.on_event("stage", proposal="(control)", stage="the base against an identical copy of itself")
-        for _, stages, place in run.dispatch.evaluate([control.job]):
-            control.ran = (stages, place)
-    if control.ran is None:
-        return None
+        [(_, stages, place)] = run.dispatch.evaluate([control.job])  # one job in, one result out
+        control.ran = (stages, place)
     stages, place = control.ran
     outcome, reason = decide(stages)
     return run.record(None, sha256(control.job.source), stages, control.started,

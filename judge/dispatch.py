@@ -175,8 +175,7 @@ class RayDispatch:
         checking = self.actors[0].check_base.remote()
         beside = None
         if control is not None and len(self.actors) > 1:
-            floor = self.run.floor.to_json() if self.run.floor else None
-            beside = self.actors[1].evaluate.remote("control", control.name, control.source, floor)
+            beside = self._send(self.actors[1], ("control", control))
         result, place = self.ray.get(checking)
         if beside is None:
             return BaseCheck(result, place)
@@ -186,14 +185,12 @@ class RayDispatch:
     def evaluate(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
         """Each job goes to the pool as soon as the driver has it (its compile ended), and each verdict comes
         back as soon as an actor has it; Ray's ActorPool gives a job to the next idle actor."""
-        floor = self.run.floor.to_json() if self.run.floor else None
         by_key: dict[str, Job] = {}
         for job in jobs:
             key = str(len(by_key))
             by_key[key] = job
             self.run.on_event("stage", proposal=job.name, stage="correctness and timing (sent to Ray)")
-            self.pool.submit(lambda actor, item: actor.evaluate.remote(item[0], item[1].name, item[1].source, floor),
-                             (key, job))
+            self.pool.submit(self._send, (key, job))
             while self.pool.has_next():  # what has come back meanwhile, so that its actor takes the next job
                 try:
                     key_done, stages, place = self.pool.get_next_unordered(timeout=0)
@@ -204,15 +201,23 @@ class RayDispatch:
             key_done, stages, place = self.pool.get_next_unordered()
             yield by_key[key_done], stages, place
 
+    def _send(self, actor, item: tuple[str, Job]):
+        """`actor` evaluates one job (its key, the job) against the round's floor: the pool's call, and the control's."""
+        key, job = item
+        floor = self.run.floor.to_json() if self.run.floor else None
+        return actor.evaluate.remote(key, job.name, job.source, floor)
+
     def close(self) -> None:
         """Close every actor; what each one's runner commands cost goes out as a `worker-tallies` event first
         (judge.sandbox.worker.COMMAND_SECONDS of its process: `judge_scale.py --events` prints it)."""
         for actor, place in zip(self.actors, self.places):
             try:
-                self.run.on_event("worker-tallies", place=place, tallies=self.ray.get(actor.close.remote()))
+                tallies = self.ray.get(actor.close.remote())
             except Exception:  # an actor already gone has nothing left to close
-                pass
+                tallies = None
             self.ray.kill(actor)
+            if tallies is not None:
+                self.run.on_event("worker-tallies", place=place, tallies=tallies)
 
 
 def gpu_actors(ray, target, address: Optional[str]) -> tuple[dict, int]:

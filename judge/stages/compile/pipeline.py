@@ -9,8 +9,8 @@ are redone on resume.
 
 Cores: the compile workers are pinned to the cores no timed pair uses: every core this process may use minus the
 timing block (judge.stages.evaluation.placement) of each GPU of the host, and of each GPU the round times on (this
-machine's: the one CUDA shows first, or `--gpus`). Where the host has too few cores to set any apart, placement sets none and nothing is
-pinned, the timed pairs included.
+machine's: the one CUDA shows first, or `--gpus`). Where the host has too few cores to set any apart, placement
+sets none and nothing is pinned, the timed pairs included.
 """
 
 from __future__ import annotations
