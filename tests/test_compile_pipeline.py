@@ -189,7 +189,7 @@ def test_no_evaluator_of_a_host_puts_spares_or_compiles_on_another_gpus_timed_co
 
     from judge import machine
     from judge.stages.compile.pipeline import compile_cores
-    from judge.stages.evaluation import placement
+    from judge.core_blocks import placement
     from judge.targets import load_target
     gpu = load_target(Path(__file__).parent / "fixtures" / "gpumode" / "vecadd")  # two cores a timed pair
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
@@ -207,8 +207,8 @@ def test_no_evaluator_of_a_host_puts_spares_or_compiles_on_another_gpus_timed_co
     assert machine.host_gpu_count(gpus) == 2 and machine.host_gpu_count(tmp_path / "none") == 0
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    import judge.stages.evaluation as evaluation
+    import judge.core_blocks as core_blocks
 
-    monkeypatch.setattr(evaluation, "host_gpu_count", lambda: 2)
+    monkeypatch.setattr(core_blocks, "host_gpu_count", lambda: 2)
     assert compile_cores(gpu, None) == list(range(12))  # this machine's GPU is judged, the other's block kept free
     assert compile_cores(gpu, [0, 1]) == list(range(12))

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core_blocks import block_placement
+from ..core_blocks import block_placement, pin, placement, visible_gpu
 from ..errors import JudgeError
-from ..machine import host_gpu_count
 from ..boundary.oracle import oracle_dir
 from ..targets import Target
 from ..sandbox.worker import POLL_S, CommandFailed, Worker, WorkerError
@@ -383,49 +382,6 @@ class Evaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def placement(target: Target, gpu_index: int = 0, host_gpus: int | None = None) -> dict[str, list[int]] | None:
-    """The cores a timed pair runs on (the target's budget, the last ones this process may use, a block per
-    GPU of the host) and the rest, for the oracle, the spares and compiles; None where there are too few cores to
-    set any apart. The rest leaves out every GPU's block, not only this one's: on a host whose GPUs are judged
-    at once (--gpus, Ray), one evaluator's spares importing torch must not share a core with another's timed pair.
-    `host_gpus`: judge.machine.host_gpu_count unless given. The first core is never in a block, so the rest is
-    never empty."""
-    allowed = sorted(os.sched_getaffinity(0))
-    need = target.cores_for_timing
-
-    def block(gpu: int) -> list[int] | None:
-        end = len(allowed) - gpu * need
-        return allowed[end - need:end] if end - need >= 1 else None
-
-    timing = block(gpu_index)
-    if timing is None:
-        return None
-    reserved = set(timing)
-    for gpu in range(max(gpu_index + 1, host_gpu_count() if host_gpus is None else host_gpus)):
-        reserved.update(block(gpu) or [])
-    return {"timing": timing, "others": [c for c in allowed if c not in reserved]}
-
-
-def visible_gpu() -> int:
-    """The host's index of the first GPU CUDA_VISIBLE_DEVICES leaves this process (0 where it names none), so
-    that evaluators on different GPUs of one host put their timed pairs on different cores."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
-
-
-def pin(pid: int, cores: list[int]) -> None:
-    """Every thread of process `pid` on `cores` (threads it starts later inherit the main thread's)."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return
-    for task in tasks:
-        try:
-            os.sched_setaffinity(int(task), cores)
-        except OSError:
-            pass  # a thread that has just ended
 
 
 def default_spares(target: Target) -> int:

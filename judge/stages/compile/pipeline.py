@@ -8,7 +8,7 @@ transaction as it comes: a run killed half-way keeps every verdict written, and 
 are redone on resume.
 
 Cores: the compile workers are pinned to the cores no timed pair uses: every core this process may use minus the
-timing block (judge.stages.evaluation.placement) of each GPU of the host, and of each GPU the round times on (this
+timing block (judge.core_blocks.placement) of each GPU of the host, and of each GPU the round times on (this
 machine's: the one CUDA shows first, or `--gpus`). Where the host has too few cores to set any apart, placement
 sets none and nothing is pinned, the timed pairs included.
 """
@@ -44,7 +44,7 @@ class PreparedCandidate:
 
 def compile_cores(target, gpus: list[int] | None) -> list[int] | None:
     """The cores compiles may use: this process's, minus every timed pair's; None where none are set apart."""
-    from ..evaluation import placement, visible_gpu
+    from ...core_blocks import placement, visible_gpu
 
     timing: set[int] = set()
     others = set(os.sched_getaffinity(0))

@@ -9,7 +9,7 @@ function, answers, and is closed. A worker serves one candidate, never two: noth
 process (modules, patches, the DSL's in-memory state) reaches another's compile, and the compile cache is read
 and written by judge, as for a cold child.
 
-Cores: every worker is pinned from its start to `cores`, which the caller takes from judge.stages.evaluation.placement
+Cores: every worker is pinned from its start to `cores`, which the caller takes from judge.core_blocks.placement
 minus the timing cores of every GPU in use (judge.stages.compile.pipeline), so a compile never runs on a core where a
 runner is being timed; a confined kernel cannot widen its affinity (judge.sandbox.confine denies sched_setaffinity) and
 every process it starts inherits it.
@@ -109,7 +109,7 @@ class CompileWorkers:
 
     def _new(self) -> Worker:
         from ...workspaces import fresh
-        from ..evaluation import pin
+        from ...core_blocks import pin
 
         self._started += 1
         home = fresh(self.root / str(self._started))
