@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .child import REPLY_TAMPERED_EXIT
+from .forkserver import ForkServer
 from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, session_members, tail
 
 MAX_REPLY_BYTES = 64 << 20
@@ -81,6 +82,17 @@ def time_left(deadline: float) -> float:
     return left
 
 
+def worker_env(env: dict[str, str] | None) -> dict[str, str]:
+    """A worker's environment: `env` (judge's own when None), unbuffered, with the judge package importable."""
+    child_env = dict(env if env is not None else os.environ)
+    child_env["PYTHONUNBUFFERED"] = "1"
+    paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if JUDGE_ROOT not in paths:
+        paths.append(JUDGE_ROOT)
+    child_env["PYTHONPATH"] = os.pathsep.join(paths)
+    return child_env
+
+
 @dataclass
 class Reply:
     value: Any
@@ -93,10 +105,11 @@ class Worker:
 
     def __init__(self, role: str, init: dict | None, *, cwd: Path, log_path: Path, policy: dict | None = None,
                  env: dict[str, str] | None = None, start_timeout_s: float = START_TIMEOUT_S, poll_s: float = 0.0,
-                 preload: tuple[str, ...] = ()):
+                 preload: tuple[str, ...] = (), forks: "ForkServer | None" = None):
         """With `init` None the worker is a spare: it loads torch (and CUDA) now, and the modules `preload` names
-        (judge's own, what its bind will run), and waits for `bind`. A reply is polled for `poll_s` seconds before
-        the parent sleeps until it comes (POLL_S on GPU targets)."""
+        (judge's own, what its bind will run), and waits for `bind`; with `forks` it is forked from that template,
+        which has loaded them (judge.sandbox.forkserver). A reply is polled for `poll_s` seconds before the parent
+        sleeps until it comes (POLL_S on GPU targets)."""
         self.role = role
         self.poll_s = poll_s
         self.home = Path(cwd)  # where it started: a spare's scratch directories (TMPDIR, caches) lie under it
@@ -108,20 +121,21 @@ class Worker:
                                      "preload": list(preload)}))
         cmd_read, self._cmd = os.pipe()
         self._reply, reply_write = os.pipe()
-        child_env = dict(env if env is not None else os.environ)
-        child_env["PYTHONUNBUFFERED"] = "1"
-        paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if JUDGE_ROOT not in paths:
-            paths.append(JUDGE_ROOT)
-        child_env["PYTHONPATH"] = os.pathsep.join(paths)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "judge.sandbox.child", "serve", str(cmd_read), str(reply_write), str(setup)],
-                cwd=cwd, env=child_env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, pass_fds=(cmd_read, reply_write),
-            )
-        os.close(cmd_read)
-        os.close(reply_write)
+        child_env = worker_env(env)
+        if forks is not None and init is None:
+            try:
+                self.process = forks.spawn(home=Path(cwd), env=child_env, log_path=self.log_path, setup=setup,
+                                           fds=(cmd_read, reply_write))
+            except OSError:
+                for fd in (self._cmd, self._reply):
+                    os.close(fd)
+                self._tmp.cleanup()
+                raise
+            finally:
+                os.close(cmd_read)
+                os.close(reply_write)
+        else:
+            self.process = self._popen(child_env, cwd, setup, cmd_read, reply_write)
         os.set_blocking(self._reply, False)  # polled first (POLL_S), then waited for in select
         self._buffer = b""
         self._serial = 0
@@ -131,6 +145,19 @@ class Worker:
         self._start_timeout_s = start_timeout_s
         if init is not None:
             self.hello = self._read(0, start_timeout_s).value
+
+    def _popen(self, env: dict[str, str], cwd: Path, setup: Path, cmd_read: int, reply_write: int
+               ) -> subprocess.Popen:
+        """The worker as a fresh interpreter (`python -m judge.sandbox.child serve`), its own session's leader."""
+        with open(self.log_path, "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "judge.sandbox.child", "serve", str(cmd_read), str(reply_write), str(setup)],
+                cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, pass_fds=(cmd_read, reply_write),
+            )
+        os.close(cmd_read)
+        os.close(reply_write)
+        return process
 
     def ready(self) -> None:
         """Wait until a spare has loaded what it loads before its workspace is known (then it only waits)."""
@@ -285,7 +312,7 @@ class Worker:
         and not waited for: its CUDA context takes ~0.12 s to tear down on an H100, which the next candidate's
         correctness stage, not the round, can absorb."""
         if not wait:
-            kill_group(self.process.pid)
+            self._kill_group()
         elif self.process.poll() is None:
             try:
                 if self.frozen:
@@ -295,7 +322,7 @@ class Worker:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         if wait:
-            kill_group(self.process.pid)
+            self._kill_group()
             if self.process.poll() is None:
                 self.process.kill()
             self.process.wait()
@@ -318,10 +345,17 @@ class Worker:
     # ---- internals -------------------------------------------------------------------------------------
 
     def _signal(self, number: int) -> None:
+        if self.process.pid is None:
+            return
         try:
             os.killpg(self.process.pid, number)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def _kill_group(self) -> None:
+        """Kill the worker's group and session; a spare whose template never forked it has none."""
+        if self.process.pid is not None:
+            kill_group(self.process.pid)
 
     def _line_waiting(self) -> bool:
         """Whether a whole reply line, or the end of the pipe, can be read now (reads what the pipe holds, never
@@ -369,11 +403,12 @@ class Worker:
         return Reply(message.get("value"), 0.0, message.get("at"))
 
     def _hung(self, timeout_s: float) -> WorkerError:
-        try:
-            os.kill(self.process.pid, signal.SIGUSR1)  # faulthandler: the Python stacks go to the log
-            time.sleep(DUMP_GRACE_S)
-        except ProcessLookupError:
-            pass
+        if self.process.pid is not None:
+            try:
+                os.kill(self.process.pid, signal.SIGUSR1)  # faulthandler: the Python stacks go to the log
+                time.sleep(DUMP_GRACE_S)
+            except ProcessLookupError:
+                pass
         self._kill()
         return WorkerError("timed-out", f"killed after {timeout_s:.1f} s", self.log_tail())
 
@@ -397,7 +432,7 @@ class Worker:
         if self.frozen:
             self._signal(signal.SIGCONT)
             self.frozen = False
-        kill_group(self.process.pid)
+        self._kill_group()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -23,7 +23,9 @@ from ..core_blocks import block_placement, pin, placement, visible_gpu
 from ..errors import JudgeError
 from ..boundary.oracle import oracle_dir
 from ..targets import Target
-from ..sandbox.worker import POLL_S, CommandFailed, Worker, WorkerError
+from ..sandbox import forkserver
+from ..sandbox.forkserver import ForkServer
+from ..sandbox.worker import POLL_S, CommandFailed, Worker, WorkerError, worker_env
 from ..workspaces import fresh
 
 # Timing input sets per benchmark: as many as fit in this many bytes (the oracle keeps them), within these bounds.
@@ -95,6 +97,7 @@ class Evaluator:
         _not_dumpable()
         self._oracle: Worker | None = None
         self._pool: list[Worker] = []  # spares, oldest first
+        self._forks: ForkServer | None = None  # the spares' template
         self._prebound: dict[Path, list[Worker]] = {}  # spares bound (and loading) ahead of their use
         self._told_cuda: set[int] = set()
         self._started = 0
@@ -238,7 +241,7 @@ class Evaluator:
         something untimed runs (a correctness stage); `prebound` hands them over. How many were bound."""
         workspace = Path(workspace).resolve()
         init, policy, env = self._runner_setup(workspace)
-        ready = [spare for spare in self._pool if spare.is_ready()][:count]
+        ready = self._ready_spares()[:count]
         for spare in ready:
             self._pool.remove(spare)
             log = workspace / f"{prefix}-{spare.pid}.log"
@@ -319,10 +322,22 @@ class Evaluator:
             self._pool.append(self._new_spare())
         if self.target.on_cpu:
             return
-        for spare in self._pool:
-            if spare.pid not in self._told_cuda and spare.is_ready():
+        for spare in self._ready_spares():
+            if spare.pid not in self._told_cuda:
                 spare.start("cuda")
                 self._told_cuda.add(spare.pid)
+
+    def _ready_spares(self) -> list[Worker]:
+        """The spares that have loaded; one that broke while loading is closed and dropped (judge's loss)."""
+        ready = []
+        for spare in list(self._pool):
+            try:
+                if spare.is_ready():
+                    ready.append(spare)
+            except (WorkerError, CommandFailed):
+                spare.close()
+                self._pool.remove(spare)
+        return ready
 
     def settle(self) -> None:
         """Before timing: no spare may touch the GPU or, on a CPU target, take a core from a measurement. A
@@ -361,21 +376,44 @@ class Evaluator:
         return rules, child_env(rules, env)
 
     def _new_spare(self) -> Worker:
+        """A spare forked from the template (its cores are the template's), or one that imports torch itself
+        where there is no template or it has ended: a broken template is judge's loss, never a kernel's."""
         self._started += 1
         home = fresh(self.root / "spares" / str(self._started))
         _, env = self._rules(home)
+        forks = self._template()
+        if forks is not None:
+            try:
+                return Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env, poll_s=self.poll_s,
+                              forks=forks)
+            except OSError:
+                pass
         worker = Worker("runner", None, cwd=home, log_path=home / "spare.log", env=env, poll_s=self.poll_s)
         if self.cores:
             pin(worker.pid, self.cores["others"])
         return worker
+
+    def _template(self) -> ForkServer | None:
+        """The process the spares are forked from (judge.sandbox.forkserver), started with the first spare; None
+        where pidfds are missing or it has ended."""
+        if self._forks is None and forkserver.available():
+            home = fresh(self.root / "spares" / "template")
+            _, env = self._rules(home)
+            self._forks = ForkServer(home=home, env=worker_env(env), log_path=home / "template.log")
+            if self.cores:
+                pin(self._forks.pid, self.cores["others"])
+        return self._forks if self._forks is not None and self._forks.running else None
 
     def close(self) -> None:
         self.discard_prebound()
         for worker in (self._oracle, *self._pool):
             if worker is not None:
                 worker.close()
+        if self._forks is not None:
+            self._forks.close()
         self._oracle = None
         self._pool = []
+        self._forks = None
 
     def __enter__(self) -> "Evaluator":
         return self
