@@ -93,6 +93,24 @@ def test_runners_start_cold_when_the_template_has_gone(tmp_path):
         assert all(parent_of(spare.pid) == os.getpid() for spare in ev._pool)  # the new spares import torch
 
 
+def test_a_confined_runner_dies_with_its_template(tmp_path):
+    """The drop to uid nobody clears a process's parent-death signal (where judge runs as root, as on the GPU
+    hosts); confinement sets it again, so a runner whose template (or judge) has ended does not live on."""
+    target = load_target(TARGET)
+    with Evaluator(target, tmp_path / "round", spares=1) as ev:
+        ev.start()
+        ev._pool[0].ready()
+        runner = ev.runner(target.assemble(tmp_path / "cand", target.kernel_source()))
+        assert runner.call("load", 60).value is not None
+        os.killpg(ev._forks.pid, signal.SIGKILL)
+        ev._forks.process.wait()
+        deadline = time.monotonic() + 5
+        while not gone(runner.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gone(runner.pid), runner.hello["confinement"]["user"]
+        ev.close_runner(runner)
+
+
 def test_without_pidfds_spares_import_torch_themselves(tmp_path, monkeypatch):
     monkeypatch.setattr(forkserver, "available", lambda: False)
     target = load_target(TARGET)

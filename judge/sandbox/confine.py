@@ -14,6 +14,7 @@ import errno
 import glob
 import os
 import resource
+import signal
 import stat
 import sys
 from dataclasses import asdict, dataclass, fields
@@ -36,6 +37,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
 _NAMESPACE_FLAGS = [0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, _CLONE_NEWNET]
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_PDEATHSIG = 1
 _PR_CAPBSET_DROP = 24
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 # Denied outright by seccomp: reach into other processes, the kernel, the clock, or out of the sandbox.
@@ -372,12 +374,19 @@ def _drop_user(policy: Policy, readable: list[Path]) -> str:
         reason = f"the writable paths are not owned by {NOBODY} (prepare() was not called)"
     if reason:
         return f"same uid {uid}{_drop_capabilities()}: {reason}"
+    parent = os.getppid()
     try:
         os.setgroups([])
         os.setresgid(NOBODY, NOBODY, NOBODY)
         os.setresuid(NOBODY, NOBODY, NOBODY)
     except OSError as error:
         return f"same uid {os.getuid()}: dropping to {NOBODY} failed ({error.strerror})"
+    # A new uid clears the parent-death signal: set again, a runner never outlives the process that started it
+    # (judge, or the spares' template), and one whose parent ended in between leaves now.
+    _libc.prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                ctypes.c_ulong(0))
+    if os.getppid() != parent:
+        os._exit(1)
     return f"uid {NOBODY} (nobody)"
 
 
