@@ -129,7 +129,7 @@ def test_the_template_home_moves_to_the_spare_home_in_every_module(monkeypatch):
     module.HOME = "/r/spares/template"
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setattr(sys, "path", ["/r/spares/template", "/site"])
-    forkserver.move_home("/r/spares/template", "/r/spares/7")
+    forkserver.move_home("/r/spares/template", "/r/spares/7", forkserver.fixed_under("/r/spares/template"))
     assert (module.TMP, module.HEADERS, module.SIBLING, module.HOME) == (
         "/r/spares/7/.tmp", "/r/spares/7/.tmp/torchinductor_root/precompiled_headers", "/r/spares/template2/x",
         "/r/spares/7")

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 from .isolation import kill_group
@@ -219,8 +220,8 @@ def serve(control_fd: str, setup_file: str) -> None:
     setup = json.loads(Path(setup_file).read_text())
     child._import_heavy("runner", setup["preload"])
     warnings.simplefilter("ignore", DeprecationWarning)  # os.fork in a process with torch's native thread
-    home = os.getcwd()
     control = socket.socket(fileno=int(control_fd))
+    template = _Template(os.getcwd(), fixed_under(os.getcwd()), control)
     events = selectors.DefaultSelector()
     events.register(control, selectors.EVENT_READ)
     while True:
@@ -230,7 +231,7 @@ def serve(control_fd: str, setup_file: str) -> None:
                 if not message:
                     os._exit(0)  # judge hung up: the spares die with the template (their parent-death signal)
                 request = json.loads(message)
-                pid, pidfd = _fork(request, fds, home, control)
+                pid, pidfd = _fork(request, fds, template)
                 events.register(pidfd, selectors.EVENT_READ, data=(pid, request["status"]))
                 socket.send_fds(control, [json.dumps({"pid": pid}).encode()], [pidfd])
             else:
@@ -238,7 +239,14 @@ def serve(control_fd: str, setup_file: str) -> None:
                 _reap(key.fileobj, *key.data)
 
 
-def _fork(request: dict, fds: list[int], home: str, control: socket.socket) -> tuple[int, int]:
+@dataclass
+class _Template:
+    home: str  # the template's own home (its cwd, TMPDIR and caches)
+    fixed: list[tuple[dict, str]]  # where its imports hold paths under it (fixed_under)
+    control: socket.socket  # judge's requests
+
+
+def _fork(request: dict, fds: list[int], template: _Template) -> tuple[int, int]:
     """A spare for `request`: its pid and a pidfd of it (taken before it can be reaped: only this process reaps)."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -246,7 +254,7 @@ def _fork(request: dict, fds: list[int], home: str, control: socket.socket) -> t
     pid = os.fork()
     if pid == 0:
         try:
-            _become_spare(request, fds, home, parent, control)
+            _become_spare(request, fds, template, parent)
         finally:
             os._exit(1)  # never back into the template's loop
     for fd in fds:
@@ -267,7 +275,7 @@ def _reap(pidfd: int, pid: int, status_path: str) -> None:
         pass  # judge has closed the spare and dropped its directory: nobody asks any more
 
 
-def _become_spare(request: dict, fds: list[int], home: str, parent: int, control: socket.socket) -> None:
+def _become_spare(request: dict, fds: list[int], template: _Template, parent: int) -> None:
     """In the forked child: judge.sandbox.child.serve's start, as `python -m judge.sandbox.child serve` would have
     had it, with the template's home moved to the spare's own."""
     import ctypes
@@ -278,7 +286,7 @@ def _become_spare(request: dict, fds: list[int], home: str, parent: int, control
     if os.getppid() != parent:
         os._exit(1)  # ...which may have died before the line above
     os.setsid()
-    control.detach()
+    template.control.detach()
     cmd, reply = fds
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -294,26 +302,40 @@ def _become_spare(request: dict, fds: list[int], home: str, parent: int, control
     os.chdir(request["home"])
     os.environ.clear()
     os.environ.update(request["env"])
-    move_home(home, request["home"])
+    move_home(template.home, request["home"], template.fixed)
     child.serve(str(cmd), str(reply), request["setup"])
 
 
-def move_home(old: str, new: str) -> None:
-    """Point what the template's imports fixed under its home (its TMPDIR, caches: tempfile's directory, torch's
-    compiler's header directory, site's user directories) at the spare's home instead, in every loaded module, and
-    take the template's home off the import path: the spare may write its own home, never the template's."""
-    def moved(value: str) -> str:
-        return new + value[len(old):]
-
-    sys.path[:] = [p for p in sys.path if p != old]
+def fixed_under(home: str) -> list[tuple[dict, str]]:
+    """Where the loaded modules hold a path under `home` (what the template's imports fixed under its TMPDIR and
+    caches: tempfile's directory, torch's compiler's header directory, site's user directories), as (module
+    namespace, name). Looked for once, in the template: in a forked spare the same walk took 95 ms, most of it
+    copying the pages whose objects it touched."""
+    found = []
     for module in list(sys.modules.values()):
         try:
             namespace = vars(module)
         except TypeError:
             continue
         for name, value in list(namespace.items()):
-            if type(value) is str and (value == old or value.startswith(old + os.sep)):  # type(): no proxy runs
-                namespace[name] = moved(value)
+            if _under(value, home):
+                found.append((namespace, name))
+    return found
+
+
+def move_home(old: str, new: str, found: list[tuple[dict, str]]) -> None:
+    """Point the paths `found` under the template's home at the spare's home instead, and take the template's
+    home off the import path: the spare may write its own home, never the template's."""
+    sys.path[:] = [p for p in sys.path if p != old]
+    for namespace, name in found:
+        value = namespace.get(name)
+        if _under(value, old):
+            namespace[name] = new + value[len(old):]
+
+
+def _under(value, home: str) -> bool:
+    """A string naming `home` or a path in it; type(), not isinstance(): a module's lazy proxy runs no code."""
+    return type(value) is str and (value == home or value.startswith(home + os.sep))
 
 
 if __name__ == "__main__":
