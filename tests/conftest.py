@@ -30,7 +30,7 @@ SLOW_MODULES = {
     "test_runner.py": 24,
     "kernels/test_fp8_group_gemm_sm90.py": 16,
     "test_compile_workers.py": 90,  # cold and warm compile children side by side (2026-11-26, same VM, loaded)
-    "test_forkserver.py": 66,  # templates importing torch, forked and cold runners (2026-11-26, same VM, loaded)
+    "test_forkserver.py": 70,  # templates importing torch, forked and cold runners (2026-11-26, same VM)
 }
 # Single slow tests of otherwise quick modules (also marked where they are defined), with their seconds there.
 SLOW_TESTS = {

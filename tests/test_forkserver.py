@@ -76,6 +76,27 @@ def test_a_forked_runner_that_dies_reads_as_a_cold_one_would(tmp_path, line, sta
     assert (caught.value.status, caught.value.message) == (status, message)
 
 
+def test_runners_closed_without_waiting_leave_no_descriptor_open(tmp_path):
+    """Judge holds a pidfd of each forked runner; a runner closed at once (close_runner) lets go of it when it is
+    dropped, so a long round does not run out of file descriptors."""
+    import gc
+
+    target = load_target(TARGET)
+    with Evaluator(target, tmp_path / "round", spares=1) as ev:
+        ev.start()
+        workspace = target.assemble(tmp_path / "cand", target.kernel_source())
+        counts = []
+        for _ in range(6):
+            runner = ev.runner(workspace)
+            assert parent_of(runner.pid) == ev._forks.pid
+            ev.close_runner(runner)
+            del runner
+            gc.collect()
+            ev._pool[0].ready()
+            counts.append(len(os.listdir("/proc/self/fd")))
+    assert counts == [counts[0]] * 6
+
+
 def test_runners_start_cold_when_the_template_has_gone(tmp_path):
     """A template killed while its spares wait is judge's loss: its spares go with it, and the next runner is a
     cold one that judges the kernel as before."""

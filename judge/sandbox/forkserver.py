@@ -185,15 +185,26 @@ class ForkedProcess:
         if not ready:
             raise subprocess.TimeoutExpired(f"spare {self._pid}", timeout or 0)
         self.returncode = self._read_status()
-        os.close(self._pidfd)
+        self._release()
         return self.returncode
 
     def kill(self) -> None:
-        if self.pid is not None and self.returncode is None:
+        if self.pid is not None and self._pidfd is not None:
             try:
                 signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def _release(self) -> None:
+        """Close judge's pidfd of the spare, once: a runner closed without waiting (Worker.close(wait=False)) lets
+        go of it when it is dropped, as a Popen does of its zombie, or a round of a hundred candidates would hold
+        seven hundred of them."""
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    def __del__(self) -> None:
+        self._release()
 
     def _read_status(self) -> int:
         deadline = time.monotonic() + STATUS_WAIT_S
