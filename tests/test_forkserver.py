@@ -76,6 +76,23 @@ def test_a_forked_runner_that_dies_reads_as_a_cold_one_would(tmp_path, line, sta
     assert (caught.value.status, caught.value.message) == (status, message)
 
 
+def test_a_forked_runner_has_the_command_line_of_a_cold_one(tmp_path):
+    """A kernel sees `python -m judge.sandbox.child serve CMD_FD REPLY_FD setup.json` in sys.argv either way, so a
+    cheat that reads judge's channel from it meets the same defence (the red team's forge_reply: tampered, where
+    an argv of the template's own made it crash instead)."""
+    target = load_target(TARGET)
+    probe = ("import os, sys\n"
+             "if sys.argv[1] != 'serve' or not os.readlink(f'/proc/self/fd/{sys.argv[3]}').startswith('pipe:'):\n"
+             "    raise RuntimeError(f'not a cold runner command line: {sys.argv}')\n")
+    with Evaluator(target, tmp_path / "round", spares=1) as ev:
+        ev.start()
+        ev._pool[0].ready()
+        runner = ev.runner(target.assemble(tmp_path / "cand", probe + target.kernel_source()))
+        assert parent_of(runner.pid) == ev._forks.pid
+        assert runner.call("load", 60).value is not None
+        ev.close_runner(runner)
+
+
 def test_runners_closed_without_waiting_leave_no_descriptor_open(tmp_path):
     """Judge holds a pidfd of each forked runner; a runner closed at once (close_runner) lets go of it when it is
     dropped, so a long round does not run out of file descriptors."""

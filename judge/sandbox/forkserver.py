@@ -314,6 +314,7 @@ def _become_spare(request: dict, fds: list[int], template: _Template, parent: in
     os.environ.clear()
     os.environ.update(request["env"])
     move_home(template.home, request["home"], template.fixed)
+    sys.argv[:] = [child.__file__, "serve", str(cmd), str(reply), request["setup"]]  # as a cold spare's
     child.serve(str(cmd), str(reply), request["setup"])
 
 
