@@ -1,5 +1,6 @@
 """Spares forked from a template (judge/sandbox/forkserver.py): what a forked spare holds, how its end reads to
-judge though it is not judge's child, and spares that start cold where the template is missing or gone."""
+judge though it is not judge's child, and spares that start cold where the template is missing or gone. A GPU
+target's spares are forked by default; these tests ask for it on the CPU target, which runs anywhere."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def gone(pid: int) -> bool:
 
 def test_a_spare_is_forked_from_the_template_and_holds_only_its_own_pipes(tmp_path):
     target = load_target(TARGET)
-    with Evaluator(target, tmp_path / "round", spares=1) as ev:
+    with Evaluator(target, tmp_path / "round", spares=1, fork_spares=True) as ev:
         ev.start()
         spare = ev._pool[0]
         spare.ready()
@@ -65,7 +66,7 @@ def test_a_spare_is_forked_from_the_template_and_holds_only_its_own_pipes(tmp_pa
 def test_a_forked_runner_that_dies_reads_as_a_cold_one_would(tmp_path, line, status, message):
     """The template, not judge, is the spare's parent: it reaps it and hands judge the exit status."""
     target = load_target(TARGET)
-    with Evaluator(target, tmp_path / "round", spares=1) as ev:
+    with Evaluator(target, tmp_path / "round", spares=1, fork_spares=True) as ev:
         ev.start()
         ev._pool[0].ready()
         runner = ev.runner(target.assemble(tmp_path / "cand", line + target.kernel_source()))
@@ -84,7 +85,7 @@ def test_a_forked_runner_has_the_command_line_of_a_cold_one(tmp_path):
     probe = ("import os, sys\n"
              "if sys.argv[1] != 'serve' or not os.readlink(f'/proc/self/fd/{sys.argv[3]}').startswith('pipe:'):\n"
              "    raise RuntimeError(f'not a cold runner command line: {sys.argv}')\n")
-    with Evaluator(target, tmp_path / "round", spares=1) as ev:
+    with Evaluator(target, tmp_path / "round", spares=1, fork_spares=True) as ev:
         ev.start()
         ev._pool[0].ready()
         runner = ev.runner(target.assemble(tmp_path / "cand", probe + target.kernel_source()))
@@ -99,7 +100,7 @@ def test_runners_closed_without_waiting_leave_no_descriptor_open(tmp_path):
     import gc
 
     target = load_target(TARGET)
-    with Evaluator(target, tmp_path / "round", spares=1) as ev:
+    with Evaluator(target, tmp_path / "round", spares=1, fork_spares=True) as ev:
         ev.start()
         workspace = target.assemble(tmp_path / "cand", target.kernel_source())
         counts = []
@@ -118,7 +119,7 @@ def test_runners_start_cold_when_the_template_has_gone(tmp_path):
     """A template killed while its spares wait is judge's loss: its spares go with it, and the next runner is a
     cold one that judges the kernel as before."""
     target = load_target(TARGET)
-    with Evaluator(target, tmp_path / "round", spares=2) as ev:
+    with Evaluator(target, tmp_path / "round", spares=2, fork_spares=True) as ev:
         ev.start()
         ev._pool[0].ready()
         forked = [spare.pid for spare in ev._pool]
@@ -135,7 +136,7 @@ def test_a_confined_runner_dies_with_its_template(tmp_path):
     """The drop to uid nobody clears a process's parent-death signal (where judge runs as root, as on the GPU
     hosts); confinement sets it again, so a runner whose template (or judge) has ended does not live on."""
     target = load_target(TARGET)
-    with Evaluator(target, tmp_path / "round", spares=1) as ev:
+    with Evaluator(target, tmp_path / "round", spares=1, fork_spares=True) as ev:
         ev.start()
         ev._pool[0].ready()
         runner = ev.runner(target.assemble(tmp_path / "cand", target.kernel_source()))
@@ -152,9 +153,19 @@ def test_a_confined_runner_dies_with_its_template(tmp_path):
 def test_without_pidfds_spares_import_torch_themselves(tmp_path, monkeypatch):
     monkeypatch.setattr(forkserver, "available", lambda: False)
     target = load_target(TARGET)
-    with Evaluator(target, tmp_path / "round", spares=1) as ev:
+    with Evaluator(target, tmp_path / "round", spares=1, fork_spares=True) as ev:
         ev.start()
         assert ev._forks is None and parent_of(ev._pool[0].pid) == os.getpid()
+
+
+def test_by_default_a_gpu_targets_spares_are_forked_and_a_cpu_targets_are_not(tmp_path):
+    target = load_target(TARGET)
+    with Evaluator(target, tmp_path / "cpu", spares=1) as ev:
+        ev.start()
+        assert ev._forks is None and parent_of(ev._pool[0].pid) == os.getpid()
+    target.arch = "sm_90"  # what the Evaluator reads to tell a GPU target; the template touches no GPU
+    with Evaluator(target, tmp_path / "gpu", spares=1) as ev:
+        assert ev._template() is ev._forks is not None
 
 
 def test_the_template_home_moves_to_the_spare_home_in_every_module(monkeypatch):

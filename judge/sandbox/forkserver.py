@@ -233,6 +233,10 @@ def serve(control_fd: str, setup_file: str) -> None:
     warnings.simplefilter("ignore", DeprecationWarning)  # os.fork in a process with torch's native thread
     control = socket.socket(fileno=int(control_fd))
     template = _Template(os.getcwd(), fixed_under(os.getcwd()), control)
+    import gc
+
+    gc.collect()
+    gc.freeze()  # no collection in a spare walks the template's objects, copying every page that holds one
     events = selectors.DefaultSelector()
     events.register(control, selectors.EVENT_READ)
     while True:

@@ -91,6 +91,7 @@ class Evaluator:
     spares: int | None = None  # how many; None: default_spares(target)
     gpu_index: int | None = None  # which of the host's GPUs its runners use (for their cores); None: the first visible
     core_block: int | None = None  # a CPU target's evaluation on a shared host (Ray): its block (judge.core_blocks)
+    fork_spares: bool | None = None  # spares forked from a template; None: on a GPU target (see _template)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -395,8 +396,12 @@ class Evaluator:
 
     def _template(self) -> ForkServer | None:
         """The process the spares are forked from (judge.sandbox.forkserver), started with the first spare; None
-        where pidfds are missing or it has ended."""
-        if self._forks is None and forkserver.available():
+        where pidfds are missing or it has ended. By default only a GPU target's: there twelve spares a GPU must
+        keep up with its pairs, where a CPU target keeps two. On the 2-core VM, identical vecadd_cpu kernels in
+        forked runners compared up to 1.032-1.049x apart (16 runs), and 1.020x in runners that imported torch
+        themselves (6 runs, 2026-11-26): until that is understood, CPU timing keeps the processes it had."""
+        wanted = not self.target.on_cpu if self.fork_spares is None else self.fork_spares
+        if self._forks is None and wanted and forkserver.available():
             home = fresh(self.root / "spares" / "template")
             _, env = self._rules(home)
             self._forks = ForkServer(home=home, env=worker_env(env), log_path=home / "template.log")
