@@ -65,3 +65,21 @@ def judge_toml_error(target_dir: Path, edit: Callable[[str], str]) -> str:
     message = caught.value.message
     assert message.startswith(f"{toml}: ") and "\n" not in message, message
     return message.removeprefix(f"{toml}: ")
+
+
+
+def use_dsl_arch(monkeypatch, arch: str) -> None:
+    """CUTE_DSL_ARCH=`arch` for one test that compiles in its own process, where CuTe DSL may already have compiled
+    for another: the DSL reads the variable once per process and keeps it, and the last compile's options (an
+    explicit --gpu-arch among them) in its singletons, so a test that compiled for sm_100a would leave the next one
+    building sm_90a code for the wrong arch (in a pytest-xdist worker, which runs tests of several modules). Every
+    such test sets its arch here."""
+    import sys
+
+    monkeypatch.setenv("CUTE_DSL_ARCH", arch)
+    if "cutlass" in sys.modules:  # else the DSL reads the variable when it starts
+        from cutlass.base_dsl.dsl import DSLSingletonMeta
+
+        for dsl in list(DSLSingletonMeta._instances.values()):
+            dsl.envar.arch = arch  # each DSL (CuTe's, its experimental one) as if it had read it first
+            dsl.compile_options = type(dsl.compile_options)()  # as the DSL starts: no option of an earlier compile

@@ -14,6 +14,8 @@ import pytest
 import torch
 import yaml
 
+from harness import use_dsl_arch
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "kernels" / "fp8_group_gemm_sm90"
 PROPOSALS = ROOT / "proposals" / "fp8_group_gemm_sm90"
@@ -100,7 +102,7 @@ def test_check_rejects_nan_and_wrong_values_and_accepts_bf16_reference():
 
 @pytest.fixture
 def sm90a(monkeypatch):
-    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    use_dsl_arch(monkeypatch, "sm_90a")
 
 
 def test_compile_kernel_on_cpu_for_sm90a(sm90a, tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import use_dsl_arch
 from nvfp4_mutants import EQUIVALENT, MUTANTS
 from target_modules import load_from
 
@@ -26,7 +27,7 @@ SEED = 1
 
 def run_checks(directory: Path, arch: str, monkeypatch) -> dict[str, tuple[str, str]]:
     """{check name: ("passed", description) or ("failed", message)}; any other exception propagates."""
-    monkeypatch.setenv("CUTE_DSL_ARCH", arch)
+    use_dsl_arch(monkeypatch, arch)
     kernel = load_from(directory, "submission")
     reference = load_from(directory, "reference")
     checks = load_from(directory, "layout_checks")

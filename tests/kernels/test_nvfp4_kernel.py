@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import use_dsl_arch
 from target_modules import load_from
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,7 +127,7 @@ def test_compile_signature_does_not_depend_on_the_shapes(kernel):
 def sm100(monkeypatch, tmp_path):
     """Compile for sm_100a with PTX and cubin kept, in a scratch directory: cute.compile drops its files in the
     directory it was imported in unless told another (--dump-dir, which the compile calls here pass)."""
-    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_100a")
+    use_dsl_arch(monkeypatch, "sm_100a")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
