@@ -149,8 +149,8 @@ class RayDispatch:
         # is sent again: the driver records only what comes back, so nothing is lost or recorded twice.
         actor = ray.remote(**resources, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS)(EvaluationActor)
         files, base_source = target_files(target), (run.base_dir / target.kernel_file).read_text()
-        self.actors = [actor.remote(files, target.name, base_source, run.settings.timing_budget_s)
-                       for _ in range(count)]
+        self.actors = [actor.remote(files, target.name, base_source, run.settings.timing_budget_s,
+                                    run.settings.fork_spares) for _ in range(count)]
         self.places = ray.get([a.where.remote() for a in self.actors])
         self.pool = ActorPool(self.actors)
         run.on_event("workers", places=self.places)
@@ -271,7 +271,8 @@ class EvaluationActor:
     """One GPU's (or block of cores') share of a round on a Ray worker: its own copy of the target, base and
     round state. A CPU target's actor claims a block of its host's cores first and holds it while it lives."""
 
-    def __init__(self, files: dict[str, bytes], name: str, base_source: str, budget_s: Optional[float]):
+    def __init__(self, files: dict[str, bytes], name: str, base_source: str, budget_s: Optional[float],
+                 fork_spares: Optional[bool] = None):
         from .devices import arch_gate, probed
         from .machine import facts_dict, host_facts
         from .stages.evaluation import Evaluator
@@ -288,7 +289,7 @@ class EvaluationActor:
             self.facts, self.gate_reason = facts_dict(facts), arch_gate(self.target.arch, facts)
         self.core_block, self._block_locks = claim_block(self.target) if self.target.on_cpu else (None, [])
         self.evaluator = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir,
-                                 core_block=self.core_block)
+                                   core_block=self.core_block, fork_spares=fork_spares)
 
     def where(self) -> dict:
         place = {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),

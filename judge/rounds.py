@@ -96,11 +96,11 @@ class StageCalls:
 
         return run_static(target, workspace, compile_stage)
 
-    def open_round(self, target: Target, root: Path, base_dir: Path) -> Evaluator:
+    def open_round(self, target: Target, root: Path, base_dir: Path, fork_spares: Optional[bool] = None) -> Evaluator:
         """The round's trusted state (judge.stages.evaluation.Evaluator): secret seeds, oracle, base runner."""
         from .stages.evaluation import Evaluator
 
-        return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir)
+        return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir, fork_spares=fork_spares)
 
     def check_base(self, evaluator: Evaluator, base_dir: Path) -> StageResult:
         from .stages.check import check
@@ -129,6 +129,9 @@ class Settings:
     overlap: bool = True
     warm_compiles: bool = True
     timing_budget_s: Optional[float] = None
+    # Spare runners forked from a template that imported torch (True), or each importing it itself (False); None:
+    # judge.stages.evaluation's default (forked on a GPU target, not on a CPU one, whose timing they spread wider).
+    fork_spares: Optional[bool] = None
     again: bool = False
     stages: StageCalls = field(default_factory=StageCalls)
     # Ray (judge.dispatch): the GPU stages on actors that each hold one GPU (or, for a CPU target, a block of
@@ -216,7 +219,8 @@ class RoundRun:
     def open_evaluator(self) -> Evaluator:
         """The trusted state of the kernel-running stages, opened at the first one that runs here."""
         if self.evaluator is None:
-            self.evaluator = self.settings.stages.open_round(self.target, self.root, self.base_dir)
+            self.evaluator = self.settings.stages.open_round(self.target, self.root, self.base_dir,
+                                                             self.settings.fork_spares)
         return self.evaluator
 
     def close(self) -> None:

@@ -70,7 +70,7 @@ class FakeStages(StageCalls):
         def start(self):
             """What the real one starts early (oracle, spares), the fakes have no need of."""
 
-    def open_round(self, target, root, base_dir):
+    def open_round(self, target, root, base_dir, fork_spares=None):
         return self._Evaluator(target, base_dir)
 
     def check_base(self, evaluator, base_dir):

@@ -168,6 +168,16 @@ def test_by_default_a_gpu_targets_spares_are_forked_and_a_cpu_targets_are_not(tm
         assert ev._template() is ev._forks is not None
 
 
+def test_a_rounds_settings_choose_forked_or_cold_spares_for_a_cpu_target(tmp_path):
+    from judge.rounds import StageCalls
+
+    target = load_target(TARGET)
+    base = target.assemble(tmp_path / "base", target.kernel_source())
+    for fork_spares, forked in ((True, True), (None, False), (False, False)):
+        with StageCalls().open_round(target, tmp_path / str(fork_spares), base, fork_spares) as ev:
+            assert (ev._template() is not None) is forked
+
+
 def test_the_template_home_moves_to_the_spare_home_in_every_module(monkeypatch):
     """What the template's imports fixed under its home (tempfile's directory, torch's compiler's header
     directory) points at the spare's own home, which its confinement lets it write."""
