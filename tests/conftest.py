@@ -1,41 +1,89 @@
 """Shared test setup: GPU tests run only where a CUDA GPU is present; the modules that start real runner processes,
 compile the contest kernels or start Ray are marked `slow`, so that `pytest -m "not slow"` is the quick subset.
-The `judge_env` fixture runs the judge CLI in a contest directory (tests/harness.py has the helpers it shares with the
-test modules)."""
+The suite runs on one pytest-xdist worker per core (tests/scheduling.py), except the tests in EXCLUSIVE, which run
+with every other worker idle. The `judge_env` fixture runs the judge CLI in a contest directory (tests/harness.py
+has the helpers it shares with the test modules)."""
 
 import os
+from pathlib import Path
 
 import pytest
 
 from harness import FIXTURE, LIMIT_VARS
 
-# Seconds each took in one full run on a loaded 2-core VM (2026-11-25, `--durations`, 49.5 min in all, 36% of the
-# CPU): 2450 s of the suite's 2950 s. Each runs kernels for real (runners, the oracle, compiles, a Ray cluster).
+# Modules that run kernels for real (runners, the oracle, compiles of the contest kernels, a Ray cluster): marked
+# `slow`, so that `pytest -m "not slow"` is the quick subset.
 SLOW_MODULES = {
-    # Local Ray clusters and three real CPU rounds (sequential, on CPU actors, one actor killed), measured in parts
-    # on 2026-11-26 at load 5-7 on the 2-core VM: sequential 630 s, killed worker 578 s, the other tests 319 s; the
-    # round on CPU actors was not timed alone (about as long as the killed one).
-    "test_dispatch.py": 840,  # a local Ray cluster; a CPU round sequential and on Ray (522 s unloaded)
-    "test_redteam.py": 888,  # every cheat in one real CPU round
-    "kernels/test_static_mutants.py": 300,  # compiles both contest kernels and their mutants
-    "test_warm.py": 213,
-    "test_timing.py": 184,
-    "test_check.py": 126,
-    "test_example_round.py": 109,  # the nvfp4 example round, compiled
-    "test_compile.py": 89,
-    "kernels/test_layout_checks.py": 76,
-    "test_confine.py": 53,
-    "test_fp8_contest_example.py": 44,
-    "test_worker.py": 36,
-    "test_runner.py": 24,
-    "kernels/test_fp8_group_gemm_sm90.py": 16,
-    "test_compile_workers.py": 90,  # cold and warm compile children side by side (2026-11-26, same VM, loaded)
-    "test_forkserver.py": 70,  # templates importing torch, forked and cold runners (2026-11-26, same VM)
+    "test_dispatch.py", "test_redteam.py", "test_redteam_untimed.py", "kernels/test_static_mutants.py", "test_warm.py",
+    "test_timing.py", "test_check.py", "test_example_round.py", "test_compile.py", "kernels/test_layout_checks.py",
+    "test_confine.py", "test_fp8_contest_example.py", "test_worker.py", "test_runner.py",
+    "kernels/test_fp8_group_gemm_sm90.py", "test_compile_workers.py", "test_forkserver.py",
+}
+# Seconds of the modules that took 4 s or more in one serial run of the whole suite on the unloaded 2-core VM
+# (2026-11-27, `--durations`, 2,366 s of tests; test_redteam.py then held both red-team rounds, 1,125 s, and
+# test_dispatch.py ran its rounds on spares that import torch themselves): the scheduler hands out the longest first.
+MODULE_SECONDS = {
+    "test_redteam.py": 700, "test_redteam_untimed.py": 425, "test_dispatch.py": 404, "test_warm.py": 130,
+    "test_timing.py": 113, "test_callframe.py": 110, "kernels/test_static_mutants.py": 100, "test_check.py": 83,
+    "test_forkserver.py": 72, "test_compile_workers.py": 44, "test_compile_pipeline.py": 22, "test_worker.py": 19,
+    "test_example_round.py": 19, "test_serve.py": 16, "kernels/test_layout_checks.py": 15, "test_compile.py": 15,
+    "test_client.py": 13, "test_history.py": 9, "report/test_report.py": 8, "test_isolation.py": 8,
+    "test_screening.py": 6, "test_cli.py": 5, "test_charts.py": 5, "kernels/test_fp8_group_gemm_sm90.py": 4,
+}
+# Modules whose tests share no costly fixture (no module-scoped one): handed out one test at a time, so that the
+# longest of them do not all land on one worker.
+SPLIT_MODULES = {
+    "test_callframe.py", "test_warm.py", "test_timing.py", "test_check.py", "test_forkserver.py",
+    "test_compile_workers.py", "kernels/test_static_mutants.py", "test_serve.py", "test_client.py", "test_history.py",
+    "test_worker.py", "test_compile.py", "test_compile_pipeline.py", "kernels/test_layout_checks.py",
+    "test_isolation.py",
 }
 # Single slow tests of otherwise quick modules (also marked where they are defined), with their seconds there.
 SLOW_TESTS = {
     "test_compile_pipeline.py::test_compiles_that_crash_or_hang_are_verdicts_and_the_others_go_on": 32,
 }
+
+
+# Tests that time kernels on this machine's CPU and assert verdicts that another test running beside them could
+# sway (a CPU target's timed pair has one core, its oracle and spares the other): run alone, before the rest.
+EXCLUSIVE_MODULES = {
+    "test_redteam.py",  # every cheat's verdict in one real CPU round, the honest controls unchanged or slower
+}
+EXCLUSIVE_TESTS = {
+    # the same CPU round sequential and on Ray: ten times the work slower, the base's own kernel unchanged
+    "test_dispatch.py::test_cpu_actors_give_the_sequential_verdicts_lose_nothing_when_killed_and_say_where_they_ran",
+}
+
+
+def _host_has_gpu() -> bool:
+    """An NVIDIA GPU on this host, read from the driver without a CUDA context (judge.machine.host_gpu_count)."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """One xdist worker per core where pytest-xdist is installed and -n was not given; serial where a GPU is, whose
+    timing tests share the one device, and where the run is for one test's debugging (--pdb, --collect-only)."""
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return
+    if config.option.numprocesses is not None or config.getoption("usepdb") or config.getoption("collectonly"):
+        return
+    cores = len(os.sched_getaffinity(0))
+    if cores > 1 and not _host_has_gpu():
+        config.option.numprocesses = cores
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Modules whole (SPLIT_MODULES test by test), longest first, the EXCLUSIVE ones alone (tests/scheduling.py);
+    another --dist than load is honoured."""
+    if config.option.dist != "load":
+        return None
+    from scheduling import ExclusiveScheduling
+
+    return ExclusiveScheduling(config, log, modules=EXCLUSIVE_MODULES, tests=EXCLUSIVE_TESTS, seconds=MODULE_SECONDS,
+                               split=SPLIT_MODULES)
 
 
 def _has_cuda() -> bool:
