@@ -31,7 +31,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=8, help="candidates, each the base's own kernel")
     parser.add_argument("--target", type=Path, default=ROOT / "kernels" / "vecadd_cpu")
+    parser.add_argument("--spares", choices=("default", "forked", "cold"), default="default",
+                        help="runners forked from a template that imported torch, or each importing it itself")
     args = parser.parse_args()
+    fork_spares = {"default": None, "forked": True, "cold": False}[args.spares]
 
     target = load_target(args.target)
     source = (args.target / target.kernel_file).read_text()
@@ -39,12 +42,12 @@ def main() -> None:
     base = target.assemble(work / "base", source)
     cores = len(os.sched_getaffinity(0))
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
-          f"{cores} cores available, target {target.name}, min_effect {target.min_effect}")
+          f"{cores} cores available, target {target.name}, min_effect {target.min_effect}, spares {args.spares}")
     labels = [target.benchmark_label(i) for i in range(len(target.benchmarks))]
     print("| run | geomean [95% interval] | " + " | ".join(labels) + " |")
     print("|---|---|" + "---|" * len(labels))
     worst = 1.0
-    with Evaluator(target, work / ".round", base_dir=base) as evaluator:
+    with Evaluator(target, work / ".round", base_dir=base, fork_spares=fork_spares) as evaluator:
         for run in range(args.runs):
             workspace = target.assemble(work / f"self-{run + 1}", source)
             timing = StageCalls().evaluate(evaluator, workspace, None)[-1]
