@@ -157,9 +157,9 @@ class ExclusiveScheduling(LoadScopeScheduling):
         if not self.workqueue:
             node.shutdown()
             return
-        if self._pending_of(self.assigned_work[node]) > 2:
-            return
-        self._assign(node, *self.workqueue.popitem(last=False))
+        # at least two tests pending, as in LoadScopeScheduling: a worker holds its last test until it knows the next
+        while self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
+            self._assign(node, *self.workqueue.popitem(last=False))
 
     def _assign(self, node, scope: str, unit: dict[str, bool]) -> None:
         self.assigned_work.setdefault(node, {})[scope] = unit
