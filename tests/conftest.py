@@ -100,10 +100,12 @@ def _module(item) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    slow = pytest.mark.slow
+    slow, exclusive = pytest.mark.slow, pytest.mark.exclusive
     for item in items:
         if _module(item) in SLOW_MODULES or f"{_module(item)}::{item.name}" in SLOW_TESTS:
             item.add_marker(slow)
+        if _module(item) in EXCLUSIVE_MODULES or f"{_module(item)}::{item.originalname}" in EXCLUSIVE_TESTS:
+            item.add_marker(exclusive)
     if _has_cuda():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; this machine has none")
