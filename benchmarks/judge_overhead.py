@@ -1,8 +1,9 @@
-"""Where a candidate's seconds go in the GPU stages (or the CPU target's): runner start, correctness, timing
-and, inside timing, the measuring itself; with warm spare runners and without.
+"""Where a candidate's seconds go in the GPU stages (or the CPU target's): correctness (its runner's start
+included), timing and, inside timing, the measuring itself; with spares that import torch themselves and with spares
+forked from a template; and which oracle and runner commands took the seconds (judge.sandbox.worker's tallies).
 
-    PYTHONPATH=$PWD python benchmarks/judge_overhead.py [--target kernels/vecadd_cpu] [--candidates 4]
-Runs on a CPU for a CPU target and on a GPU for a GPU target. Not a test: it prints a table.
+    PYTHONPATH=$PWD python benchmarks/judge_overhead.py [--target kernels/vecadd_cpu] [--candidates 3] [--budget-s 1]
+Runs on a CPU for a CPU target and on a GPU for a GPU target. Not a test: it prints tables.
 """
 
 from __future__ import annotations
@@ -19,58 +20,62 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from judge import stats  # noqa: E402
-from judge.stages.check import check  # noqa: E402
+from judge.rounds import StageCalls  # noqa: E402
+from judge.sandbox import worker as worker_module  # noqa: E402
 from judge.stages.evaluation import Evaluator  # noqa: E402
 from judge.targets import load_target  # noqa: E402
-from judge.stages.timing.stage import measure  # noqa: E402
+
+TOP_COMMANDS = 8
 
 
-def one_round(target, work: Path, candidates: int, warm: bool, budget_s: float | None) -> list[dict]:
-    """Candidates (each the base's own kernel) as a round evaluates them; seconds per part for each."""
+def one_round(target, work: Path, candidates: int, forked: bool, budget_s: float | None) -> list[dict]:
+    """Candidates (each the base's own kernel) as a round evaluates them, after the base's check; seconds per
+    stage for each."""
     source = target.kernel_source()
     base = target.assemble(work / "base", source)
+    stages = StageCalls()
     rows = []
-    with Evaluator(target, work / ".round", base_dir=base, warm=warm) as evaluator:
-        evaluator.base  # the base's runner is per round: not a candidate's cost
-        evaluator.settle()
+    with Evaluator(target, work / ".round", base_dir=base, fork_spares=forked) as evaluator:
+        checked = stages.check_base(evaluator, base)  # the base's check is per round: not a candidate's cost
+        if not checked.passed:
+            raise SystemExit(f"base: correctness {checked.status}: {checked.summary}")
+        worker_module.COMMAND_SECONDS.clear()
         for n in range(candidates):
-            workspace = target.assemble(work / f"c{n}", source)
-            t0 = time.monotonic()
-            result, worker = check(evaluator, workspace)
-            t1 = time.monotonic()
-            if worker is None:
-                raise SystemExit(f"candidate {n}: correctness {result.status}: {result.summary}")
-            timing = measure(evaluator, worker, workspace, budget_s=budget_s)
-            t2 = time.monotonic()
-            worker.close()
-            if not timing.passed:
-                raise SystemExit(f"candidate {n}: timing {timing.status}: {timing.summary}")
-            start = result.detail.to_json().get("runner_start_s")
-            rows.append({"start": start, "check": t1 - t0, "timing": t2 - t1,
-                         "measuring": timing.detail.to_json()["measuring_s"], "total": t2 - t0})
+            started = time.monotonic()
+            results = stages.evaluate(evaluator, target.assemble(work / f"c{n}", source), budget_s)
+            total = time.monotonic() - started
+            by_stage = {r.stage: r for r in results}
+            if "timing" not in by_stage or not by_stage["timing"].passed:
+                last = results[-1]
+                raise SystemExit(f"candidate {n}: {last.stage} {last.status}: {last.summary}")
+            rows.append({"check": by_stage["correctness"].seconds, "timing": by_stage["timing"].seconds,
+                         "measuring": by_stage["timing"].detail.to_json()["measuring_s"], "total": total})
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, default=ROOT / "kernels" / "vecadd_cpu")
-    parser.add_argument("--candidates", type=int, default=4)
+    parser.add_argument("--candidates", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=None, help="timing budget per candidate")
     args = parser.parse_args()
     target = load_target(args.target)
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, target {target.name}, "
-          f"{args.candidates} candidates (the base's own kernel), medians in seconds")
-    print("| runners | runner start | correctness (incl. start) | timing | of which measuring | per candidate |")
-    print("|---|---|---|---|---|---|")
-    for warm in (False, True):
-        rows = one_round(target, Path(tempfile.mkdtemp(prefix="judge-overhead-")), args.candidates, warm,
+          f"{args.candidates} candidates (the base's own kernel), budget {args.budget_s}, medians in seconds")
+    print("| spares | correctness | timing | of which measuring | per candidate |")
+    print("|---|---|---|---|---|")
+    tallies = {}
+    for forked in (False, True):
+        rows = one_round(target, Path(tempfile.mkdtemp(prefix="judge-overhead-")), args.candidates, forked,
                          args.budget_s)
-        med = {k: stats.median([r[k] for r in rows if r[k] is not None]) if any(r[k] is not None for r in rows)
-               else None for k in rows[0]}
-        start = f"{med['start']:.2f}" if med["start"] is not None else "n/a"
-        print(f"| {'warm spare' if warm else 'cold'} | {start} | {med['check']:.2f} | {med['timing']:.2f} | "
+        tallies[forked] = dict(worker_module.COMMAND_SECONDS)
+        med = {k: stats.median([r[k] for r in rows]) for k in rows[0]}
+        print(f"| {'forked' if forked else 'importing torch'} | {med['check']:.2f} | {med['timing']:.2f} | "
               f"{med['measuring']:.2f} | {med['total']:.2f} |", flush=True)
-
+    for forked, seconds in tallies.items():
+        print(f"\ncommands, spares {'forked' if forked else 'importing torch'}: seconds per candidate (count)")
+        for name, (count, total) in sorted(seconds.items(), key=lambda kv: -kv[1][1])[:TOP_COMMANDS]:
+            print(f"- {name}: {total / args.candidates:.2f} s ({count / args.candidates:.0f})")
 
 if __name__ == "__main__":
     main()
