@@ -448,3 +448,16 @@ def targets(keys=("cpu", "vecadd", "fp8"), bug: str | None = None):
 def ran(rr: RedTeamRound, cheat: Cheat) -> None:
     if cheat.proposal_id not in rr.cheats:
         pytest.skip(f"{cheat.name} not selected (REDTEAM_ONLY)")
+
+
+# ---- tests both rounds' modules collect --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", targets())
+def test_the_round_ran_without_judge_crashing(request, key):
+    """Imported by tests/test_redteam.py and tests/test_redteam_untimed.py, each on its own round."""
+    rr = request.getfixturevalue(f"{key}_round")
+    assert not rr.error
+    # every proposal was evaluated, none is left pending
+    missing = sorted((set(rr.cheats) | (set(CONTROLS) if rr.timed else set())) - set(rr.results))
+    assert not missing

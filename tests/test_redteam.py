@@ -10,6 +10,7 @@ import pytest
 from judge.ledger import Ledger
 from redteam import (CHEATS, CONTROLS, KNOWN_JUDGE_BUGS, MARKER, TARGETS, cases, check_verdict, ran, run_redteam_round,
                      targets)
+from redteam import test_the_round_ran_without_judge_crashing  # noqa: F401  collected here, on this module's rounds
 
 
 @pytest.fixture(scope="module")
@@ -143,15 +144,6 @@ def test_other_processes_cannot_be_reniced_or_pinned(request, key):
     assert lines, "it found no other judge process to slow"
     done = [line for line in lines if line.endswith(": DONE")]
     assert not done, done[:4]
-
-
-@pytest.mark.parametrize("key", targets())
-def test_the_round_ran_without_judge_crashing(request, key):
-    rr = request.getfixturevalue(f"{key}_round")
-    assert not rr.error
-    # every proposal was evaluated, none is left pending
-    missing = sorted((set(rr.cheats) | (set(CONTROLS) if rr.timed else set())) - set(rr.results))
-    assert not missing
 
 
 def test_every_cheat_file_is_well_formed():
