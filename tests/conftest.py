@@ -5,11 +5,11 @@ with every other worker idle. The `judge_env` fixture runs the judge CLI in a co
 has the helpers it shares with the test modules)."""
 
 import os
-from pathlib import Path
 
 import pytest
 
 from harness import FIXTURE, LIMIT_VARS
+from judge.machine import host_gpu_count
 
 # Modules that run kernels for real (runners, the oracle, compiles of the contest kernels, a Ray cluster): marked
 # `slow`, so that `pytest -m "not slow"` is the quick subset.
@@ -55,12 +55,6 @@ EXCLUSIVE_TESTS = {
 }
 
 
-def _host_has_gpu() -> bool:
-    """An NVIDIA GPU on this host, read from the driver without a CUDA context (judge.machine.host_gpu_count)."""
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return gpus.is_dir() and any(gpus.iterdir())
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
     """One xdist worker per core where pytest-xdist is installed and -n was not given; serial where a GPU is, whose
@@ -70,7 +64,7 @@ def pytest_cmdline_main(config):
     if config.option.numprocesses is not None or config.getoption("usepdb") or config.getoption("collectonly"):
         return
     cores = len(os.sched_getaffinity(0))
-    if cores > 1 and not _host_has_gpu():
+    if cores > 1 and not host_gpu_count():
         config.option.numprocesses = cores
 
 
