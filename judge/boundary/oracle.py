@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
@@ -21,6 +22,19 @@ from ..machine import facts_here
 FALLBACK_RTOL = FALLBACK_ATOL = 1e-3
 # The oracle keeps up to this much of torch's cached GPU memory between cases (judge.boundary.oracle._release).
 RELEASE_ABOVE_BYTES = 4 << 30
+
+
+@dataclass
+class TimingSets:
+    """A benchmark's timing input sets (the warm-up set first) and what the oracle checks their calls by."""
+
+    seeds: list[int]
+    projection_seed: int
+    sets: list[Any]
+    slots: list[str]
+    projector: Any  # tensors.Projector
+    bounds: list[list[dict]]  # per timed set, its answer's projection bounds
+    output: tuple[int, bool]  # the outbox its answers need: bytes, whether on the GPU (outbox_need)
 
 
 class Oracle:
@@ -43,6 +57,7 @@ class Oracle:
         self.device_outbox: cuda_ipc.Exported | None = None
         self.host_outbox = staging.OUTBOX_MIN_BYTES
         self.retired: list[cuda_ipc.Exported] = []
+        self.kept: dict[str, TimingSets] = {}  # a benchmark's timing sets kept from one pair to the next
 
     @property
     def tolerance(self) -> tuple[float, float]:
@@ -64,15 +79,39 @@ class Oracle:
         return data, after, expected
 
     def plan(self, spec: dict, distribution: str) -> dict:
-        """The output slots of a spec (paths of the inputs the reference writes), its inputs' bytes and its
-        outputs' shapes."""
+        """The output slots of a spec (paths of the inputs the reference writes), its inputs' and outputs' bytes,
+        its outputs' shapes and the reference's working memory beyond them (judge.stages.budget sizes timing by
+        these)."""
         import torch
 
-        data, after, expected = self._reference(spec, distribution)
+        data = self._generate(spec, distribution)
+        after = tensors.clone_data(data)
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+        expected = self.reference.ref_kernel(after)
+        tensors.sync()
+        outputs = [t for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor)]
+        output_bytes = sum(t.numel() * t.element_size() for t in outputs)
+        # Without a device's allocator to ask (a CPU target), the working memory is taken as the output's size.
+        work = max(0, torch.cuda.max_memory_allocated() - before - output_bytes) if cuda else output_bytes
         return {"slots": tensors.output_slots(data, after, expected),
-                "shapes": [list(t.shape) for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor)],
+                "shapes": [list(t.shape) for t in outputs],
                 "input_bytes": sum(t.numel() * t.element_size() for _, t in tensors.leaves(data)
-                                   if isinstance(t, torch.Tensor))}
+                                   if isinstance(t, torch.Tensor)),
+                "output_bytes": output_bytes, "work_bytes": work}
+
+    def memory(self) -> dict:
+        """The memory of the device timing runs on, as it is now (the oracle's cache given back first): a GPU's, or
+        the host's for a CPU target (the cgroup's limit where it is lower)."""
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+            free, total = torch.cuda.mem_get_info()
+            return {"name": torch.cuda.get_device_name(), "total": total, "free": free}
+        return host_memory()
 
     # ---- runners' files and the outboxes --------------------------------------------------------------
 
@@ -96,16 +135,19 @@ class Oracle:
 
     def _outbox(self, expected) -> dict:
         """The outboxes' sizes for outputs like `expected`, the shared device outbox grown to fit."""
+        return self._outbox_for(outbox_need(expected))
+
+    def _outbox_for(self, need: tuple[int, bool]) -> dict:
+        """The outboxes for outputs of `need` (bytes, whether any is on the GPU): the device outbox grown to fit."""
         import torch
 
-        need = staging.outbox_bytes(expected)
-        self.host_outbox = max(self.host_outbox, need)
-        outputs = [t for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor)]
-        if torch.cuda.is_available() and any(t.is_cuda for t in outputs):
-            if self.device_outbox is None or self.device_outbox.nbytes < need:
+        nbytes, on_device = need
+        self.host_outbox = max(self.host_outbox, nbytes)
+        if torch.cuda.is_available() and on_device:
+            if self.device_outbox is None or self.device_outbox.nbytes < nbytes:
                 if self.device_outbox is not None:
                     self.retired.append(self.device_outbox)
-                self.device_outbox = staging.exported_zeroed(need)
+                self.device_outbox = staging.exported_zeroed(nbytes)
         device = None
         if self.device_outbox is not None:
             device = {"handle": self.device_outbox.handle, "bytes": self.device_outbox.nbytes}
@@ -153,37 +195,55 @@ class Oracle:
     # ---- timing -----------------------------------------------------------------------------------------
 
     def benchmark(self, key: str, spec: dict, distribution: str, seeds: list[int], projection_seed: int,
-                  copies: int, runners: list[int], shift: int = 0, flush: bool = False) -> dict:
+                  copies: int, runners: list[int], shift: int = 0, flush: bool = False, keep: str = "") -> dict:
         """A benchmark's timing sets for one comparison: the warm-up set (seeds[0], never timed) and a set per
-        later seed, kept here; their answers' projections; the area `copies` copies wide. Returns each runner's
-        `build` plan."""
+        later seed, each with its answer's projections; the area `copies` copies wide. Sets asked for again under
+        the same `keep` name with the same seeds are not made again (judge.stages.evaluation says when a round
+        keeps them). Returns each runner's `build` plan."""
         started = time.perf_counter()
-        sets = []
-        for seed in seeds:
-            sets.append(self._generate(_with_seed(spec, seed), distribution))
-        _, after, expected = self._reference(_with_seed(spec, seeds[0]), distribution)
-        slots = tensors.output_slots(sets[0], after, expected)
+        made = self.kept.get(keep) if keep else None
+        if made is None or made.seeds != seeds or made.projection_seed != projection_seed:
+            self.kept.pop(keep, None)
+            made = self._timing_sets(spec, distribution, seeds, projection_seed)
+            if keep:
+                self.kept[keep] = made
         self._retire(key)
         flush_bytes = 0
         if flush:
             from .runner import flush_bytes as l2_flush_bytes
 
             flush_bytes = l2_flush_bytes()
-        area = staging.lay_out(sets[0], slots, copies, shift=shift, flush_bytes=flush_bytes)
-        area.sets = {"warm": staging.tensors_of(sets[0])}
-        area.sets.update({n: staging.tensors_of(data) for n, data in enumerate(sets[1:])})
+        area = staging.lay_out(made.sets[0], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
+        area.sets = {"warm": staging.tensors_of(made.sets[0])}
+        area.sets.update({n: staging.tensors_of(data) for n, data in enumerate(made.sets[1:])})
         self.areas[key] = area
-        projector = self.projectors[key] = tensors.Projector(projection_seed)
-        rtol, atol = self.tolerance
-        bounds = []
-        for data in sets[1:]:
-            answer = self.reference.ref_kernel(tensors.clone_data(data))
-            bounds.append(projector.bounds(answer, rtol, atol))
-        self.expected[key] = bounds
-        outbox = self._outbox(expected)
+        self.projectors[key] = made.projector
+        self.expected[key] = made.bounds
+        outbox = self._outbox_for(made.output)
         plans = {str(r): staging.plan_for(area, self.files[r], outbox) for r in runners}
-        return {"plans": plans, "sets": len(sets) - 1, "copies": copies,
+        if not keep:
+            del made
+        _release(always=True)
+        return {"plans": plans, "sets": len(seeds) - 1, "copies": copies,
                 "seconds": round(time.perf_counter() - started, 3)}
+
+    def _timing_sets(self, spec: dict, distribution: str, seeds: list[int], projection_seed: int) -> "TimingSets":
+        """Every set of `seeds` made, and each timed set's answer computed once, on a copy, and kept only as
+        projections; the output slots are read off the first timed set's reference call."""
+        sets = [self._generate(_with_seed(spec, seed), distribution) for seed in seeds]
+        projector = tensors.Projector(projection_seed)
+        rtol, atol = self.tolerance
+        bounds, slots, output = [], [], None
+        for n, data in enumerate(sets[1:]):
+            after = tensors.clone_data(data)
+            answer = self.reference.ref_kernel(after)
+            tensors.sync()
+            if n == 0:
+                slots = tensors.output_slots(data, after, answer)
+                output = outbox_need(answer)
+            bounds.append(projector.bounds(answer, rtol, atol))
+            del after, answer
+        return TimingSets(seeds, projection_seed, sets, slots, projector, bounds, output)
 
     def turn(self, key: str, verify: dict | None = None, stage: dict | None = None) -> dict:
         """One step between two timed calls: check the output of the call that just ran (`verify`: runner, set,
@@ -223,6 +283,11 @@ class Oracle:
         """The GPU and its clocks as this trusted process sees them (None on a CPU)."""
         facts = facts_here()
         return facts.to_dict() if facts else None
+
+
+def outbox_need(expected) -> tuple[int, bool]:
+    """What an outbox needs for outputs like `expected`: its bytes, and whether any output is on the GPU."""
+    return staging.outbox_bytes(expected), any(getattr(t, "is_cuda", False) for _, t in tensors.leaves(expected))
 
 
 def compare_outputs(got: list, expected, data, tolerance: tuple[float, float], rtol, atol, checker) -> dict:
@@ -301,14 +366,33 @@ def _generator(reference, spec: str):
     return getattr(module, function)
 
 
-def _release() -> None:
-    """Give cached GPU memory back once this process holds more than RELEASE_ABOVE_BYTES: the runners beside it
-    need the memory. Below that the cache is kept for the next case: emptying it after every verify took 4-5 ms
-    of the 13-16 ms a verify took on an H100 (vecadd, 2026-11-25)."""
+def _release(always: bool = False) -> None:
+    """Give cached GPU memory back once this process holds more than RELEASE_ABOVE_BYTES (or `always`, after a
+    benchmark's sets are made, once per benchmark and pair): the runners beside it need the memory. Below that the
+    cache is kept for the next case: emptying it after every verify took 4-5 ms of the 13-16 ms a verify took on an
+    H100 (vecadd, 2026-11-25)."""
     import torch
 
-    if torch.cuda.is_available() and torch.cuda.memory_reserved() > RELEASE_ABOVE_BYTES:
+    if torch.cuda.is_available() and (always or torch.cuda.memory_reserved() > RELEASE_ABOVE_BYTES):
         torch.cuda.empty_cache()
+
+
+def host_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> dict:
+    """The host's memory as a CPU target's timing may use it: MemTotal and MemAvailable, or the cgroup's limit and
+    what is left under it where that is lower (a container's 18 GiB on a larger host)."""
+    fields = {}
+    for line in open(meminfo):
+        name, _, rest = line.partition(":")
+        fields[name] = int(rest.split()[0]) * 1024
+    total, free = fields["MemTotal"], fields.get("MemAvailable", fields.get("MemFree", 0))
+    try:
+        limit = open(os.path.join(cgroup, "memory.max")).read().strip()
+        current = int(open(os.path.join(cgroup, "memory.current")).read())
+        if limit != "max" and int(limit) < total:
+            total, free = int(limit), min(free, max(0, int(limit) - current))
+    except (OSError, ValueError):
+        pass
+    return {"name": "the host", "total": total, "free": free}
 
 
 def _fail(result: dict, reason: str) -> dict:

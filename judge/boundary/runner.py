@@ -123,13 +123,14 @@ class Runner:
         while calls < max(2 * WARMUP_CALLS, len(datas)) or _perf() - start < WARMUP_S:
             self._launch_time(datas[calls % len(datas)])
             calls += 1
+        call_us = (_perf() - start) * 1e6 / calls  # launch and GPU work: each call is synchronized after
         host = [self._launch_time(datas[i % len(datas)]) for i in range(4)]
         rate = self._spin_rate() if self.cuda else 0.0
         # Libraries start their pools in a kernel's first calls (torch.compile's compile workers): the threads
         # alive now are the count a timed call must not raise. A thread that runs the kernel's own code is found
         # on every call whenever it started (judge.boundary.callframe).
         self.threads_before = len(sys._current_frames())
-        return {"host_us": host, "calls": calls + 4, "cycles_per_us": round(rate, 3),
+        return {"host_us": host, "calls": calls + 4, "call_us": round(call_us, 2), "cycles_per_us": round(rate, 3),
                 "threads": self.threads_before}
 
     def calls(self, entered_serial: int, count_threads: bool = True) -> dict:

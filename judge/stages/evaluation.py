@@ -27,15 +27,8 @@ from ..sandbox import forkserver
 from ..sandbox.forkserver import ForkServer
 from ..sandbox.worker import POLL_S, CommandFailed, Worker, WorkerError, worker_env
 from ..workspaces import fresh
+from . import budget
 
-# Timing input sets per benchmark: as many as fit in this many bytes (the oracle keeps them), within these bounds.
-SET_MEMORY_BYTES = 4 << 30
-MIN_SETS, MAX_SETS = 2, 8
-# Physical copies the timed calls run on in turn (the oracle writes each call's set into one): as many as fit in
-# this many bytes, within these bounds. More copies average out where buffers land in memory, which moved one
-# vecadd's time by up to 1.6% among eight allocations in one process on an H100.
-COPY_MEMORY_BYTES = 2 << 30
-MIN_COPIES, MAX_COPIES = 2, 8
 ORACLE_LIMIT_S = 600.0
 MAX_SPARES = 12
 # The offsets of a pair's inputs move by a multiple of this, below a page: where buffers land is drawn per pair.
@@ -92,6 +85,7 @@ class Evaluator:
     gpu_index: int | None = None  # which of the host's GPUs its runners use (for their cores); None: the first visible
     core_block: int | None = None  # a CPU target's evaluation on a shared host (Ray): its block (judge.core_blocks)
     fork_spares: bool | None = None  # spares forked from a template; None: on a GPU target (see _template)
+    keep_sets: bool = False  # keep timing sets across pairs and comparisons where they fit (see memory_plan)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -106,6 +100,8 @@ class Evaluator:
         if self.spares is None:
             self.spares = default_spares(self.target)
         self._plans: dict[tuple, dict] = {}
+        self._memory_plan: budget.MemoryPlan | None = None
+        self._sets_kept = False
         if self.gpu_index is None:
             self.gpu_index = visible_gpu()
         if self.core_block is not None:
@@ -135,11 +131,21 @@ class Evaluator:
         return out
 
     def timing_seeds(self, index: int, nonce: int, pair: int, sets: int) -> list[int]:
-        """The warm-up seed, then one seed per timing input set of benchmark `index` in one process pair."""
+        """The warm-up seed, then one seed per timing input set of benchmark `index` in one process pair: the
+        round's own where the sets are kept (every pair and comparison of the round times the same sets), else
+        the pair's."""
+        if self.sets_kept:
+            return [derive(self.secret, "timing", index, n) for n in range(sets + 1)]
         return [derive(self.secret, nonce, "timing", pair, index, n) for n in range(sets + 1)]
 
     def projection_seed(self, index: int, nonce: int, pair: int) -> int:
+        if self.sets_kept:
+            return derive(self.secret, "projection", index)
         return derive(self.secret, nonce, "projection", pair, index)
+
+    def kept_name(self, index: int) -> str:
+        """The name the oracle keeps benchmark `index`'s timing sets under ('' where they are not kept)."""
+        return f"timing-{index}" if self.sets_kept else ""
 
     def shift(self, nonce: int, pair: int, index: int) -> int:
         """Where a pair's inputs start below a page (drawn): both kernels of the pair share it."""
@@ -193,16 +199,41 @@ class Evaluator:
             self._plans[case.key] = self.ask("plan", spec=case.spec, distribution=case.distribution)
         return self._plans[case.key]
 
+    def memory_plan(self) -> budget.MemoryPlan:
+        """Each benchmark's timing sets and copies, sized once per round from the benchmarks' measured bytes and
+        the device's memory as the oracle finds it (judge.stages.budget); sets are kept from one pair to the next
+        where `keep_sets` and they fit. A benchmark that cannot fit is the round's JudgeError, before any timing."""
+        if self._memory_plan is None:
+            device = budget.DeviceMemory(**self.ask("memory"))
+            sizes = [self._bytes(index) for index in range(len(self.target.benchmarks))]
+            labels = [self.target.benchmark_label(index) for index in range(len(sizes))]
+            plan = None
+            if self.keep_sets:
+                try:
+                    plan = budget.plan_memory(device, sizes, labels, kept=True)
+                except JudgeError:
+                    pass  # kept sets do not fit: they are made again for every pair
+            self._sets_kept = plan is not None
+            self._memory_plan = plan or budget.plan_memory(device, sizes, labels)
+        return self._memory_plan
+
+    @property
+    def sets_kept(self) -> bool:
+        """Whether a benchmark's timing sets are kept from one pair to the next (and across the round)."""
+        self.memory_plan()
+        return self._sets_kept
+
     def sets_for(self, index: int) -> int:
-        return max(MIN_SETS, min(MAX_SETS, SET_MEMORY_BYTES // self._input_bytes(index)))
+        return self.memory_plan().benchmarks[index].sets
 
     def copies_for(self, index: int) -> int:
-        return max(MIN_COPIES, min(MAX_COPIES, COPY_MEMORY_BYTES // self._input_bytes(index)))
+        return self.memory_plan().benchmarks[index].copies
 
-    def _input_bytes(self, index: int) -> int:
+    def _bytes(self, index: int) -> budget.BenchmarkBytes:
         spec = with_seed(self.target.benchmarks[index], 0)
         plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))
-        return max(1, plan.get("input_bytes", 1))
+        return budget.BenchmarkBytes(max(1, plan.get("input_bytes", 1)), plan.get("output_bytes", 0),
+                                     plan.get("work_bytes", 0))
 
     # ---- runners ---------------------------------------------------------------------------------------
 

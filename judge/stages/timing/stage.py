@@ -40,7 +40,7 @@ from ...boundary.runner import spin_cycles, spin_for
 from ..details import ABSENT, TimedBenchmark, TimingDetail
 from ..result import StageResult, not_run
 from ...targets import Target
-from .turns import PairTurns
+from .turns import PairTurns, reps_for
 from ...sandbox.worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "timing"
@@ -181,13 +181,15 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
     made = evaluator.ask("benchmark", key=key, spec=spec, distribution=target.distributions[0].name,
                          seeds=evaluator.timing_seeds(index, nonce, pair, sets),
                          projection_seed=evaluator.projection_seed(index, nonce, pair), copies=copies,
-                         runners=list(pids.values()), shift=evaluator.shift(nonce, pair, index), flush=not target.on_cpu)
+                         runners=list(pids.values()), shift=evaluator.shift(nonce, pair, index), flush=not target.on_cpu,
+                         keep=evaluator.kept_name(index))
     current = "cand"
     try:
-        spin, serials = _enter_frames(evaluator, runners, key, made, copies, deadline, result)
+        spin, serials, call_us = _enter_frames(evaluator, runners, key, made, copies, deadline, result)
         clocks = ["host"] if target.on_cpu else ["gpu", "call"]
         turns = PairTurns(evaluator, key, index, runners, clocks, target.deciding_clock, sets, copies, spin,
-                          random.Random(evaluator.shift(nonce, pair, index + 1000)), first, deadline)
+                          random.Random(evaluator.shift(nonce, pair, index + 1000)), first, deadline,
+                          reps=reps_for(call_us))
         measuring = time.monotonic()
         try:
             turns.run()
@@ -215,9 +217,11 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
 
 
 def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
-                  result: PairResult) -> tuple[dict, dict[str, int]]:
+                  result: PairResult) -> tuple[dict, dict[str, int], float]:
     """Both runners build their data from the oracle's plans, warm up on the warm-up set and enter the call frame,
-    each stopped in between: the benchmark's spin and each runner's serial in the frame."""
+    each stopped in between: the benchmark's spin, each runner's serial in the frame and the shorter of the two
+    kernels' warm-up calls (what each runner says, bounded by the parent's own clock around its warm-up), which
+    sizes the repetitions: a candidate cannot make them fewer than the base's calls make them."""
     current = "cand"
     try:
         for who, worker in runners.items():
@@ -229,10 +233,12 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
             worker.freeze()
         evaluator.ask("stage", key=key, name="warm", copies=list(range(copies)),
                       runners=[w.pid for w in runners.values()])
-        warm = []
+        warm, call_us = [], []
         for who, worker in runners.items():
             current = who
-            warm.append((who, worker.call("warm_up", time_left(deadline)).value))
+            reply = worker.call("warm_up", time_left(deadline))
+            warm.append((who, reply.value))
+            call_us.append(_claimed_call_us(reply))
             worker.freeze()
         spin = _spin(evaluator.target, warm)
         serials = {}
@@ -243,7 +249,18 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
             (result.base_findings if who == "base" else result.findings).extend(entered.value.get("found", []))
     except (WorkerError, CommandFailed) as error:
         raise _stopped(error, current) from None
-    return spin, serials
+    return spin, serials, min(call_us)
+
+
+def _claimed_call_us(reply) -> float:
+    """A runner's warm-up call time, no longer than its warm-up's wall clock allows; 0 (all repetitions) where
+    the reply does not say it in numbers."""
+    try:
+        calls = max(1, int(reply.value["calls"]))
+        claimed = float(reply.value["call_us"])
+        return max(0.0, min(claimed, reply.wall_s * 1e6 / calls)) if math.isfinite(claimed) else 0.0
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return 0.0
 
 
 def _spin(target: Target, warm: list[tuple[str, dict]]) -> dict:

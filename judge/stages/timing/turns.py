@@ -10,6 +10,7 @@ and answers with its times and where it put the output. The parent's clock times
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,10 @@ from ...sandbox.worker import Worker, time_left
 # The analysed clock's repetitions per kernel in one process pair and benchmark. Three pairs give 150, which on an
 # H100 put the worst self |geomean - 1| at 0.21-0.61% in five self-checks (2026-11-25, docs/judge_performance.md).
 REPS_PER_PAIR = 50
+# A kernel whose calls are long needs fewer: as many as take MEASURE_S of its time, at least MIN_REPS (a 300 ms
+# call gets 10, where 50 took 15 s a kernel and pair; GPU MODE's eval.py stops at 0.1% relative error).
+MEASURE_S = 1.0
+MIN_REPS = 10
 MAX_ROUNDS = 4000
 # The clock that does not decide is measured on one round in this many (about REPS_PER_PAIR / 7 repetitions).
 # Where the GPU clock decides and a kernel leaves work on a side stream, the call clock becomes the one analysed
@@ -48,8 +53,10 @@ class PairTurns:
     """The turns of one benchmark in one process pair: who runs, which copy, which set, which clock."""
 
     def __init__(self, evaluator, key: str, index: int, runners: dict[str, Worker], clocks: list[str], deciding: str,
-                 sets: int, copies: int, spin: dict, rng: random.Random, first: str, deadline: float):
+                 sets: int, copies: int, spin: dict, rng: random.Random, first: str, deadline: float,
+                 reps: int = REPS_PER_PAIR):
         self.evaluator, self.key, self.index, self.runners = evaluator, key, index, runners
+        self.reps = reps
         self.clocks, self.deciding, self.sets, self.copies = clocks, deciding, sets, copies
         self.spin, self.rng, self.first, self.deadline = spin, rng, first, deadline
         self.series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in ("base", "cand") for c in clocks}
@@ -64,12 +71,12 @@ class PairTurns:
         self.last_who = "cand"
 
     def run(self) -> None:
-        """Every round until the analysed clock has REPS_PER_PAIR repetitions per kernel (or a failure)."""
-        schedule = first_uses(self.sets, self.clocks, self.deciding, self.other_every)
+        """Every round until the analysed clock has `reps` repetitions per kernel (or a failure)."""
+        schedule = first_uses(self.sets, self.clocks, self.deciding, self.other_every, self.reps)
         rounds = 0
         while rounds < MAX_ROUNDS and self.failure is None:
             analysed = self.analysed_clock()
-            if len(self.series[("base", analysed)]) >= REPS_PER_PAIR:
+            if len(self.series[("base", analysed)]) >= self.reps:
                 break
             clock = clock_of(rounds, self.clocks, self.deciding, self.other_every)
             set_index = set_for(schedule, self.used, self.rng, clock, len(self.series[("base", clock)]))
@@ -191,7 +198,15 @@ def clock_of(round_index: int, clocks: list[str], deciding: str, every: int) -> 
     return deciding
 
 
-def first_uses(sets: int, clocks: list[str], deciding: str, every: int) -> dict[str, dict[int, int]]:
+def reps_for(call_us: float) -> int:
+    """Repetitions per kernel in a pair and benchmark for calls of `call_us`: REPS_PER_PAIR, fewer for long calls."""
+    if call_us <= 0:
+        return REPS_PER_PAIR
+    return max(MIN_REPS, min(REPS_PER_PAIR, math.ceil(MEASURE_S * 1e6 / call_us)))
+
+
+def first_uses(sets: int, clocks: list[str], deciding: str, every: int,
+               reps: int = REPS_PER_PAIR) -> dict[str, dict[int, int]]:
     """When each set is first used, per clock: by the clock's own count of calls, the sets split between the
     clocks (even sets on the deciding clock, odd ones on the other), each clock's share spread over its calls.
     Every clock then holds first calls of several sets, so that the replay check has first calls to compare on
@@ -202,10 +217,10 @@ def first_uses(sets: int, clocks: list[str], deciding: str, every: int) -> dict[
     used; a set first used there would give the replay check nothing to compare."""
     others = [c for c in clocks if c != deciding]
     if not others:
-        spacing = max(1, REPS_PER_PAIR // sets)
+        spacing = max(1, reps // sets)
         return {deciding: {s * spacing: s for s in range(sets)}}
     split = {deciding: [s for s in range(sets) if s % 2 == 0], others[0]: [s for s in range(sets) if s % 2 == 1]}
-    calls = {deciding: REPS_PER_PAIR, others[0]: max(2, REPS_PER_PAIR // every)}
+    calls = {deciding: reps, others[0]: max(2, reps // every)}
     start = {deciding: 0, others[0]: audits.SKIP_FIRST_CALLS}
     plan = {}
     for clock, own in split.items():

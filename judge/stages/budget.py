@@ -1,0 +1,128 @@
+"""What a round's timing may hold of the device, and how it is spent.
+
+Each benchmark's timing needs its input sets (kept by the oracle), the copies the timed calls run on, the
+reference's answers, the outboxes and the two runners' own working memory. judge sizes all of it from what the
+oracle measured of the benchmark (its input and output bytes, the reference's working memory beyond them) and what
+the device had free when timing began, so that judge's processes together never hold more than ROUND_SHARE of the
+device: a benchmark's sets and copies start at their minimum and grow while the round stays inside that share. A
+benchmark that cannot fit even at its minimum is refused before anything is timed, in one line with both sizes.
+
+The estimate of a runner's working memory is the reference's (the oracle's measurement on the same input): a
+kernel that needs far more than its reference can still exhaust the device; it then fails as that kernel's crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import JudgeError
+
+# Of the device's total memory, what judge's processes (oracle, runners, spares) may hold together.
+ROUND_SHARE = 0.8
+# Timing input sets per benchmark, and the physical copies the timed calls take in turn: the bounds, and the bytes
+# past which more of them buy nothing (more copies averaged out where buffers land, which moved one vecadd's time by
+# up to 1.6% among eight allocations on an H100; sets are what the replay check compares first uses across).
+MIN_SETS, MAX_SETS, SETS_CAP_BYTES = 2, 8, 4 << 30
+MIN_COPIES, MAX_COPIES, COPIES_CAP_BYTES = 2, 8, 2 << 30
+# The oracle's outbox holds this many times the reference's output bytes (judge.boundary.staging.OUTBOX_FACTOR).
+OUTBOX_FACTOR = 4
+# Processes that hold a benchmark's output and working memory at once while it is timed: the pair's two runners and
+# the oracle computing an answer.
+HOLDERS = 3
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The memory of the device the timing runs on (a GPU, or the host for a CPU target), as the oracle found it."""
+
+    name: str
+    total: int
+    free: int
+
+    @property
+    def usable(self) -> int:
+        """What judge may still take: ROUND_SHARE of the total, less what is in use by anyone already."""
+        return int(ROUND_SHARE * self.total) - (self.total - self.free)
+
+
+@dataclass(frozen=True)
+class BenchmarkBytes:
+    """A benchmark's sizes, measured by the oracle on one input."""
+
+    input: int
+    output: int
+    work: int = 0  # the reference's peak beyond its inputs and outputs
+
+    def fixed(self) -> int:
+        """What timing this benchmark holds whatever its sets and copies: one more input (the set an answer is
+        computed on), the outboxes, and output plus working memory in each of its holders."""
+        return self.input + OUTBOX_FACTOR * self.output + HOLDERS * (self.output + self.work)
+
+
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    sets: int
+    copies: int
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    device: DeviceMemory
+    benchmarks: list[BenchmarkPlan]
+    need: int  # bytes the plan holds at its peak
+
+    def line(self) -> str:
+        return (f"timing holds at most {gib(self.need)} of {self.device.name}'s {gib(self.device.total)} "
+                f"({gib(self.device.usable)} usable)")
+
+
+def gib(nbytes: int) -> str:
+    return f"{nbytes / GIB:.1f} GiB"
+
+
+def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool = False) -> int:
+    """The peak bytes of a plan: every benchmark's copies stay allocated until the pair's runners close (they map
+    them), while one benchmark at a time holds its fixed needs; its sets and warm-up set too, or every benchmark
+    its own where the sets are `kept` from one pair to the next."""
+    areas = sum(p.copies * s.input for s, p in zip(sizes, plans))
+    sets = [(p.sets + 1) * s.input for s, p in zip(sizes, plans)]
+    if kept:
+        return areas + sum(sets) + max((s.fixed() for s in sizes), default=0)
+    return areas + max((n + s.fixed() for n, s in zip(sets, sizes)), default=0)
+
+
+def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], kept: bool = False) -> MemoryPlan:
+    """Sets and copies per benchmark within `device.usable`: each at its minimum, then grown in turn (copies, then
+    sets, smallest benchmarks first) up to their caps while the plan fits. Raises JudgeError naming the first
+    benchmark that cannot fit at its minimum."""
+    plans = [BenchmarkPlan(MIN_SETS, MIN_COPIES) for _ in sizes]
+    usable = device.usable
+    for index, size in enumerate(sizes):
+        alone = [BenchmarkPlan(MIN_SETS, MIN_COPIES)]
+        need = need_of([size], alone)
+        if need > usable:
+            raise JudgeError(
+                f"benchmark {index} ({labels[index]}) needs {gib(need)} of device memory to be timed ({MIN_SETS} "
+                f"input sets and {MIN_COPIES} copies of its {gib(size.input)} input, its {gib(size.output)} output "
+                f"in {HOLDERS} processes, {gib(size.work)} of working memory in each); {device.name} has "
+                f"{gib(device.total)}, of which judge may use {gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less "
+                f"{gib(device.total - device.free)} in use)")
+    if need_of(sizes, plans, kept) > usable:
+        raise JudgeError(
+            f"the benchmarks need {gib(need_of(sizes, plans, kept))} of device memory together to be timed; "
+            f"{device.name} has {gib(device.total)}, of which judge may use {gib(max(usable, 0))}")
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i].input)
+    for field, cap_count, cap_bytes in (("copies", MAX_COPIES, COPIES_CAP_BYTES), ("sets", MAX_SETS, SETS_CAP_BYTES)):
+        grown = True
+        while grown:
+            grown = False
+            for i in order:
+                current = getattr(plans[i], field)
+                if current >= cap_count or (current + 1) * sizes[i].input > max(cap_bytes, sizes[i].input * 2):
+                    continue
+                trial = list(plans)
+                trial[i] = BenchmarkPlan(**{**plans[i].__dict__, field: current + 1})
+                if need_of(sizes, trial, kept) <= usable:
+                    plans, grown = trial, True
+    return MemoryPlan(device, plans, need_of(sizes, plans, kept))
