@@ -52,3 +52,111 @@ def test_kept_sets_count_every_benchmark_at_once():
     # copies of all three (6 GiB), then one benchmark's three sets and its one spare input (4 GiB), or all nine sets
     assert budget.need_of(sizes, plans) == 10 * GIB
     assert budget.need_of(sizes, plans, kept=True) == 6 * GIB + 9 * GIB + GIB
+
+
+# ---- what a verdict costs: sets made once, repetitions from the kernel's duration -----------------------------
+
+import random  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from judge.boundary.oracle import Oracle  # noqa: E402
+from judge.sandbox.worker import Reply  # noqa: E402
+from judge.stages.timing import stage as timing, turns  # noqa: E402
+
+COUNTED = '''
+import torch
+made = []
+def generate_input(size, seed):
+    made.append(seed)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(size, generator=g), torch.randn(size, generator=g), torch.empty(size)
+def ref_kernel(data):
+    a, b, out = data
+    torch.add(a, b, out=out)
+    return out
+def check_implementation(data, output):
+    return True, ""
+'''
+
+
+@pytest.fixture
+def oracle(tmp_path, monkeypatch):
+    """An oracle in this process over a reference that counts the inputs it makes."""
+    (tmp_path / "reference.py").write_text(COUNTED)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "reference", raising=False)
+    made = Oracle(str(tmp_path), {"default": ""}, 1e-5, 1e-5)
+    (tmp_path / "x1").mkdir()
+    made.attach(1, str(tmp_path / "x1"))
+    yield made
+    made.detach(1)
+    sys.modules.pop("reference", None)
+
+
+def _bench(oracle, key, seeds, keep=""):
+    return oracle.benchmark(key, {"size": 64, "seed": 0}, "default", seeds, 99, 2, [1], keep=keep)
+
+
+def test_a_benchmark_makes_each_set_once_and_calls_the_reference_once_per_timed_set(oracle):
+    answer = _bench(oracle, "t-0-0", [10, 11, 12])
+    assert answer["sets"] == 2 and oracle.reference.made == [10, 11, 12]  # no extra set for the output slots
+    assert oracle.areas["t-0-0"].poison == [2]  # the slot read off the first timed set's reference call
+    assert len(oracle.expected["t-0-0"]) == 2
+
+
+def test_kept_sets_are_made_once_for_every_pair_and_made_again_for_other_seeds(oracle):
+    _bench(oracle, "t-0-0", [10, 11, 12], keep="timing-0")
+    oracle.release("t-0-0")
+    _bench(oracle, "t-1-0", [10, 11, 12], keep="timing-0")
+    assert oracle.reference.made == [10, 11, 12]  # the second pair found them kept
+    assert oracle.expected["t-1-0"] is oracle.kept["timing-0"].bounds
+    _bench(oracle, "t-2-0", [20, 21, 22], keep="timing-0")
+    assert oracle.reference.made == [10, 11, 12, 20, 21, 22]
+    _bench(oracle, "t-3-0", [20, 21, 22])
+    assert oracle.reference.made[-3:] == [20, 21, 22] and len(oracle.reference.made) == 9  # not kept: made again
+
+
+def test_repetitions_follow_the_kernels_duration():
+    assert [turns.reps_for(us) for us in (0.0, 8.0, 20_000.0, 50_000.0, 300_000.0, 5e6)] == [50, 50, 50, 20, 10, 10]
+
+
+def test_a_runner_cannot_claim_longer_calls_than_its_warm_up_took_nor_a_number_that_is_none():
+    assert timing._claimed_call_us(Reply({"calls": 10, "call_us": 300_000.0}, 0.05)) == 5000.0  # wall: 5 ms a call
+    assert timing._claimed_call_us(Reply({"calls": 10, "call_us": 800.0}, 0.05)) == 800.0
+    for value in ({"calls": 10, "call_us": float("nan")}, {"calls": "x", "call_us": 1.0}, {"calls": 10}):
+        assert timing._claimed_call_us(Reply(value, 1.0)) == 0.0  # all repetitions
+
+
+class _Runner:
+    def __init__(self, pid):
+        self.pid, self.sent = pid, 0
+
+    def record(self, record_for, timeout_s, name="call"):
+        self.sent += 1
+        record_for(self.sent)
+        value = {"status": 0, "us": 10.0, "tail_us": 5.0, "host_us": 3.0, "null_tail_us": -1.0, "leaves": [],
+                 "problem": "", "modes": 0, "hooks": 0, "monitoring": 0, "dispatch_changed": 0, "threads": 0,
+                 "thread_in_kernel": "", "release": 0}
+        return Reply(value, 0.0002)
+
+    def freeze(self):
+        pass
+
+
+class _Oracle:
+    target = None
+
+    def ask(self, op, **args):
+        return {"problem": None}
+
+
+def test_a_pair_of_long_calls_takes_the_repetitions_it_was_given_and_first_uses_every_set():
+    runners = {"base": _Runner(1), "cand": _Runner(2)}
+    pair = turns.PairTurns(_Oracle(), "k", 0, runners, ["host"], "host", 4, 2, {"us": 0, "cycles": {}},
+                           random.Random(1), "base", time.monotonic() + 60, reps=10)
+    pair.run()
+    assert runners["base"].sent == 10 and runners["cand"].sent == 10
+    assert pair.used == {0, 1, 2, 3}

@@ -334,10 +334,13 @@ def test_each_pair_is_two_fresh_runners_bound_alike_and_neither_ran_the_cases(tm
         result = check(evaluator, workspace, timing_next=True, nonce=1)
         assert result.passed, result.summary
         timing_result = measure(evaluator, workspace, budget_s=1, nonce=1)
+        # timed runners write their logs in judge's directory, where no later runner reads what they printed
+        logs = {p.name for p in evaluator.timing_logs(workspace).glob("timing*.log")} | \
+            {p.name for p in evaluator.timing_logs(base).glob("timing*.log")}
+        assert not list(workspace.glob("timing*.log")) and not list(base.glob("timing*.log"))
     assert timing_result.passed, timing_result.summary + timing_result.log_tail
     bench = timing_result.detail.benchmarks[0]
     pairs = timing_result.detail.pairs
     assert bench.processes == pairs and [len(bench.process_medians_us[k]) for k in ("base", "cand")] == [pairs] * 2
-    logs = {p.name for p in workspace.glob("timing*.log")} | {p.name for p in base.glob("timing*.log")}
     assert len(logs) == 2 * pairs  # a log per runner of each pair: no runner was reused
     assert (workspace / "worker.log").exists()  # the correctness runner's, never timed

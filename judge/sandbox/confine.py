@@ -239,6 +239,14 @@ def _landlock_abi() -> int:
     return _check(_libc.syscall(ctypes.c_long(444), None, ctypes.c_long(0), ctypes.c_long(1)))
 
 
+def landlock_abi() -> int:
+    """The Landlock ABI this kernel offers, 0 where it has none: what a child's filesystem confinement will be."""
+    try:
+        return _landlock_abi()
+    except OSError:
+        return 0
+
+
 def _landlock(policy: Policy, readable: list[Path]) -> tuple[str, str]:
     """Filesystem (and from ABI 4, TCP) rules; returns the filesystem line and the TCP line ('' if none)."""
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,8 @@ class Evaluator:
     gpu_index: int | None = None  # which of the host's GPUs its runners use (for their cores); None: the first visible
     core_block: int | None = None  # a CPU target's evaluation on a shared host (Ray): its block (judge.core_blocks)
     fork_spares: bool | None = None  # spares forked from a template; None: on a GPU target (see _template)
-    keep_sets: bool = False  # keep timing sets across pairs and comparisons where they fit (see memory_plan)
+    keep_sets: bool | None = None  # keep timing sets across pairs where they fit; None: where timed runners are
+    # confined to a scratch of their own (runners_leave_nothing)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -102,6 +104,9 @@ class Evaluator:
         self._plans: dict[tuple, dict] = {}
         self._memory_plan: budget.MemoryPlan | None = None
         self._sets_kept = False
+        if self.keep_sets is None:
+            self.keep_sets = self.runners_leave_nothing
+        self._scratch: dict[int, Path] = {}  # a timed runner's pid -> its private scratch directory
         if self.gpu_index is None:
             self.gpu_index = visible_gpu()
         if self.core_block is not None:
@@ -247,41 +252,70 @@ class Evaluator:
             env.update(CUDA_VISIBLE_DEVICES="")
         return env
 
-    def runner(self, workspace: Path, log_name: str = "worker.log") -> Worker:
+    @property
+    def runners_leave_nothing(self) -> bool:
+        """Whether a timed runner can leave nothing behind for a later one: confined by Landlock to a scratch
+        directory of its own, its workspace only readable (see `_runner_setup`)."""
+        from ..sandbox.confine import landlock_abi
+
+        return self.confine and landlock_abi() > 0
+
+    def runner(self, workspace: Path, log_name: str = "worker.log", timed: bool = False) -> Worker:
         """A confined runner for the kernel assembled in `workspace`, its kernel not yet imported, attached to
-        the oracle: the oldest spare when there is one (new spares start loading behind it), else a cold start."""
+        the oracle: the oldest spare when there is one (new spares start loading behind it), else a cold start.
+        A `timed` runner (a timed pair's) writes only in a scratch directory of its own (`_runner_setup`)."""
         workspace = Path(workspace).resolve()
-        init, policy, env = self._runner_setup(workspace)
+        init, policy, env, scratch = self._runner_setup(workspace, timed)
+        log_path = self._log_path(workspace, log_name, scratch)
         worker = None
         while worker is None and self._pool:
             spare = self._pool.pop(0)
             try:
-                worker = spare.bind(init, workspace=workspace, log_path=workspace / log_name,
+                worker = spare.bind(init, workspace=workspace, log_path=log_path,
                                     policy=spare_policy(policy, spare), env=env)
             except (WorkerError, CommandFailed):
                 spare.close()  # a spare that broke is judge's loss, never the kernel's: the next one, or a cold start
         if worker is None:
-            worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env,
+            worker = Worker("runner", init, cwd=workspace, log_path=log_path, policy=policy, env=env,
                             poll_s=self.poll_s)
+        if scratch is not None:
+            self._scratch[worker.pid] = scratch
         if self.warm:
             self._top_up()
         self._attach(worker, workspace)
         return worker
 
+    def _log_path(self, workspace: Path, log_name: str, scratch: Path | None) -> Path:
+        """A runner's log: in its workspace, or for a timed runner in judge's own directory, which no runner reads
+        (a log in the workspace would carry what one pair's runner printed to the next pair's)."""
+        if scratch is None:
+            return workspace / log_name
+        logs = self.timing_logs(workspace)
+        logs.mkdir(parents=True, exist_ok=True)
+        return logs / log_name
+
+    def timing_logs(self, workspace: Path) -> Path:
+        """Where the timed runners of the kernel in `workspace` write their logs (judge's directory, by workspace)."""
+        workspace = Path(workspace).resolve()
+        return self.root / "logs" / f"{workspace.name}-{hashlib.sha256(str(workspace).encode()).hexdigest()[:8]}"
+
     def prebind(self, workspace: Path, count: int, prefix: str = "timing") -> int:
         """Bind up to `count` ready spares to `workspace` and have them import its kernel, without waiting, while
         something untimed runs (a correctness stage); `prebound` hands them over. How many were bound."""
         workspace = Path(workspace).resolve()
-        init, policy, env = self._runner_setup(workspace)
         ready = self._ready_spares()[:count]
         for spare in ready:
             self._pool.remove(spare)
-            log = workspace / f"{prefix}-{spare.pid}.log"
+            init, policy, env, scratch = self._runner_setup(workspace, timed=True)
+            log = self._log_path(workspace, f"{prefix}-{spare.pid}.log", scratch)
+            if scratch is not None:
+                self._scratch[spare.pid] = scratch
             try:
                 spare.bind(init, workspace=workspace, log_path=log, policy=spare_policy(policy, spare), env=env,
                            wait=False)
                 spare.start("load")
             except (WorkerError, CommandFailed):
+                self._drop_scratch(spare.pid)
                 spare.close()
                 continue
             self._prebound.setdefault(workspace, []).append(spare)
@@ -304,7 +338,7 @@ class Evaluator:
         """A runner for `workspace` with its kernel imported: a prebound one, else a new one that loads now."""
         worker = self.prebound(workspace)
         if worker is None:
-            worker = self.runner(workspace, log_name)
+            worker = self.runner(workspace, log_name, timed=True)
             worker.call("load", deadline_s)
         return worker
 
@@ -317,13 +351,20 @@ class Evaluator:
                 self.close_runner(worker)
 
     def close_runner(self, worker: Worker) -> None:
-        """End a runner and drop its files at the oracle (its device memory is freed at the next collect)."""
+        """End a runner and drop its files at the oracle (its device memory is freed at the next collect) and its
+        scratch directory."""
         worker.close(wait=False)
         if self._oracle is not None:
             try:
                 self.ask("detach", runner=worker.pid)
             except JudgeError:
                 pass
+        self._drop_scratch(worker.pid)
+
+    def _drop_scratch(self, pid: int) -> None:
+        scratch = self._scratch.pop(pid, None)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def collect(self) -> None:
         """Free the oracle's retired device memory: every runner that mapped it has been closed."""
@@ -387,23 +428,41 @@ class Evaluator:
                 spare.close()
                 self._pool.remove(spare)
 
-    def _runner_setup(self, workspace: Path) -> tuple[dict, dict | None, dict[str, str]]:
+    def _runner_setup(self, workspace: Path, timed: bool = False) -> tuple[dict, dict | None, dict[str, str],
+                                                                         Path | None]:
         """What a runner for `workspace` is given, cold or bound from a spare: its init, its confinement policy
-        (JSON, None when unconfined) and its environment."""
+        (JSON, None when unconfined), its environment and, for a timed runner, its scratch directory.
+
+        A timed runner may read its workspace and write only in a new scratch directory of its own (its HOME,
+        TMPDIR and caches, which start as a copy of the workspace's caches, so that what its correctness runner
+        compiled is found): nothing one pair's runner writes reaches a later runner, of this kernel or another.
+        That is what lets a round time the same input sets in every pair (`keep_sets`)."""
         from ..sandbox.isolation import policy_to_json
 
-        rules, env = self._rules(workspace)
+        scratch = self._new_scratch(workspace) if timed and self.confine else None
+        rules, env = self._rules(workspace, scratch)
         init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file}
-        return init, policy_to_json(rules) if rules else None, env
+        return init, policy_to_json(rules) if rules else None, env, scratch
 
-    def _rules(self, workspace: Path):
-        """The confinement of a runner in `workspace` (None when unconfined) and its environment."""
+    def _new_scratch(self, workspace: Path) -> Path:
+        scratch = self.root / "scratch" / secrets.token_hex(8)
+        scratch.mkdir(parents=True)
+        caches = workspace / ".cache"
+        if caches.is_dir() and not caches.is_symlink():
+            shutil.copytree(caches, scratch / ".cache", symlinks=True, ignore_dangling_symlinks=True,
+                            dirs_exist_ok=True)
+        return scratch
+
+    def _rules(self, workspace: Path, scratch: Path | None = None):
+        """The confinement of a runner in `workspace` (None when unconfined) and its environment: it writes in
+        its workspace, or only in `scratch` and reads the workspace."""
         from ..sandbox.confine import Policy, child_env, prepare
 
         env = self.env()
         if not self.confine:
             return None, env
-        rules = Policy(writable=[workspace], readable=[])
+        rules = Policy(writable=[workspace], readable=[]) if scratch is None else \
+            Policy(writable=[scratch, workspace / ".judge" / "x"], readable=[workspace])
         prepare(rules)
         return rules, child_env(rules, env)
 
@@ -442,6 +501,8 @@ class Evaluator:
 
     def close(self) -> None:
         self.discard_prebound()
+        for pid in list(self._scratch):
+            self._drop_scratch(pid)
         for worker in (self._oracle, *self._pool):
             if worker is not None:
                 worker.close()
