@@ -65,7 +65,7 @@ def test_a_contestant_submits_as_itself_and_revises_only_its_own(ledger):
     alice.check_proposals(ledger, [(_proposal("new", "alice"), "s")])
     with pytest.raises(Forbidden, match="^s: field 'author': 'bob' is not you"):
         alice.check_proposals(ledger, [(_proposal("new", "bob"), "s")])
-    with pytest.raises(Forbidden, match="^s: field 'id': proposal 'bobs' belongs to 'bob'"):
+    with pytest.raises(Forbidden, match="^s: field 'id': proposal 'bobs' is another participant's: participant"):
         alice.check_proposals(ledger, [(_proposal("bobs", "alice"), "s")])
     Participant("boss", "organizer").check_proposals(ledger, [(_proposal("bobs", "carol"), "s")])
     assert alice.fill_author({"id": "x"}) == {"id": "x", "author": "alice"}
