@@ -155,6 +155,13 @@ def test_the_cli_through_the_server_reads_as_its_token_may(site, monkeypatch):
     assert json.loads(judge(tokens["alice"], "show", "hush-warp", "--json").stdout)["revisions"][0]["pitch"] == SECRET_PITCH
 
 
+def test_the_counts_are_of_what_the_reader_may_see(site):
+    server, tokens, root = site
+    assert _get(server, tokens["bob"], "/api/status").json()["counts"]["proposals"] == 2  # not alice's hush-warp
+    assert _get(server, tokens["alice"], "/api/status").json()["counts"]["revisions"] == 3  # not bob's revision 2
+    assert _get(server, tokens["boss"], "/api/status").json()["counts"]["revisions"] == 4
+
+
 def test_the_ledgers_path_is_the_organizers(site):
     server, tokens, root = site
     assert _get(server, tokens["bob"], "/api/ledger").json()["ledger"] == "ledger.db"

@@ -39,6 +39,16 @@ class VisibleLedger:
         visible = self.visible_ids()
         return [r for r in rows if r[key] in visible]
 
+    def counts(self) -> dict[str, int]:
+        """The ledger's counts, its proposals, revisions and votes only those this reader may see."""
+        counts = dict(self._ledger.counts())
+        visible = self.visible_ids()
+        rows = self._ledger.query("select id, proposal_id from revisions")
+        counts["proposals"] = len({r["proposal_id"] for r in rows if r["id"] in visible})
+        counts["revisions"] = len(visible)
+        counts["votes"] = sum(1 for r in self._ledger.query("select revision_id from votes") if r["revision_id"] in visible)
+        return counts
+
     # revisions ---------------------------------------------------------------------------------------------------
 
     def revision_history(self, proposal_id: str) -> list[dict]:
