@@ -283,8 +283,6 @@ def _document(request: Request, make: Callable, format: str) -> Response:
     # Its charts are not kept for the pages: they were drawn for this caller, who may see more than a page's reader.
     return _read(request, lambda ledger, who: _format(make(ledger), format))
 
-    return _read(request, work)
-
 
 @router.get("/scorecards", summary="A round's scorecard: view, Markdown, charts (judge report --round)")
 def scorecard(request: Request, round: Optional[int] = None, target: Optional[str] = None, format: str = "json"):
