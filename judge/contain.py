@@ -2,8 +2,9 @@
 
 Everything a contestant or a shark wrote (titles, pitches, risks, references, authors, notes) and everything
 candidate code printed or raised (error lines, stage summaries and reasons, log tails) goes through here on its
-way into the ledger (capped), a Markdown report (escaped, one line or inside a quote it cannot close), the
-terminal (no markup, no escapes) or JSON (no control characters). Judge's own words and numbers go around it.
+way into the ledger (capped), a Markdown report (escaped, one line or inside a quote it cannot close), an HTML page
+(judge/report/html.py: as Markdown, then HTML-escaped), the terminal (no markup, no escapes) or JSON (no control
+characters; the server's answers too). Judge's own words and numbers go around it.
 
 Rules, for every way out: control characters are stripped (ANSI and other escape sequences whole, C0 and C1
 controls, Unicode format characters such as bidi overrides and zero-width spaces, lone surrogates), keeping a
@@ -123,16 +124,18 @@ def terminal(value: Any, limit: int = TEXT_CAP) -> str:
     return cap(one_line(value), limit)
 
 
-def json_safe(data: Any, key: str = "") -> Any:
+def json_safe(data: Any, key: str = "", capped: bool = True) -> Any:
     """JSON-like `data` as `--json` prints it: every string without escapes or controls (newlines and tabs kept),
-    capped by its key (JSON_CAPS; LINE_CAP for any other)."""
+    capped by its key (JSON_CAPS; LINE_CAP for any other). Not `capped`: as judge's server answers, whose documents
+    (a scorecard's Markdown, its charts) run past any field's cap, and whose client caps what it prints."""
     if isinstance(data, str):
-        return cap(strip_controls(data, lines=True), JSON_CAPS.get(key, LINE_CAP))
+        text = strip_controls(data, lines=True)
+        return cap(text, JSON_CAPS.get(key, LINE_CAP)) if capped else text
     if isinstance(data, dict):
-        return {json_safe(k) if isinstance(k, str) else k: json_safe(v, k if isinstance(k, str) else "")
-                for k, v in data.items()}
+        return {json_safe(k, capped=capped) if isinstance(k, str) else k:
+                json_safe(v, k if isinstance(k, str) else "", capped) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
-        return [json_safe(v, key) for v in data]
+        return [json_safe(v, key, capped) for v in data]
     return data
 
 

@@ -3,8 +3,8 @@
 A participant has a name, one role (contestant, shark or organizer) and a token. `add_participant` makes the token and
 returns it once; the ledger keeps only its sha256. A contestant submits and revises only its own proposals
 (the author is its name), a shark votes only as itself, and only an organizer runs rounds, clears results and
-adds sharks or participants. Locally, without a server, none of this applies: whoever holds the ledger file
-is the organizer.
+adds sharks or participants. What each may read of a proposal is `access`'s to say, for every route and page.
+Locally, without a server, none of this applies: whoever holds the ledger file is the organizer.
 """
 
 from __future__ import annotations
@@ -19,6 +19,12 @@ from .records import SLUG, Proposal, Vote
 
 ROLES = ("contestant", "shark", "organizer")
 TOKEN_PREFIX = "judge_"
+
+# What a reader may see of one proposal revision (`access`): all of it, all but its patch, or not that it exists.
+FULL, PITCH, HIDDEN = "full", "pitch", "hidden"
+# Who sees a judged revision (`judge serve --judged-visible-to`): everyone, the pages without a token included (as
+# before proposals had an access rule), or only participants with a token.
+JUDGED_VISIBLE_TO = ("everyone", "participants")
 
 
 class Unauthenticated(JudgeError):
@@ -68,8 +74,8 @@ class Participant:
                 raise Forbidden(f"{source}: field 'author': '{proposal.author}' is not you: participant '{self.name}' "
                                 f"submits only as '{self.name}' (the author comes from your token)")
             owner = ledger.proposal_owner(proposal.id)
-            if owner is not None and owner != self.name:
-                raise Forbidden(f"{source}: field 'id': proposal '{proposal.id}' belongs to '{owner}': participant "
+            if owner is not None and owner != self.name:  # not named: the proposal may be one this reader may not see
+                raise Forbidden(f"{source}: field 'id': proposal '{proposal.id}' is another participant's: participant "
                                 f"'{self.name}' revises only its own proposals (pick another id)")
 
     def check_votes(self, items: list[tuple[Vote, str]]) -> None:
@@ -81,6 +87,23 @@ class Participant:
             if vote.shark != self.name:
                 raise Forbidden(f"{source}: field 'shark': '{vote.shark}' is not you: participant '{self.name}' "
                                 f"votes only as shark '{self.name}'")
+
+
+def access(reader: "Participant | None", author: str, judged: bool, judged_visible_to: str = "everyone") -> str:
+    """What `reader` (None: a request without a token, e.g. a page) may see of a proposal revision by `author`: FULL
+    (pitch and patch), PITCH (everything but the patch) or HIDDEN (not even that it exists).
+
+    Until it is judged (its round has run and judged it: judge.ledger's `judged_revision_ids`), a revision is its
+    author's and the organizers' (FULL); the sharks see its pitch, which they vote on (PITCH); other contestants and
+    readers without a token see nothing. Once judged, it is FULL for whom `judged_visible_to` names, and as before
+    for the rest. The one rule every API route, page and CLI command through the server reads proposals by."""
+    if judged and (judged_visible_to == "everyone" or reader is not None):
+        return FULL
+    if reader is None:
+        return HIDDEN
+    if reader.role == "organizer" or reader.name == author:
+        return FULL
+    return PITCH if reader.role == "shark" else HIDDEN
 
 
 def add_participant(ledger: Ledger, name: str, role: str) -> dict:

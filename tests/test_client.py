@@ -99,10 +99,13 @@ def test_the_cli_against_the_server_prints_the_same_bytes_as_on_the_ledger(serve
         local = judge(*args, root=root)
         assert local.exit_code == 0 and local.stdout, (args, local.output)
         written = _reports(root)
-        remote = judge(*args, server=server.url, token=tokens["bob"])
+        # every proposal is judged: a contestant reads what the ledger's holder reads, but where the ledger lies
+        remote = judge(*args, server=server.url, token=tokens["boss" if args[0] == "status" else "bob"])
         assert (remote.exit_code, remote.stdout, remote.stderr) == (local.exit_code, local.stdout, local.stderr), args
         assert _reports(root) == written, args
     assert any(name.endswith(".svg") for name in written)  # the last report had its charts, written here too
+    status = judge("status", "--json", server=server.url, token=tokens["bob"])
+    assert json.loads(status.stdout)["ledger"] == "ledger.db"
 
 
 def test_errors_through_the_server_are_the_same_line_with_the_same_exit(served):

@@ -182,6 +182,12 @@ def test_json_strips_controls_and_caps_by_field():
     assert safe["f"] == 1.5
 
 
+def test_the_servers_json_strips_controls_and_caps_nothing():
+    """judge serve's answers: a scorecard's Markdown and charts are longer than any field's cap."""
+    data = {"markdown": "m" * 9000 + "\u202e\u2066x\u2069\u200b", "charts": {"a.svg": "<svg>\n" + "s" * 9000}}
+    assert json_safe(data, capped=False) == {"markdown": "m" * 9000 + "x", "charts": {"a.svg": "<svg>\n" + "s" * 9000}}
+
+
 @pytest.mark.parametrize("text, label", [("$\\frac{1}{0}$", "\\$\\frac{1}{0}\\$"), ("_hidden", " _hidden"),
                                          ("a\nb\x1b[1m", "a b"), ("x" * 80, "x" * 39 + " (41 more characters)")])
 def test_chart_labels(text, label):

@@ -65,7 +65,7 @@ def test_a_contestant_submits_as_itself_and_revises_only_its_own(ledger):
     alice.check_proposals(ledger, [(_proposal("new", "alice"), "s")])
     with pytest.raises(Forbidden, match="^s: field 'author': 'bob' is not you"):
         alice.check_proposals(ledger, [(_proposal("new", "bob"), "s")])
-    with pytest.raises(Forbidden, match="^s: field 'id': proposal 'bobs' belongs to 'bob'"):
+    with pytest.raises(Forbidden, match="^s: field 'id': proposal 'bobs' is another participant's: participant"):
         alice.check_proposals(ledger, [(_proposal("bobs", "alice"), "s")])
     Participant("boss", "organizer").check_proposals(ledger, [(_proposal("bobs", "carol"), "s")])
     assert alice.fill_author({"id": "x"}) == {"id": "x", "author": "alice"}
@@ -98,3 +98,19 @@ def test_the_local_cli_adds_lists_and_revokes(tmp_path, monkeypatch):
     missing = runner.invoke(main, ["participant", "revoke", "alice"])
     assert (missing.exit_code, missing.stderr) == (2, "error: participant 'alice' is not in the ledger, or is revoked already "
                                                       "(see 'judge participant list')\n")
+
+
+ALICE, BOB = Participant("alice", "contestant"), Participant("bob", "contestant")
+SHARK, BOSS = Participant("oracle", "shark"), Participant("boss", "organizer")
+# (reader, judged, who reads judged proposals) -> what it may see of alice's proposal
+ACCESS = [
+    (ALICE, False, "everyone", "full"), (BOSS, False, "everyone", "full"), (SHARK, False, "everyone", "pitch"),
+    (BOB, False, "everyone", "hidden"), (None, False, "everyone", "hidden"),
+    (BOB, True, "everyone", "full"), (None, True, "everyone", "full"), (SHARK, True, "everyone", "full"),
+    (BOB, True, "participants", "full"), (None, True, "participants", "hidden"),
+]
+
+
+@pytest.mark.parametrize("reader,judged,judged_visible_to,level", ACCESS)
+def test_a_proposal_is_its_authors_and_the_organizers_until_judged(reader, judged, judged_visible_to, level):
+    assert participants.access(reader, "alice", judged, judged_visible_to) == level

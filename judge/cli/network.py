@@ -19,12 +19,19 @@ from ..errors import JudgeError
               help="Where rounds the server runs write their reports.")
 @click.option("--work-dir", type=click.Path(path_type=Path), default=Path("work"), show_default=True)
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=Path(".judge-cache"), show_default=True)
-@click.option("--rate-limit", type=click.IntRange(min=1), default=600, show_default=True,
-              help="Requests one token may make in any minute.")
+@click.option("--rate-limit", type=click.IntRange(min=1), default=120, show_default=True,
+              help="Requests a contestant's or a shark's token may make in any minute (organizers have no limit).")
+@click.option("--proposals-per-round", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Proposals a contestant may have in one round of one target (revising one of them is free).")
+@click.option("--judged-visible-to", type=click.Choice(participants.JUDGED_VISIBLE_TO), default="everyone",
+              show_default=True, help="Who reads a proposal once its round judged it: everyone (the pages too) or "
+                                      "participants with a token (no pages). Before, only its author, the organizers "
+                                      "and (its pitch) the sharks.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="", default=None, metavar="[ADDRESS]",
               help="Rounds run correctness and timing on a Ray cluster (as judge run --ray).")
 @click.option("--gpus", help="Rounds run correctness and timing on these GPUs of this machine (as judge run --gpus).")
-def serve_cmd(ctx: Context, host, port, out_dir, work_dir, cache_dir, rate_limit, ray_address, gpus, as_json: bool):
+def serve_cmd(ctx: Context, host, port, out_dir, work_dir, cache_dir, rate_limit, proposals_per_round, judged_visible_to,
+              ray_address, gpus, as_json: bool):
     """Serve this ledger over HTTP: the JSON API (/api, schema at /openapi.json, /docs), the pages (/pages).
     Creates the ledger if it is missing. Participants need tokens: 'judge participant add'."""
     import uvicorn
@@ -40,7 +47,8 @@ def serve_cmd(ctx: Context, host, port, out_dir, work_dir, cache_dir, rate_limit
                   "'judge participant add NAME --role contestant|shark|organizer'", markup=False)
     ledger.close()
     config = Config(ledger=ctx.ledger_path, kernels=ctx.kernels, out_dir=out_dir, work_dir=work_dir, cache_dir=cache_dir,
-                    rate_limit=rate_limit, gpus=parse_gpus(gpus) if gpus else None, ray_address=ray_address)
+                    rate_limit=rate_limit, proposals_per_round=proposals_per_round,
+                    judged_visible_to=judged_visible_to, gpus=parse_gpus(gpus) if gpus else None, ray_address=ray_address)
     err.print(f"judge serve: {ctx.ledger_path} at http://{host}:{port}/ (API schema at /openapi.json, pages at /pages/)",
               markup=False)
     uvicorn.run(create_app(config), host=host, port=port, log_level="warning")

@@ -225,6 +225,19 @@ class EvaluationRecords:
             "select id, status, host, pid, started_at, finished_at from runs where round_id = ? order by id", (round_id,)
         )
 
+    def judged_revision_ids(self) -> set[int]:
+        """The revisions their round has judged: a candidate evaluation in their own round (whose rounds row exists
+        once it started), or, for a pitch (no patch: no round evaluates it), a finished run of their round."""
+        rows = self.query(
+            """
+            select r.id from revisions r join rounds ro on ro.target = r.target and ro.round = r.round
+            where exists (select 1 from evaluations e where e.revision_id = r.id and e.round_id = ro.id
+                          and e.subject = 'candidate')
+               or (r.patch is null and exists (select 1 from runs u where u.round_id = ro.id and u.status = 'finished'))
+            """
+        )
+        return {row["id"] for row in rows}
+
     def proposal_authors(self, target: str) -> list[dict]:
         """Each (author, proposal_id) pair a target's revisions name, once."""
         return self.query(

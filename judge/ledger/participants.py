@@ -38,6 +38,12 @@ class ParticipantRecords:
             db["participants"].update(row_id, {"revoked_at": now()})
         return self.db["participants"].get(row_id)
 
+    def proposals_in_round(self, author: str, target: str, round: int) -> set[str]:
+        """The proposals `author` has a revision of in one round of one target (what a contestant's quota counts)."""
+        rows = self.query("select distinct proposal_id from revisions where author = ? and target = ? and round = ?",
+                          (author, target, round))
+        return {r["proposal_id"] for r in rows}
+
     def proposal_owner(self, proposal_id: str) -> str | None:
         """The author a proposal was first submitted under: the one participant who may revise it."""
         rows = self.query("select author from proposals where id = ?", (proposal_id,))

@@ -1,7 +1,8 @@
 """HTML pages of the scorecards, the leaderboard and the brief: the same views and templates as the Markdown,
 the Markdown turned into HTML by markdown-it-py.
 
-Contestant text must reach a browser as text and nothing else. Three layers make it so:
+Contestant text must reach a browser as text and nothing else. Three layers make it so (and the whole page is
+stripped of control and format characters, as judge/contain.py strips them everywhere):
 - every string of the view under a key that holds text from contestants or their kernels (`CONTESTANT_KEYS`)
   is swapped for a random placeholder before the template runs, and after the Markdown became HTML each
   placeholder becomes that text, HTML-escaped: no Markdown of a contestant's is ever parsed;
@@ -21,7 +22,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from .formatting import fmt_line
+from ..contain import one_line, strip_controls
 from .rendering import render_text
 
 # The pages judge serves beside each other (judge/server/pages.py): the only links a page keeps.
@@ -68,9 +69,11 @@ class Contained:
         return value
 
     def restore(self, page: str) -> str:
-        """Each placeholder as its text on one line, HTML-escaped (quotes too: it may stand in an attribute)."""
+        """Each placeholder as its text on one line, without controls or format characters (bidi overrides,
+        zero-width spaces: as in Markdown, judge.contain.one_line), HTML-escaped (quotes too: it may stand in an
+        attribute)."""
         pattern = re.compile(f"jdg{self.nonce}n([0-9]+)x")
-        return pattern.sub(lambda m: html.escape(fmt_line(self.texts[int(m.group(1))]), quote=True), page)
+        return pattern.sub(lambda m: html.escape(one_line(self.texts[int(m.group(1))]), quote=True), page)
 
 
 def _markdown() -> MarkdownIt:
@@ -117,7 +120,7 @@ def render_page(template: str, view: dict, charts: dict, title: str, nav: list[t
     links = " · ".join(f'<a href="{html.escape(href)}">{html.escape(words)}</a>' for href, words in nav)
     page = (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
             f"<style>{STYLE}</style>\n</head>\n<body>\n<nav>{links}</nav>\n<main>\n{body}</main>\n</body>\n</html>\n")
-    return contained.restore(page)
+    return strip_controls(contained.restore(page), lines=True)  # and any that came another way than a placeholder
 
 
 def _names(charts: dict) -> set[str]:

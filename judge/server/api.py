@@ -1,5 +1,6 @@
 """The JSON API under /api: each endpoint is one library call (judge.actions, judge.participants, the documents),
-answered with what the CLI's `--json` prints. Who may call what is judge.participants' to say."""
+answered with what the CLI's `--json` prints. Who may call what is judge.participants' to say; what a caller reads of
+proposals too (`access`): every call reads the ledger as its caller may (State.session hands out that ledger)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from . import documents
 from .state import State, answer
 from .bodies import items_of, proposal_schema, shark_schema, vote_schema
 from .jobs import round_work
-from .limits import read_body
+from .limits import check_quota, read_body
 
 router = APIRouter(prefix="/api")
 
@@ -117,6 +118,8 @@ def _submit(state: State, ledger, who, data: Any) -> Response:
                       source))
     with state.write_lock, ledger.transaction():
         who.check_proposals(ledger, items)
+        if who.role == "contestant":
+            check_quota(ledger, who.name, items, state.config.proposals_per_round)
         return answer([asdict(r) for r in actions.submit(ledger, items, state.config.kernels)])
 
 
@@ -196,14 +199,25 @@ async def run_round(request: Request):
     return await _write(request, _start_round)
 
 
-@router.get("/jobs", summary="The rounds this server ran or runs")
+# A running round's events name its proposals before they are judged: jobs are the organizers' to read.
+
+
+@router.get("/jobs", summary="The rounds this server ran or runs, organizer only")
 def jobs(request: Request):
-    return _read(request, lambda ledger, who: answer([j.answer(len(j.events)) for j in _state(request).jobs.jobs.values()]))
+    def work(ledger, who):
+        who.require_organizer("read the rounds' jobs")
+        return answer([j.answer(len(j.events)) for j in _state(request).jobs.jobs.values()])
+
+    return _read(request, work)
 
 
-@router.get("/jobs/{job_id}", summary="A round's progress (events from `since` on) and, once done, its summaries")
+@router.get("/jobs/{job_id}", summary="A round's progress (events from `since` on) and, once done, its summaries, organizer only")
 def job(request: Request, job_id: int, since: int = 0):
-    return _read(request, lambda ledger, who: answer(_state(request).jobs.get(job_id).answer(max(0, since))))
+    def work(ledger, who):
+        who.require_organizer("read the rounds' jobs")
+        return answer(_state(request).jobs.get(job_id).answer(max(0, since)))
+
+    return _read(request, work)
 
 
 def _clear(evaluation_id: int) -> Callable:
@@ -266,12 +280,8 @@ def revoke_participant(request: Request, name: str):
 
 
 def _document(request: Request, make: Callable, format: str) -> Response:
-    def work(ledger, who):
-        data = make(ledger)
-        _state(request).charts.update({name: svg.encode() for name, svg in data.get("charts", {}).items()})
-        return _format(data, format)
-
-    return _read(request, work)
+    # Its charts are not kept for the pages: they were drawn for this caller, who may see more than a page's reader.
+    return _read(request, lambda ledger, who: _format(make(ledger), format))
 
 
 @router.get("/scorecards", summary="A round's scorecard: view, Markdown, charts (judge report --round)")

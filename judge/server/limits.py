@@ -1,4 +1,5 @@
-"""What keeps the referee up: request bodies no larger than judge takes from a file, and a rate per token."""
+"""What keeps the referee up: request bodies no larger than judge takes from a file, a rate per token, and a quota of
+proposals per contestant and round (both set by the organizer: `judge serve --rate-limit --proposals-per-round`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from starlette.requests import Request
 
 from ..errors import JudgeError
 from ..inputs import FIELDS, decode
+from ..ledger import Ledger
+from ..records import Proposal
+
+# What a contestant past its quota of proposals is told to wait before asking again: the quota frees up only when the
+# organizer runs the round, which the server cannot foresee.
+QUOTA_RETRY_S = 600
 
 
 class TooLarge(JudgeError):
@@ -46,6 +53,21 @@ def _check(limit, size: int) -> None:
         limit.check(size, "request body")
     except JudgeError as error:
         raise TooLarge(error.message) from None
+
+
+def check_quota(ledger: Ledger, author: str, items: list[tuple[Proposal, str]], per_round: int) -> None:
+    """At most `per_round` proposals of one contestant in one round of one target, those of this submission counted
+    (a revision of one of them is free). Call it inside the write transaction, as the ids it counts are taken."""
+    wanted: dict[tuple[str, int], set[str]] = {}
+    for proposal, _ in items:
+        wanted.setdefault((proposal.target, proposal.round), set()).add(proposal.id)
+    for (target, round), ids in sorted(wanted.items()):
+        held = ledger.proposals_in_round(author, target, round)
+        if len(held | ids) > per_round:
+            raise RateLimited(f"too many proposals: participant '{author}' would have {len(held | ids)} in round {round} "
+                              f"of {target}, this contest's limit is {per_round} per contestant and round ('judge serve "
+                              f"--proposals-per-round'); revise one of yours, or submit for round {round + 1} once round "
+                              f"{round} has run; retry in {QUOTA_RETRY_S} s", QUOTA_RETRY_S)
 
 
 class RateLimiter:

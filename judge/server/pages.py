@@ -1,6 +1,7 @@
 """The pages for people under /pages: the contest, the leaderboard, each round's scorecard and each target's
-brief as HTML, with their charts beside them. Read-only, and they need no token: they show what the scorecards
-show (put the reverse proxy's authentication in front of /pages where the contest is private)."""
+brief as HTML, with their charts beside them. Read-only, and they need no token: they show what a reader without a
+token may see (judge.participants.access: judged proposals, none before they are judged). Where judged proposals are
+for participants only (`judge serve --judged-visible-to participants`) there are no pages: the API serves them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import NotFound
+from ..participants import Unauthenticated
 from . import documents
 from .state import State
 
@@ -42,6 +44,9 @@ async def page(request: Request, name: str):
 
 
 def _page(state: State, name: str) -> Response:
+    if state.config.judged_visible_to != "everyone":
+        raise Unauthenticated("this contest shows its proposals to participants only ('judge serve --judged-visible-to "
+                              "participants'): read them through /api with a token (the judge CLI's --server)")
     if name.endswith(".svg"):
         return _chart(state, name)
     with state.public() as ledger:

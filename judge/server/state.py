@@ -14,8 +14,10 @@ from typing import Any, Iterator, Optional
 from fastapi import Request
 from starlette.responses import Response
 
+from ..contain import json_safe
 from ..ledger import Ledger
-from ..participants import Participant, authenticate, token_sha256
+from ..ledger.visible import VisibleLedger
+from ..participants import HIDDEN, Participant, access, authenticate, token_sha256
 from .jobs import Jobs
 from .limits import RateLimiter
 
@@ -29,19 +31,27 @@ class Config:
     out_dir: Path = Path("reports")
     work_dir: Path = Path("work")
     cache_dir: Path = Path(".judge-cache")
-    rate_limit: int = 600  # requests per token in any minute
+    rate_limit: int = 120  # requests per contestant's or shark's token in any minute (organizers: no limit)
+    proposals_per_round: int = 20  # proposals a contestant may have in one round of one target (revisions are free)
+    judged_visible_to: str = "everyone"  # who sees a judged proposal: "everyone" (the pages too) or "participants"
     gpus: Optional[list] = None
     ray_address: Optional[str] = None  # None: no Ray; "": the cluster this machine knows, or a local one
 
 
 def answer(data: Any, status: int = 200) -> Response:
-    """JSON exactly as the CLI's `--json` has it once parsed (non-JSON values as str, key order kept)."""
-    return Response(json.dumps(data, default=str), status_code=status, media_type="application/json")
+    """JSON as the CLI's `--json` has it once parsed (non-JSON values as str, key order kept), every string without
+    escapes, control or format characters (bidi overrides, zero-width spaces), as everywhere judge shows text: not
+    capped (judge.contain.json_safe)."""
+    return Response(_dumps(data), status_code=status, media_type="application/json")
 
 
 def error_answer(message: str, status: int, code: int = 2, headers: Optional[dict] = None) -> Response:
-    return Response(json.dumps({"error": message, "exit": code}), status_code=status, media_type="application/json",
+    return Response(_dumps({"error": message, "exit": code}), status_code=status, media_type="application/json",
                     headers=headers)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(json_safe(json.loads(json.dumps(data, default=str)), capped=False))
 
 
 class State:
@@ -65,8 +75,9 @@ class State:
         ledger = self.open_ledger()
         try:
             who = authenticate(ledger, bearer(request))
-            self.limiter.admit(token_sha256(bearer(request)), who.name)
-            yield ledger, who
+            if who.role != "organizer":
+                self.limiter.admit(token_sha256(bearer(request)), who.name)
+            yield self.as_read_by(ledger, who), who
         except sqlite3.DatabaseError as error:
             explained = ledger.explain(error)
             if explained is None:
@@ -76,13 +87,21 @@ class State:
             ledger.close()
 
     @contextlib.contextmanager
-    def public(self) -> Iterator[Ledger]:
-        """The ledger for a page (pages are read-only and need no token)."""
+    def public(self) -> Iterator[VisibleLedger]:
+        """The ledger for a page, as a reader without a token reads it (pages are read-only and need no token)."""
         ledger = self.open_ledger()
         try:
-            yield ledger
+            yield self.as_read_by(ledger, None)
         finally:
             ledger.close()
+
+    def as_read_by(self, ledger: Ledger, reader: Optional[Participant]) -> VisibleLedger:
+        """The ledger as `reader` (None: no token) may read it: proposals by judge.participants.access, the ledger's
+        path for organizers only. Writes through it reach the ledger; what they read first is read as the reader."""
+        def sees(revision: dict, judged: bool) -> bool:
+            return access(reader, revision["author"], judged, self.config.judged_visible_to) != HIDDEN
+
+        return VisibleLedger(ledger, sees, shows_path=reader is not None and reader.role == "organizer")
 
 
 def bearer(request: Request) -> Optional[str]:
