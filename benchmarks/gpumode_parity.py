@@ -176,7 +176,8 @@ def own_solutions(problem: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def build_submissions(problem: Path, kernel_file: str = KERNEL_FILE, copies: int = 1) -> tuple[list[Submission], list[str]]:
+def build_submissions(problem: Path, kernel_file: str = KERNEL_FILE,
+                      copies: int = 1) -> tuple[list[Submission], list[str]]:
     """The submissions of one problem, and a note for each that could not be made."""
     base = normalized((problem / kernel_file).read_text())
     subs = [Submission("identical" if copies == 1 else f"identical-{n}", "identical", kernel_file, base)
@@ -470,13 +471,17 @@ def judge_env() -> dict:
     return env
 
 
-def ledger_seconds(ledger: Path) -> dict[str, float]:
-    """Each evaluation's stage seconds summed, by proposal id (the control's and the base's by their subject)."""
-    rows = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True).execute(
-        "select e.id, e.subject, r.proposal_id, (select sum(s.seconds) from stage_results s where s.evaluation_id = e.id)"
-        " from evaluations e left join revisions r on r.id = e.revision_id order by e.id").fetchall()
-    return {(name if subject == "candidate" and name else subject): round(seconds or 0.0, 2)
-            for _, subject, name, seconds in rows}
+def ledger_evaluations(ledger: Path) -> dict[str, dict]:
+    """Each evaluation's outcome and stage seconds summed, by proposal id (the control's and the base's by their
+    subject), the latest where there are several: what a run stopped at its time limit had finished."""
+    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as db:
+        rows = db.execute(
+            "select e.subject, r.proposal_id, e.outcome, e.reason, (select sum(s.seconds) from stage_results s "
+            "where s.evaluation_id = e.id) from evaluations e left join revisions r on r.id = e.revision_id "
+            "order by e.id").fetchall()
+    return {(name if subject == "candidate" and name else subject):
+            {"outcome": outcome, "reason": (reason or "")[:300], "seconds": round(seconds or 0.0, 2)}
+            for subject, name, outcome, reason, seconds in rows}
 
 
 def run_eval(problem: Path, task: dict, sub: Submission, mode: str, scratch: Path, timeout_s: float,
@@ -523,11 +528,9 @@ def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: f
     proposals = scratch / "proposals"
     for sub in subs:
         write_proposal(proposals, problem.name, sub, base)
-    submitted = run_process(judge_argv(ledger, kernels, "submit", str(proposals)), cwd=scratch, env=env,
-                            timeout_s=min(timeout_s, 300), memory=GpuMemory(probe=False), log_path=scratch / "submit.log")
-    if submitted.rc != 0:
-        return {"error": "judge submit: " + json_error(submitted)}
-    out: dict[str, Any] = {"submitted": len(subs)}
+    out: dict[str, Any] = submit(ledger, kernels, proposals, [s.id for s in subs], scratch, min(timeout_s, 300))
+    if not out["submitted"]:
+        return out | {"error": "judge submit: " + "; ".join(out["refused"].values())}
     if dry_run:
         return out
     args = ["run", "--round", "1", "--target", str(problem), "--work-dir", str(scratch / "work"),
@@ -549,12 +552,35 @@ def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: f
                            for v in summary.get("verdicts", [])}
         out["time"] = summary.get("time", {})
         out["report"] = summary.get("report")
-    if ledger.exists():
-        try:
-            out["ledger_seconds"] = ledger_seconds(ledger)
-        except sqlite3.Error as error:
-            out["ledger_seconds_error"] = str(error)
+    try:
+        evaluations = ledger_evaluations(ledger)
+    except sqlite3.Error as error:
+        out["ledger_error"] = str(error)
+        return out
+    out["ledger_seconds"] = {name: e["seconds"] for name, e in evaluations.items()}
+    if "verdicts" not in out:  # a run stopped early: the verdicts it had written
+        out["verdicts"] = {name: {"outcome": e["outcome"], "reason": e["reason"]} for name, e in evaluations.items()
+                           if name in out["accepted"]}
     return out
+
+
+def submit(ledger: Path, kernels: Path, proposals: Path, ids: list[str], scratch: Path, timeout_s: float) -> dict:
+    """`judge submit` of every proposal at once; where judge refuses that (it writes all or none), each alone, so that
+    one it refuses leaves the others in the round."""
+    env, quiet = judge_env(), GpuMemory(probe=False)
+    ran = run_process(judge_argv(ledger, kernels, "submit", str(proposals)), cwd=scratch, env=env,
+                      timeout_s=timeout_s, memory=quiet, log_path=scratch / "submit.log")
+    if ran.rc == 0:
+        return {"submitted": len(ids), "accepted": ids, "refused": {}}
+    accepted, refused = [], {}
+    for name in ids:
+        alone = run_process(judge_argv(ledger, kernels, "submit", str(proposals / name)), cwd=scratch, env=env,
+                            timeout_s=timeout_s, memory=quiet, log_path=scratch / f"submit-{name}.log")
+        if alone.rc == 0:
+            accepted.append(name)
+        else:
+            refused[name] = json_error(alone)
+    return {"submitted": len(accepted), "accepted": accepted, "refused": refused}
 
 
 def json_error(ran: Ran) -> str:
@@ -618,8 +644,8 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
     mean seconds per submission in each mode, their ratio, the peaks, and each row's honesty."""
     judge, evals = result.get("judge", {}), result.get("eval", {})
     out: dict[str, Any] = {}
-    if judge.get("seconds") is not None and subs:
-        out["judge_s_per_candidate"] = round(judge["seconds"] / len(subs), 2)
+    if judge.get("seconds") is not None and judge.get("submitted"):
+        out["judge_s_per_candidate"] = round(judge["seconds"] / judge["submitted"], 2)
     for mode in ("test", "benchmark", "leaderboard"):
         seconds = [e[mode]["seconds"] for e in evals.values() if mode in e and e[mode].get("seconds") is not None]
         if seconds:
@@ -630,6 +656,11 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
     peaks = [p for p in peaks if p is not None]
     out["eval_peak_mib"] = max(peaks) if peaks else None
     out["judge_peak_mib"] = judge.get("memory", {}).get("peak_mib")
+    if out.get("ratio") is not None:
+        out["ratio_within_bar"] = out["ratio"] <= 1.5
+    total = judge.get("memory", {}).get("total_mib")
+    if total and out["judge_peak_mib"] is not None:
+        out["memory_within_bar"] = max(out["judge_peak_mib"], out["eval_peak_mib"] or 0) <= 0.8 * total
     verdicts = judge.get("verdicts", {})
     rows = []
     for sub in subs:
@@ -679,7 +710,8 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
         lines.append(f"dry run: judge submit accepted {judge.get('submitted')} proposals; eval.py's folders and "
                      "commands are in parity.json")
     lb = summary.get("eval_leaderboard_s_per_submission")
-    lines.append(f"judge: {len(result['submissions'])} candidates, round {seconds(judge.get('seconds'))} s wall, "
+    lines += [f"judge submit refused {name}: {cell(why)}" for name, why in judge.get("refused", {}).items()]
+    lines.append(f"judge: {judge.get('submitted', 0)} candidates, round {seconds(judge.get('seconds'))} s wall, "
                  f"{seconds(summary.get('judge_s_per_candidate'))} s per candidate (its setup, the base's check and "
                  f"the A/A control included); peak GPU memory {mib(summary.get('judge_peak_mib'), total_mib)} MiB")
     lines.append(f"eval.py: leaderboard {seconds(lb)} s per submission, benchmark "
@@ -689,7 +721,14 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
                  + f"; peak GPU memory {mib(summary.get('eval_peak_mib'), total_mib)} MiB")
     ratio = summary.get("ratio")
     lines.append(f"judge / eval.py leaderboard: {'-' if ratio is None else f'{ratio:.2f}x'} (bar: at most 1.5x); "
+                 f"peaks at most 80% of the GPU's memory: {yes_no(summary.get('memory_within_bar'))}; "
                  f"eval.py's benchmarks file: {cases_note(result)}")
+    stages = (judge.get("time") or {}).get("stages_s") or {}
+    own = judge.get("ledger_seconds", {})
+    if stages:
+        lines.append("judge's stages, summed over its evaluations: "
+                     + ", ".join(f"{name} {value:.1f} s" for name, value in stages.items() if value)
+                     + "".join(f"; the {who} {own[who]:.1f} s" for who in ("base", "control") if who in own))
     lines += [f"note: {cell(n)}" for n in result.get("notes", [])]
     lines += ["", "| submission | kind | judge | judge s | eval.py leaderboard | lb s | benchmark s | eval.py peak MiB "
                   "| honest |", "|---|---|---|---:|---|---:|---:|---:|---|"]
@@ -698,13 +737,19 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
     for sub in result["submissions"]:
         per = result.get("eval", {}).get(sub["id"], {})
         lb_run, bench = per.get("leaderboard", {}), per.get("benchmark", {})
-        verdict = judge.get("verdicts", {}).get(sub["id"], {})
+        verdict = judge.get("verdicts", {}).get(sub["id"]) or (
+            {"outcome": "refused by judge submit"} if sub["id"] in judge.get("refused", {}) else {})
         peaks = [e.get("memory", {}).get("peak_mib") for e in per.values() if e.get("memory", {}).get("peak_mib")]
         lines.append(f"| {sub['id']} | {sub['kind']} | {cell(verdict.get('outcome', '-'))} | "
-                     f"{seconds(times.get(sub['id']))} | {cell(eval_words(lb_run))} | {seconds(lb_run.get('seconds'))} | "
+                     f"{seconds(times.get(sub['id']))} | {cell(eval_words(lb_run))} | "
+                     f"{seconds(lb_run.get('seconds'))} | "
                      f"{seconds(bench.get('seconds'))} | {mib(max(peaks) if peaks else None, None)} | "
                      f"{cell(rows.get(sub['id'], {}).get('honest', '-'))} |")
     return "\n".join(lines + [""])
+
+
+def yes_no(value: Optional[bool]) -> str:
+    return "-" if value is None else "yes" if value else "NO"
 
 
 def cases_note(result: dict) -> str:

@@ -193,3 +193,27 @@ def test_one_eval_py_call_as_gpu_mode_makes_it(problem, tmp_path):
     assert 0 < ran["seconds"] < 60
     assert (tmp_path / "scratch" / "eval" / "identical" / "leaderboard" / "leaderboard.txt").read_text() == \
         "size: 1024; seed: 3\nsize: 4096; seed: 4\n"
+
+
+class RisingMemory:
+    """A stand-in for the GPU's memory: used memory climbs by 100 MiB a reading up to 900, of 1,000 in all."""
+
+    how = "fake"
+
+    def __init__(self):
+        self.used = 0.0
+
+    def read(self):
+        self.used = min(self.used + 100.0, 900.0)
+        return self.used, 1000.0
+
+
+def test_the_peak_of_the_gpus_used_memory_while_a_block_runs():
+    import time
+
+    with parity.PeakSampler(RisingMemory(), every_s=0.005) as sampler:
+        time.sleep(0.1)
+    assert sampler.summary() == {"peak_mib": 900.0, "before_mib": 100.0, "total_mib": 1000.0}
+    with parity.PeakSampler(parity.GpuMemory(probe=False)) as nothing:
+        pass
+    assert nothing.summary() == {"peak_mib": None, "before_mib": None, "total_mib": None}
