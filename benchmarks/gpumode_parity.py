@@ -675,12 +675,14 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
 
 
 def copy_report(result: dict, scratch: Path, args) -> None:
-    """judge's scorecard of the round, beside parity.md in the output folder."""
+    """judge's scorecard of the round, appended to scorecards.md beside parity.md (one file, since a device run
+    brings back only a few)."""
     report = (result.get("judge") or {}).get("report")
     if args.out and report and Path(report).is_file():
-        dest = Path(args.out) / "reports" / f"{slug(result['problem'])}.md"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(report, dest)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        with open(Path(args.out) / "scorecards.md", "a") as scorecards:
+            scorecards.write(f"\n\n<!-- {result['problem']}: judge's scorecard of its round -->\n\n")
+            scorecards.write(Path(report).read_text())
 
 
 # ---- the tables -----------------------------------------------------------------------------------------------------
@@ -828,6 +830,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"no problem directory (with a task.yml) matches {args.problems} under {args.root}", file=sys.stderr)
         return 2
     scratch_root = args.scratch or Path(tempfile.mkdtemp(prefix="judge-parity-"))
+    if args.out and (Path(args.out) / "scorecards.md").exists():
+        (Path(args.out) / "scorecards.md").unlink()  # this run's scorecards only
     results, skipped = [], []
     for problem in problems:
         rel = problem.relative_to(args.root).as_posix()

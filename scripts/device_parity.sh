@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine (see README, "On a GPU machine"): judge beside GPU MODE's own eval.py on the same submissions of
 # GPU MODE's problems (benchmarks/gpumode_parity.py), with the tables in $OUT/parity.md, every number in
-# $OUT/parity.json and judge's scorecards in $OUT/reports/. Needs a copy of gpu-mode/reference-kernels' problems/ in
-# .gpumode/problems (carry it) and judge's libraries (.devbundle/activate.sh).
+# $OUT/parity.json and judge's scorecards in $OUT/scorecards.md. Needs a copy of gpu-mode/reference-kernels'
+# problems/ in .gpumode/problems (carry it) and judge's libraries (.devbundle/activate.sh).
 #   PROBLEMS='pmpp_v2/vectoradd_py linalg/*'  globs relative to .gpumode/problems (default: every family that can
 #                                             run on an H100); one call has about 9 minutes, so pick a few
 #   LIMIT_S=240 BUDGET_S=510                  seconds per problem (judge's round, and again eval.py's calls); in all

@@ -2,7 +2,6 @@
 wrong variant, the cases it gives eval.py, how it reads eval.py's output, and one eval.py call (a stand-in eval.py of
 our own, in plain Python) with its verdict and its seconds."""
 
-import collections
 import importlib.util
 import sys
 import textwrap
@@ -84,7 +83,6 @@ def test_each_proposal_applied_by_judge_gives_its_submission(problem, tmp_path):
 
 def test_the_wrong_variant_spoils_one_element_of_a_copy_of_the_first_tensor():
     torch = pytest.importorskip("torch")
-    Pair = collections.namedtuple("Pair", "values counts")
     source = parity.wrong_variant("import collections\nPair = collections.namedtuple('Pair', 'values counts')\n"
                                   "def custom_kernel(data):\n    return Pair(data[0], data[1])\n")
     namespace = {}
