@@ -498,7 +498,7 @@ def run_eval(problem: Path, task: dict, sub: Submission, mode: str, scratch: Pat
     main = (task.get("config") or {}).get("main", "eval.py")
     argv = [sys.executable, main, mode, cases.name]
     out = {"mode": mode, "command": f"cd {where} && POPCORN_FD=<fd> python {main} {mode} {cases.name}",
-           "cases": len(cases.read_text().splitlines())}
+           "given": len(cases.read_text().splitlines())}
     if dry_run:
         return out | {"verdict": "dry-run"}
     env = {k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")}
@@ -692,9 +692,12 @@ def seconds(value: Optional[float]) -> str:
 
 
 def mib(value: Optional[float], total: Optional[float]) -> str:
+    """`9,000 MiB (90%)` of the GPU's total; the number alone without a total (a table's MiB column)."""
     if value is None:
         return "-"
-    return f"{value:,.0f}" + (f" ({100 * value / total:.0f}%)" if total else "")
+    if total is None:
+        return f"{value:,.0f}"
+    return f"{value:,.0f} MiB ({100 * value / total:.0f}%)"
 
 
 def cell(text: Any) -> str:
@@ -706,6 +709,7 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
     if "error" in result:
         return "\n".join(lines + [f"error: {cell(result['error'])}", ""])
     judge, summary = result.get("judge", {}), result.get("summary", {})
+    total_mib = total_mib or (judge.get("memory") or {}).get("total_mib")
     if judge.get("error"):
         lines.append(f"judge: error: {cell(judge['error'])}")
     elif "seconds" not in judge:
@@ -715,12 +719,12 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
     lines += [f"judge submit refused {name}: {cell(why)}" for name, why in judge.get("refused", {}).items()]
     lines.append(f"judge: {judge.get('submitted', 0)} candidates, round {seconds(judge.get('seconds'))} s wall, "
                  f"{seconds(summary.get('judge_s_per_candidate'))} s per candidate (its setup, the base's check and "
-                 f"the A/A control included); peak GPU memory {mib(summary.get('judge_peak_mib'), total_mib)} MiB")
+                 f"the A/A control included); peak GPU memory {mib(summary.get('judge_peak_mib'), total_mib)}")
     lines.append(f"eval.py: leaderboard {seconds(lb)} s per submission, benchmark "
                  f"{seconds(summary.get('eval_benchmark_s_per_submission'))} s"
                  + (f", test {seconds(summary.get('eval_test_s_per_submission'))} s"
                     if "eval_test_s_per_submission" in summary else "")
-                 + f"; peak GPU memory {mib(summary.get('eval_peak_mib'), total_mib)} MiB")
+                 + f"; peak GPU memory {mib(summary.get('eval_peak_mib'), total_mib)}")
     ratio = summary.get("ratio")
     lines.append(f"judge / eval.py leaderboard: {'-' if ratio is None else f'{ratio:.2f}x'} (bar: at most 1.5x); "
                  f"peaks at most 80% of the GPU's memory: {yes_no(summary.get('memory_within_bar'))}; "
@@ -756,8 +760,8 @@ def yes_no(value: Optional[bool]) -> str:
 
 def cases_note(result: dict) -> str:
     n = result.get("benchmarks", 0)
-    given = next((e["cases"] for per in result.get("eval", {}).values() for m, e in per.items()
-                  if m != "test" and "cases" in e), None)
+    given = next((e["given"] for per in result.get("eval", {}).values() for m, e in per.items()
+                  if m != "test" and "given" in e), None)
     return f"{'-' if given is None else given} of {n} benchmarks (ranking_by: {result.get('ranking_by')})"
 
 

@@ -187,7 +187,7 @@ def test_one_eval_py_call_as_gpu_mode_makes_it(problem, tmp_path):
     task["ranking_by"] = "geom"
     sub = parity.build_submissions(problem)[0][0]
     ran = parity.run_eval(problem, task, sub, "leaderboard", tmp_path / "scratch", 60, parity.GpuMemory(probe=False))
-    assert (ran["verdict"], ran["cases"], ran["means_us"], ran["rc"]) == ("pass", 2, [2.0, 4.0], 0)
+    assert (ran["verdict"], ran["given"], ran["cases"], ran["means_us"], ran["rc"]) == ("pass", 2, 2, [2.0, 4.0], 0)
     assert 0 < ran["seconds"] < 60
     assert (tmp_path / "scratch" / "eval" / "identical" / "leaderboard" / "leaderboard.txt").read_text() == \
         "size: 1024; seed: 3\nsize: 4096; seed: 4\n"
@@ -215,3 +215,28 @@ def test_the_peak_of_the_gpus_used_memory_while_a_block_runs():
     with parity.PeakSampler(parity.GpuMemory(probe=False)) as nothing:
         pass
     assert nothing.summary() == {"peak_mib": None, "before_mib": None, "total_mib": None}
+
+
+def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
+    subs = [parity.Submission("identical", "identical", "submission.py", ""),
+            parity.Submission("wrong-variant", "variant", "submission.py + spoiled result", "")]
+    lb = {"verdict": "pass", "given": 1, "seconds": 10.0, "geomean_us": 12.5, "memory": {"peak_mib": 2000.0}}
+    result = {"problem": "family/add_py", "ranking_by": "last", "benchmarks": 3, "notes": [],
+              "submissions": [{"id": s.id, "kind": s.kind, "origin": s.origin} for s in subs],
+              "judge": {"submitted": 2, "seconds": 50.0, "memory": {"peak_mib": 9000.0, "total_mib": 10000.0},
+                        "verdicts": {"identical": {"outcome": "unchanged"}, "wrong-variant": {"outcome": "incorrect"}},
+                        "ledger_seconds": {"identical": 12.0, "wrong-variant": 3.0}},
+              "eval": {"identical": {"leaderboard": lb},
+                       "wrong-variant": {"leaderboard": lb | {"verdict": "fail", "message": "benchmark 0: mismatch",
+                                                              "seconds": 30.0}}}}
+    result["summary"] = parity.summarize(result, subs)
+    assert (result["summary"]["ratio"], result["summary"]["ratio_within_bar"]) == (1.25, True)
+    assert result["summary"]["memory_within_bar"] is False  # judge's 9,000 MiB of 10,000 is past 80%
+    lines = parity.problem_markdown(result, 10000.0).splitlines()
+    assert lines[2] == ("judge: 2 candidates, round 50.0 s wall, 25.0 s per candidate (its setup, the base's check and "
+                        "the A/A control included); peak GPU memory 9,000 MiB (90%)")
+    assert lines[4] == ("judge / eval.py leaderboard: 1.25x (bar: at most 1.5x); peaks at most 80% of the GPU's "
+                        "memory: NO; eval.py's benchmarks file: 1 of 3 benchmarks (ranking_by: last)")
+    assert lines[-2:] == [
+        "| identical | identical | unchanged | 12.0 | pass, 12.5 us | 10.0 | - | 2,000 | ok |",
+        "| wrong-variant | variant | incorrect | 3.0 | fail: benchmark 0: mismatch | 30.0 | - | 2,000 | ok |"]
