@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import ctypes
 import difflib
 import json
@@ -474,7 +475,7 @@ def judge_env() -> dict:
 def ledger_evaluations(ledger: Path) -> dict[str, dict]:
     """Each evaluation's outcome and stage seconds summed, by proposal id (the control's and the base's by their
     subject), the latest where there are several: what a run stopped at its time limit had finished."""
-    with sqlite3.connect(f"file:{ledger}?mode=ro", uri=True) as db:
+    with contextlib.closing(sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)) as db:
         rows = db.execute(
             "select e.subject, r.proposal_id, e.outcome, e.reason, (select sum(s.seconds) from stage_results s "
             "where s.evaluation_id = e.id) from evaluations e left join revisions r on r.id = e.revision_id "
@@ -798,6 +799,8 @@ def parse_args(argv: Optional[list[str]] = None):
                         help="wall-clock seconds for judge's round of a problem, and again for its eval.py calls")
     parser.add_argument("--budget-s", type=float, default=510.0,
                         help="seconds for the whole run; problems that would start past it are skipped")
+    parser.add_argument("--min-start-s", type=float, default=120.0,
+                        help="a problem starts only with at least this many seconds of --budget-s left")
     parser.add_argument("--eval-modes", default="leaderboard,benchmark",
                         help="eval.py's modes, comma-separated: leaderboard, benchmark, test")
     parser.add_argument("--all-benchmarks", action="store_true",
@@ -839,8 +842,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     results, skipped = [], []
     for problem in problems:
         rel = problem.relative_to(args.root).as_posix()
-        if not args.dry_run and deadline - time.monotonic() < 60:
-            skipped.append(f"{rel}: not started, less than 60 s of --budget-s ({args.budget_s:.0f} s) left")
+        if not args.dry_run and deadline - time.monotonic() < args.min_start_s:
+            skipped.append(f"{rel}: not started, less than {args.min_start_s:.0f} s of --budget-s "
+                           f"({args.budget_s:.0f} s) left")
             log(skipped[-1])
             continue
         try:
