@@ -651,8 +651,19 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
         seconds = [e[mode]["seconds"] for e in evals.values() if mode in e and e[mode].get("seconds") is not None]
         if seconds:
             out[f"eval_{mode}_s_per_submission"] = round(sum(seconds) / len(seconds), 2)
-    if out.get("judge_s_per_candidate") and out.get("eval_leaderboard_s_per_submission"):
-        out["ratio"] = round(out["judge_s_per_candidate"] / out["eval_leaderboard_s_per_submission"], 2)
+    in_turn = [sum(e[m]["seconds"] for m in ("test", "benchmark", "leaderboard")) for e in evals.values()
+               if all(e.get(m, {}).get("seconds") is not None for m in ("test", "benchmark", "leaderboard"))]
+    if in_turn:  # what GPU MODE's runner spends on a leaderboard submission: the three modes in turn
+        out["eval_in_turn_s_per_submission"] = round(sum(in_turn) / len(in_turn), 2)
+    own = [judge.get("ledger_seconds", {}).get(name) for name in judge.get("verdicts", {})]
+    own = [x for x in own if x is not None]
+    if own:  # the candidates' own stage seconds, without judge's start, the base's check and the control
+        out["judge_own_s_per_candidate"] = round(sum(own) / len(own), 2)
+    lb = out.get("eval_leaderboard_s_per_submission")
+    if out.get("judge_s_per_candidate") and lb:
+        out["ratio"] = round(out["judge_s_per_candidate"] / lb, 2)
+    if out.get("judge_own_s_per_candidate") and lb:
+        out["ratio_own"] = round(out["judge_own_s_per_candidate"] / lb, 2)
     peaks = [e.get("memory", {}).get("peak_mib") for per in evals.values() for e in per.values()]
     peaks = [p for p in peaks if p is not None]
     out["eval_peak_mib"] = max(peaks) if peaks else None
@@ -725,11 +736,18 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
                  f"{seconds(summary.get('eval_benchmark_s_per_submission'))} s"
                  + (f", test {seconds(summary.get('eval_test_s_per_submission'))} s"
                     if "eval_test_s_per_submission" in summary else "")
+                 + (f", the three in turn (a GPU MODE leaderboard submission) "
+                    f"{seconds(summary['eval_in_turn_s_per_submission'])} s"
+                    if "eval_in_turn_s_per_submission" in summary else "")
                  + f"; peak GPU memory {mib(summary.get('eval_peak_mib'), total_mib)}")
     ratio = summary.get("ratio")
     lines.append(f"judge / eval.py leaderboard: {'-' if ratio is None else f'{ratio:.2f}x'} (bar: at most 1.5x); "
                  f"peaks at most 80% of the GPU's memory: {yes_no(summary.get('memory_within_bar'))}; "
                  f"eval.py's benchmarks file: {cases_note(result)}")
+    if summary.get("ratio_own") is not None:
+        lines.append(f"judge's own seconds per candidate (its stages in the ledger; no start, base check or control): "
+                     f"{seconds(summary.get('judge_own_s_per_candidate'))} s, {summary['ratio_own']:.2f}x eval.py "
+                     "leaderboard")
     stages = (judge.get("time") or {}).get("stages_s") or {}
     own = judge.get("ledger_seconds", {})
     if stages:

@@ -237,6 +237,8 @@ def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
                         "the A/A control included); peak GPU memory 9,000 MiB (90%)")
     assert lines[4] == ("judge / eval.py leaderboard: 1.25x (bar: at most 1.5x); peaks at most 80% of the GPU's "
                         "memory: NO; eval.py's benchmarks file: 1 of 3 benchmarks (ranking_by: last)")
+    assert lines[5] == ("judge's own seconds per candidate (its stages in the ledger; no start, base check or "
+                        "control): 7.5 s, 0.38x eval.py leaderboard")
     assert lines[-2:] == [
         "| identical | identical | unchanged | 12.0 | pass, 12.5 us | 10.0 | - | 2,000 | ok |",
         "| wrong-variant | variant | incorrect | 3.0 | fail: benchmark 0: mismatch | 30.0 | - | 2,000 | ok |"]
