@@ -308,7 +308,7 @@ def judge_check(outcome: Optional[str]) -> Optional[bool]:
     """Whether judge found the kernel right (it reached a timing verdict), wrong, or neither (not run, errors)."""
     if outcome in TIMED:
         return True
-    if outcome in {"incorrect", "crashed", "timed-out", "tampered"}:
+    if outcome in {"incorrect", "crashed", "timed-out", "tampered", "compile-error"}:
         return False
     return None
 

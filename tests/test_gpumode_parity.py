@@ -164,6 +164,7 @@ def test_honesty_of_each_kind_of_submission():
     assert parity.honest("example", "slower", True) == "ok"
     assert parity.honest("example", "incorrect", False) == "ok"
     assert parity.honest("example", "incorrect", True) == "NO: judge incorrect, eval.py pass"
+    assert parity.honest("example", "compile-error", False) == "ok"  # its import fails for both
     assert parity.honest("example", "not-run", True) == "? judge not-run, eval.py pass"
 
 
