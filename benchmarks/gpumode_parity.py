@@ -645,14 +645,16 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
     mean seconds per submission in each mode, their ratio, the peaks, and each row's honesty."""
     judge, evals = result.get("judge", {}), result.get("eval", {})
     out: dict[str, Any] = {}
-    if judge.get("seconds") is not None and judge.get("submitted"):
+    # A command killed at its limit took no honest number of seconds: it counts in no mean.
+    if judge.get("seconds") is not None and judge.get("rc") is not None and judge.get("submitted"):
         out["judge_s_per_candidate"] = round(judge["seconds"] / judge["submitted"], 2)
     for mode in ("test", "benchmark", "leaderboard"):
-        seconds = [e[mode]["seconds"] for e in evals.values() if mode in e and e[mode].get("seconds") is not None]
+        seconds = [e[mode]["seconds"] for e in evals.values()
+                   if e.get(mode, {}).get("seconds") is not None and e[mode].get("rc") is not None]
         if seconds:
             out[f"eval_{mode}_s_per_submission"] = round(sum(seconds) / len(seconds), 2)
     in_turn = [sum(e[m]["seconds"] for m in ("test", "benchmark", "leaderboard")) for e in evals.values()
-               if all(e.get(m, {}).get("seconds") is not None for m in ("test", "benchmark", "leaderboard"))]
+               if all(e.get(m, {}).get("rc") is not None for m in ("test", "benchmark", "leaderboard"))]
     if in_turn:  # what GPU MODE's runner spends on a leaderboard submission: the three modes in turn
         out["eval_in_turn_s_per_submission"] = round(sum(in_turn) / len(in_turn), 2)
     own = [judge.get("ledger_seconds", {}).get(name) for name in judge.get("verdicts", {})]
@@ -678,7 +680,7 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
     for sub in subs:
         outcome = verdicts.get(sub.id, {}).get("outcome")
         first = evals.get(sub.id) or (evals.get("identical-1", {}) if sub.kind == "identical" else {})
-        said = [e["verdict"] for e in first.values() if e.get("verdict") in {"pass", "fail", "crashed", "timed-out"}]
+        said = [e["verdict"] for e in first.values() if e.get("verdict") in {"pass", "fail", "crashed"}]
         eval_pass = None if not said else all(v == "pass" for v in said)
         rows.append({"id": sub.id, "outcome": outcome, "eval_pass": eval_pass,
                      "honest": honest(sub.kind, outcome, eval_pass) if outcome else "-"})

@@ -221,18 +221,20 @@ def test_the_peak_of_the_gpus_used_memory_while_a_block_runs():
 def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
     subs = [parity.Submission("identical", "identical", "submission.py", ""),
             parity.Submission("wrong-variant", "variant", "submission.py + spoiled result", "")]
-    lb = {"verdict": "pass", "given": 1, "seconds": 10.0, "geomean_us": 12.5, "memory": {"peak_mib": 2000.0}}
+    lb = {"verdict": "pass", "given": 1, "rc": 0, "seconds": 10.0, "geomean_us": 12.5, "memory": {"peak_mib": 2000.0}}
+    killed = {"verdict": "timed-out", "given": 1, "rc": None, "seconds": 180.0}
     result = {"problem": "family/add_py", "ranking_by": "last", "benchmarks": 3, "notes": [],
               "submissions": [{"id": s.id, "kind": s.kind, "origin": s.origin} for s in subs],
-              "judge": {"submitted": 2, "seconds": 50.0, "memory": {"peak_mib": 9000.0, "total_mib": 10000.0},
+              "judge": {"submitted": 2, "rc": 0, "seconds": 50.0, "memory": {"peak_mib": 9000.0, "total_mib": 10000.0},
                         "verdicts": {"identical": {"outcome": "unchanged"}, "wrong-variant": {"outcome": "incorrect"}},
                         "ledger_seconds": {"identical": 12.0, "wrong-variant": 3.0}},
-              "eval": {"identical": {"leaderboard": lb},
+              "eval": {"identical": {"leaderboard": lb, "benchmark": killed},
                        "wrong-variant": {"leaderboard": lb | {"verdict": "fail", "message": "benchmark 0: mismatch",
                                                               "seconds": 30.0}}}}
     result["summary"] = parity.summarize(result, subs)
     assert (result["summary"]["ratio"], result["summary"]["ratio_within_bar"]) == (1.25, True)
     assert result["summary"]["memory_within_bar"] is False  # judge's 9,000 MiB of 10,000 is past 80%
+    assert "eval_benchmark_s_per_submission" not in result["summary"]  # a call killed at its limit counts in no mean
     lines = parity.problem_markdown(result, 10000.0).splitlines()
     assert lines[2] == ("judge: 2 candidates, round 50.0 s wall, 25.0 s per candidate (its setup, the base's check and "
                         "the A/A control included); peak GPU memory 9,000 MiB (90%)")
@@ -241,5 +243,5 @@ def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
     assert lines[5] == ("judge's own seconds per candidate (its stages in the ledger; no start, base check or "
                         "control): 7.5 s, 0.38x eval.py leaderboard")
     assert lines[-2:] == [
-        "| identical | identical | unchanged | 12.0 | pass, 12.5 us | 10.0 | - | 2,000 | ok |",
+        "| identical | identical | unchanged | 12.0 | pass, 12.5 us | 10.0 | 180.0 | 2,000 | ok |",
         "| wrong-variant | variant | incorrect | 3.0 | fail: benchmark 0: mismatch | 30.0 | - | 2,000 | ok |"]
