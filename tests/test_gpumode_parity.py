@@ -1,0 +1,247 @@
+"""benchmarks/gpumode_parity.py's parts that need no GPU: the submissions and proposals it builds for a problem, the
+wrong variant, the cases it gives eval.py, how it reads eval.py's output, and one eval.py call (a stand-in eval.py of
+our own, in plain Python) with its verdict and its seconds."""
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from judge.stages.patch import apply_patch
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("gpumode_parity", ROOT / "benchmarks" / "gpumode_parity.py")
+parity = importlib.util.module_from_spec(spec)
+sys.modules["gpumode_parity"] = parity
+spec.loader.exec_module(parity)
+
+KERNEL = "import torch\n\n\ndef custom_kernel(data):\n    a, b = data\n    return a + b\n"
+TASK = textwrap.dedent("""\
+    files:
+      - {"name": "submission.py", "source": "@SUBMISSION@"}
+      - {"name": "utils.py", "source": "../utils.py"}
+      - {"name": "eval.py", "source": "../eval.py"}
+    lang: "py"
+    config:
+      main: "eval.py"
+    tests:
+      - {"size": 8, "seed": 1}
+      - {"size": 16, "seed": 2, "case": "ones"}
+    benchmarks:
+      - {"size": 1024, "seed": 3}
+      - {"size": 4096, "seed": 4}
+    """)
+
+
+@pytest.fixture
+def problem(tmp_path):
+    """A family folder with its eval.py and utils.py, and one problem in it with two own solutions of each kind."""
+    family = tmp_path / "family"
+    where = family / "add_py"
+    (where / "solutions" / "correct").mkdir(parents=True)
+    (where / "solutions" / "wrong").mkdir(parents=True)
+    (where / "submissions").mkdir()
+    (where / "task.yml").write_text(TASK)
+    (where / "submission.py").write_text(KERNEL)
+    (where / "solutions" / "correct" / "ref.py").write_text(KERNEL.replace("a + b", "torch.add(a, b)"))
+    (where / "solutions" / "wrong" / "empty.py").write_text(KERNEL.replace("a + b", "torch.empty_like(a)"))
+    (where / "submissions" / "Fast Add.py").write_text(KERNEL.replace("a + b", "b + a") + "\r\n")
+    (family / "utils.py").write_text("# shared helpers\n")
+    return where
+
+
+def test_a_problem_gets_an_identical_copy_its_own_solutions_and_a_wrong_variant(problem):
+    subs, notes = parity.build_submissions(problem)
+    assert [(s.id, s.kind, s.origin) for s in subs] == [
+        ("identical", "identical", "submission.py"),
+        ("example-correct-ref", "example", "solutions/correct/ref.py"),
+        ("wrong-wrong-empty", "wrong", "solutions/wrong/empty.py"),
+        ("example-fast-add", "example", "submissions/Fast Add.py"),
+        ("wrong-variant", "variant", "submission.py + spoiled result"),
+    ]
+    assert notes == []
+    assert subs[0].source == KERNEL and "\r" not in subs[3].source
+
+
+def test_each_proposal_applied_by_judge_gives_its_submission(problem, tmp_path):
+    """What judge runs is what eval.py runs: each patch applied to the kernel file gives the submission's text, and
+    the identical copy's is the kernel plus one comment (judge refuses an empty patch)."""
+    subs, _ = parity.build_submissions(problem)
+    for sub in subs:
+        folder = parity.write_proposal(tmp_path / "proposals", "add_py", sub, KERNEL)
+        patched = apply_patch(KERNEL, (folder / "patch.diff").read_text(), "submission.py")
+        if sub.kind == "identical":
+            assert patched == KERNEL + parity.IDENTICAL_COMMENT + "\n"
+        else:
+            assert patched == sub.source, sub.id
+    toml = (tmp_path / "proposals" / "example-fast-add" / "proposal.toml").read_text()
+    assert toml == ('id = "example-fast-add"\ntitle = "example: submissions/Fast Add.py"\nauthor = "parity"\n'
+                    'target = "add_py"\nround = 1\ncategory = "other"\n')
+
+
+def test_the_wrong_variant_spoils_one_element_of_a_copy_of_the_first_tensor():
+    torch = pytest.importorskip("torch")
+    source = parity.wrong_variant("import collections\nPair = collections.namedtuple('Pair', 'values counts')\n"
+                                  "def custom_kernel(data):\n    return Pair(data[0], data[1])\n")
+    namespace = {}
+    exec(source, namespace)
+    values, counts = torch.full((2, 3), 2.0), torch.arange(4)
+    out = namespace["custom_kernel"]((values, counts))
+    assert type(out).__name__ == "Pair"
+    assert out.values[0, 0].item() == 2.0 + 1000.0 + 20.0
+    assert torch.equal(out.values.flatten()[1:], torch.full((5,), 2.0))
+    assert torch.equal(out.counts, counts)  # only the first tensor is spoiled
+    assert values[0, 0].item() == 2.0  # the kernel's own output (here an input) is left as it was
+    assert parity.wrong_variant("def cross_entropy_forward(x):\n    return x\n") is None
+    assert parity.defines_custom_kernel("custom_kernel = torch.compile(_kernel)\n")
+
+
+def test_eval_py_gets_cases_as_gpu_modes_runner_writes_them():
+    task = {"tests": [{"size": 8, "seed": 1}, {"size": 16, "case": "ones"}],
+            "benchmarks": [{"size": 1024, "seed": 3}, {"size": 4096, "seed": 4}]}
+    assert parity.cases_for(task, "test") == "size: 8; seed: 1\nsize: 16; case: ones\n"
+    assert parity.cases_for(task, "leaderboard") == "size: 4096; seed: 4\n"  # ranking_by "last", GPU MODE's default
+    assert parity.cases_for(task, "benchmark", all_benchmarks=True) == "size: 1024; seed: 3\nsize: 4096; seed: 4\n"
+    task["ranking_by"] = "geom"
+    assert parity.cases_for(task, "leaderboard") == "size: 1024; seed: 3\nsize: 4096; seed: 4\n"
+
+
+# eval.py's output in our own words: two benchmarks timed in leaderboard mode (means in nanoseconds), then a run whose
+# second benchmark failed its check.
+LEADERBOARD_PASSED = """\
+benchmark-count: 2
+benchmark.0.spec: size: 1024; seed: 3
+benchmark.0.runs: 100
+benchmark.0.mean: 4000.0
+benchmark.0.std: 10.5
+benchmark.0.err: 1.05
+benchmark.0.best: 3900.0
+benchmark.0.worst: 4400.0
+benchmark.1.spec: size: 4096; seed: 4
+benchmark.1.runs: 100
+benchmark.1.mean: 9000.0
+benchmark.1.std: 20.0
+benchmark.1.err: 2.0
+benchmark.1.best: 8800.0
+benchmark.1.worst: 9900.0
+check: pass
+"""
+LEADERBOARD_FAILED = """\
+benchmark-count: 2
+benchmark.0.spec: size: 1024; seed: 3
+benchmark.0.runs: 3
+benchmark.0.mean: 4000.0
+benchmark.1.spec: size: 4096; seed: 4
+benchmark.1.status: fail
+benchmark.1.error: mismatch found! 1 element differs: at (0,) got 1020.0, expected 2.0
+check: fail
+"""
+
+
+def test_eval_py_output_read_into_a_verdict():
+    result = parity.parse_popcorn(LEADERBOARD_PASSED)
+    assert result["benchmark.0.spec"] == "size: 1024; seed: 3"
+    verdict = parity.popcorn_verdict(result, 0, "leaderboard")
+    assert verdict == {"verdict": "pass", "cases": 2, "passed": 2, "message": "", "means_us": [4.0, 9.0],
+                       "geomean_us": pytest.approx(6.0)}
+    failed = parity.popcorn_verdict(parity.parse_popcorn(LEADERBOARD_FAILED), 112, "leaderboard")
+    assert (failed["verdict"], failed["passed"], failed["geomean_us"]) == ("fail", 1, None)
+    assert failed["message"] == "benchmark 1: mismatch found! 1 element differs: at (0,) got 1020.0, expected 2.0"
+    tests = parity.parse_popcorn("test-count: 2\ntest.0.spec: size: 8\ntest.0.status: pass\ntest.1.spec: size: 16\n")
+    assert parity.popcorn_verdict(tests, 1, "test")["verdict"] == "crashed"  # died before its check line
+    assert parity.popcorn_verdict({}, None, "leaderboard")["verdict"] == "timed-out"
+
+
+def test_honesty_of_each_kind_of_submission():
+    assert parity.honest("identical", "unchanged", True) == "ok"
+    assert parity.honest("identical", "inconclusive", True) == "ok"
+    assert parity.honest("identical", "faster", True) == "NO: an identical copy is faster"
+    assert parity.honest("variant", "incorrect", False) == "ok"
+    assert parity.honest("variant", "unchanged", True) == "NO: a wrong kernel is unchanged (eval.py passes it too)"
+    assert parity.honest("wrong", "crashed", False) == "NO: a wrong kernel is crashed"
+    assert parity.honest("example", "slower", True) == "ok"
+    assert parity.honest("example", "incorrect", False) == "ok"
+    assert parity.honest("example", "incorrect", True) == "NO: judge incorrect, eval.py pass"
+    assert parity.honest("example", "compile-error", False) == "ok"  # its import fails for both
+    assert parity.honest("example", "not-run", True) == "? judge not-run, eval.py pass"
+
+
+FAKE_EVAL = """\
+import os, sys
+mode, cases = sys.argv[1], open(sys.argv[2]).read().splitlines()
+assert open("utils.py").read() == "# shared helpers\\n" and "custom_kernel" in open("submission.py").read()
+out = os.fdopen(int(os.environ["POPCORN_FD"]), "w")
+out.write(f"benchmark-count: {len(cases)}\\n")
+for i, case in enumerate(cases):
+    out.write(f"benchmark.{i}.spec: {case}\\nbenchmark.{i}.mean: {2000.0 * (i + 1)}\\n")
+out.write("check: pass\\n")
+"""
+
+
+def test_one_eval_py_call_as_gpu_mode_makes_it(problem, tmp_path):
+    """The task's files copied beside the submission (utils.py from the family's folder), eval.py called with the
+    mode and the cases file, its verdict read from what it wrote to POPCORN_FD, its wall seconds taken."""
+    (problem.parent / "eval.py").write_text(FAKE_EVAL)
+    task = parity.read_task(problem)
+    task["ranking_by"] = "geom"
+    sub = parity.build_submissions(problem)[0][0]
+    ran = parity.run_eval(problem, task, sub, "leaderboard", tmp_path / "scratch", 60, parity.GpuMemory(probe=False))
+    assert (ran["verdict"], ran["given"], ran["cases"], ran["means_us"], ran["rc"]) == ("pass", 2, 2, [2.0, 4.0], 0)
+    assert 0 < ran["seconds"] < 60
+    assert (tmp_path / "scratch" / "eval" / "identical" / "leaderboard" / "leaderboard.txt").read_text() == \
+        "size: 1024; seed: 3\nsize: 4096; seed: 4\n"
+
+
+class RisingMemory:
+    """A stand-in for the GPU's memory: used memory climbs by 100 MiB a reading up to 900, of 1,000 in all."""
+
+    how = "fake"
+
+    def __init__(self):
+        self.used = 0.0
+
+    def read(self):
+        self.used = min(self.used + 100.0, 900.0)
+        return self.used, 1000.0
+
+
+def test_the_peak_of_the_gpus_used_memory_while_a_block_runs():
+    import time
+
+    with parity.PeakSampler(RisingMemory(), every_s=0.005) as sampler:
+        time.sleep(0.1)
+    assert sampler.summary() == {"peak_mib": 900.0, "before_mib": 100.0, "total_mib": 1000.0}
+    with parity.PeakSampler(parity.GpuMemory(probe=False)) as nothing:
+        pass
+    assert nothing.summary() == {"peak_mib": None, "before_mib": None, "total_mib": None}
+
+
+def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
+    subs = [parity.Submission("identical", "identical", "submission.py", ""),
+            parity.Submission("wrong-variant", "variant", "submission.py + spoiled result", "")]
+    lb = {"verdict": "pass", "given": 1, "rc": 0, "seconds": 10.0, "geomean_us": 12.5, "memory": {"peak_mib": 2000.0}}
+    killed = {"verdict": "timed-out", "given": 1, "rc": None, "seconds": 180.0}
+    result = {"problem": "family/add_py", "ranking_by": "last", "benchmarks": 3, "notes": [],
+              "submissions": [{"id": s.id, "kind": s.kind, "origin": s.origin} for s in subs],
+              "judge": {"submitted": 2, "rc": 0, "seconds": 50.0, "memory": {"peak_mib": 9000.0, "total_mib": 10000.0},
+                        "verdicts": {"identical": {"outcome": "unchanged"}, "wrong-variant": {"outcome": "incorrect"}},
+                        "ledger_seconds": {"identical": 12.0, "wrong-variant": 3.0}},
+              "eval": {"identical": {"leaderboard": lb, "benchmark": killed},
+                       "wrong-variant": {"leaderboard": lb | {"verdict": "fail", "message": "benchmark 0: mismatch",
+                                                              "seconds": 30.0}}}}
+    result["summary"] = parity.summarize(result, subs)
+    assert (result["summary"]["ratio"], result["summary"]["ratio_within_bar"]) == (1.25, True)
+    assert result["summary"]["memory_within_bar"] is False  # judge's 9,000 MiB of 10,000 is past 80%
+    assert "eval_benchmark_s_per_submission" not in result["summary"]  # a call killed at its limit counts in no mean
+    lines = parity.problem_markdown(result, 10000.0).splitlines()
+    assert lines[2] == ("judge: 2 candidates, round 50.0 s wall, 25.0 s per candidate (its setup, the base's check and "
+                        "the A/A control included); peak GPU memory 9,000 MiB (90%)")
+    assert lines[4] == ("judge / eval.py leaderboard: 1.25x (bar: at most 1.5x); peaks at most 80% of the GPU's "
+                        "memory: NO; eval.py's benchmarks file: 1 of 3 benchmarks (ranking_by: last)")
+    assert lines[5] == ("judge's own seconds per candidate (its stages in the ledger; no start, base check or "
+                        "control): 7.5 s, 0.38x eval.py leaderboard")
+    assert lines[-2:] == [
+        "| identical | identical | unchanged | 12.0 | pass, 12.5 us | 10.0 | 180.0 | 2,000 | ok |",
+        "| wrong-variant | variant | incorrect | 3.0 | fail: benchmark 0: mismatch | 30.0 | - | 2,000 | ok |"]
