@@ -1,8 +1,11 @@
 """judge/boundary/callframe.py, through real runners on the CPU: what a kernel leaves behind in its process after its
 call (a hook, a thread, a torch mode, a kernel of its own for an operator judge copies with) is named on the
-call that left it, before anything could use it; an output that is not plain tensors is refused; what it
-changed of torch or builtins is named by the audit."""
+call that left it, before anything could use it; an output is taken apart without running anything of the
+kernel's, and one judge does not take (a tensor subclass, a tuple or dict subclass, a class with a metaclass) is
+refused; what it changed of torch or builtins is named by the audit.""" 
 
+import collections
+import json
 import os
 import re
 import shutil
@@ -110,8 +113,7 @@ def test_an_output_that_is_not_plain_tensors_is_refused(tmp_path):
     result = judged(tmp_path, "import torch\n\nclass Lazy(torch.Tensor):\n    pass\n\n"
                               "def custom_kernel(data):\n    return _rt_base(data).as_subclass(Lazy)\n")
     assert result.status == "failed"
-    assert result.detail.cases[0].reason == ("the output is not made of plain tensors (a tensor subclass or another "
-                                             "object)")
+    assert result.detail.cases[0].reason == "output is a tensor subclass (Lazy): judge copies plain tensors only"
 
 
 def test_a_tensor_method_replaced_to_finish_work_later_is_named_and_reaches_nothing(tmp_path):
@@ -152,3 +154,152 @@ def test_the_frame_refuses_primitives_that_are_not_c_code():
     assert callframe.not_c_level(values) == ["perf"]
     assert callframe.command(7, callframe.OP_CALL, "gpu", 3, 100, 5) == callframe.COMMAND.pack(
         b"JCAL", 7, 1, 1, 3, 100, 5)
+
+
+# ---- the frame's copy of an output, in this process -------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+OUTBOX = 1 << 16
+
+
+@pytest.fixture(scope="module")
+def take():
+    prims = callframe.Primitives()
+    assert callframe.not_c_level(prims.values) == []
+    return callframe._taker(prims.values, prims.objects)
+
+
+def taken(take, out):
+    """(the description as the oracle reads it, the tensors it reads back, the problem) of the frame's copy."""
+    from judge.boundary import exchange
+
+    box = torch.zeros(OUTBOX, dtype=torch.uint8)
+    leaves, structure, problem, _ = take(out, {"host": (box, OUTBOX), "device": (None, 0)})
+    if problem:
+        assert (leaves, structure) == (b"", b"null")
+        return None, [], problem
+    tensors = []
+    for area, dtype, offset, shape, stride in json.loads(b"[" + leaves + b"]"):
+        layout = {"offset": offset, "dtype": callframe.DTYPE_NAMES[dtype], "shape": shape, "stride": stride}
+        size = exchange.span(shape, stride, exchange.itemsize(layout["dtype"]))
+        tensors.append(box[offset:offset + size].view(getattr(torch, layout["dtype"])).as_strided(shape, stride))
+    return json.loads(structure), tensors, ""
+
+
+def test_the_frame_describes_named_tuples_numbers_and_dicts_as_judge_s_skeleton_does(take):
+    """Its description is judge.boundary.exchange's, written with the frame's own primitives: the same text the
+    trusted skeleton gives, and the oracle rebuilds the same output from it."""
+    from judge.boundary import exchange
+
+    Pair = collections.namedtuple("Pair", "left right")
+    x = torch.randn(3, 4)
+    out = (torch.max(x, dim=1), 2.5, [True, None, -7, float("-inf")], {"k": Pair(x.t(), 1e300), 3: torch.linalg.qr(x)})
+    tree, tensors, problem = taken(take, out)
+    assert problem == ""
+    assert tree == exchange.skeleton(out, output=True)[0]
+    assert tree["tuple"][0] == {"fields": ["values", "indices"], "tuple": [{"tensor": 0}, {"tensor": 1}]}
+    assert tree["tuple"][3]["dict"][1][0] == 3  # an int key stays an int
+    rebuilt = exchange.build_output(tree, tensors, like=out)
+    assert type(rebuilt[0]) is torch.return_types.max and type(rebuilt[3][3]) is torch.return_types.linalg_qr
+    assert type(rebuilt[3]["k"]) is Pair  # the reference's own class, the fields matching
+    assert torch.equal(rebuilt[3]["k"].left, x.t()) and rebuilt[3]["k"].left.stride() == x.t().stride()
+    assert rebuilt[1:3] == (2.5, [True, None, -7, float("-inf")]) and rebuilt[3]["k"].right == 1e300
+
+
+def test_a_named_tuple_is_read_through_tuple_s_own_slots_never_its_class_s(take):
+    """A class collections.namedtuple could have made (its own _fields, tuple its only base, metaclass type) is
+    taken; its items are the ones the tuple holds, whatever its __iter__, __len__ or __getitem__ would say."""
+    ran = []
+
+    class Sly(tuple):
+        _fields = ("a", "b")
+
+        def __iter__(self):
+            ran.append("__iter__")
+            return iter((torch.zeros(1), 0))
+
+        def __len__(self):
+            ran.append("__len__")
+            return 2
+
+        def __getitem__(self, index):
+            ran.append("__getitem__")
+            return torch.zeros(1)
+
+    tree, tensors, problem = taken(take, Sly((torch.ones(2), 5)))
+    assert problem == "" and ran == []
+    assert tree == {"fields": ["a", "b"], "tuple": [{"tensor": 0}, {"value": 5}]}
+    assert torch.equal(tensors[0], torch.ones(2))
+
+
+def test_outputs_that_could_run_code_when_read_are_refused_with_their_place_and_nothing_of_theirs_runs(take):
+    ran = []
+
+    class Meta(type):
+        def __getattribute__(cls, name):
+            ran.append(name)
+            return type.__getattribute__(cls, name)
+
+        def __eq__(cls, other):
+            ran.append("__eq__")
+            return False
+
+        def __hash__(cls):
+            ran.append("__hash__")
+            return 0
+
+    class Posing(tuple, metaclass=Meta):  # a named tuple in all but its metaclass
+        _fields = ("a",)
+
+    class Sneaky(tuple):  # no _fields: a tuple subclass that is no named tuple
+        def __iter__(self):
+            ran.append("__iter__")
+            return iter(())
+
+        def __len__(self):
+            ran.append("__len__")
+            return 0
+
+    class Mapping(dict):
+        def items(self):
+            ran.append("items")
+            return {}.items()
+
+    class Lazy(torch.Tensor):
+        pass
+
+    class Key(str):
+        def __eq__(self, other):
+            ran.append("Key.__eq__")
+            return False
+
+        def __hash__(self):
+            return hash("_fields")
+
+    # a namespace key that is no str, hashed as "_fields": a lookup of "_fields" there would run its __eq__
+    Keyed = type("Keyed", (tuple,), {Key("x"): 0, "_fields": ("a",)})
+    ran.clear()  # making the namespace compared the two keys
+
+    def problem(out):
+        return taken(take, out)[2]
+
+    x = torch.ones(2)
+    assert problem((x, Posing((x,)))) == ("output[1] is a Posing: an output is made of plain tensors, Python numbers "
+                                          "(int, float, bool), None, and tuples (torch's and collections' named "
+                                          "tuples included), lists and dicts of them")
+    assert problem([Sneaky((x,))]) == ("output[0] is a Sneaky, a tuple subclass that is no named tuple (neither "
+                                       "torch's nor one made by collections.namedtuple)")
+    assert problem({"m": Mapping(a=x)}).startswith("output['m'] is a Mapping: an output is made of plain tensors")
+    assert problem((x, x.as_subclass(Lazy))) == "output[1] is a tensor subclass (Lazy): judge copies plain tensors only"
+    assert problem(Keyed((x,))) == "output is a Keyed, a tuple subclass whose namespace has keys that are not str"
+    bad_key = "output is a dict with a key that is not a str (of at most 200 characters) or an int"
+    assert problem({Key("k"): x}) == bad_key and problem({1.5: x}) == bad_key
+    assert problem([x, "text"]).startswith("output[1] is a str: an output is made of plain tensors")
+    assert problem((x, 1 << 64)) == "output[1] is an int past 2**64, which judge does not compare"
+    assert problem(collections.namedtuple("Two", "a b")(x, x)[:1] + (x,)) == ""  # a plain tuple again
+    nested = x
+    for _ in range(17):
+        nested = [nested]
+    assert problem(nested) == "output[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0] is nested more than 16 deep"
+    assert problem([0] * 1024) == "the output has more than 1024 parts"
+    assert ran == []

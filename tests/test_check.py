@@ -221,3 +221,80 @@ def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
     assert result.status == "passed", result.summary
     assert result.summary == "3 of 3 checks passed (1 tests x 2 seeds + 1 benchmarks)"
 
+
+
+ROWMAX = Path(__file__).parent / "fixtures" / "gpumode" / "rowmax"
+
+
+def test_named_tuples_and_numbers_reach_the_checker_and_every_timed_check_as_the_kernel_returned_them(tmp_path):
+    """The rowmax fixture's reference returns (torch.max(x, dim=1), float(x.sum())): a torch named tuple
+    (torch.return_types.max) and a Python float. An identical copy of it passes, so does a kernel that returns a
+    plain tuple instead of the named one (judged on values, as the problem's checker, which unpacks, sees it);
+    a NaN total is incorrect, with its reason. In timing, the base's named tuple and a candidate's plain tuple
+    pass the oracle's check of every call, the float compared too: a total that turns NaN after the candidate's
+    first calls is caught on a timed call. (One evaluator for all: its oracle and spares start once.)"""
+    from judge.stages.timing.stage import measure
+
+    target = load_target(ROWMAX)
+    target.arch = "cpu"
+    target.speed_of_light_us = []
+    base = target.kernel_source()
+    line = "    return torch.max(data, dim=1), float(data.sum())"
+    plain = "    values, indices = torch.max(data, dim=1)\n    return (values, indices), float(data.sum())"
+    sources = {
+        "copy": base,
+        "plain": base.replace(line, plain),
+        "nan": base.replace(line, "    return torch.max(data, dim=1), float('nan')"),
+    }
+    late = base.replace(line, "    _calls.append(1)\n" + plain.replace("float(data.sum())", "(float(data.sum()) if "
+                                                                       "len(_calls) < 30 else float('nan'))"))
+    late = late.replace("def custom_kernel", "_calls = []\n\n\ndef custom_kernel")
+    base_dir = target.assemble(tmp_path / "base", base)
+    with Evaluator(target, tmp_path / "round", secret=7, base_dir=base_dir) as evaluator:
+        results = {name: check(evaluator, target.assemble(tmp_path / name, source), nonce=0)
+                   for name, source in sources.items()}
+        timed = measure(evaluator, target.assemble(tmp_path / "late", late), budget_s=1, timeout_s=300)
+    for name in ("copy", "plain"):
+        assert results[name].status == "passed", results[name].summary + results[name].log_tail
+        assert results[name].summary == "3 of 3 checks passed (1 tests x 2 seeds + 1 benchmarks)"
+        case = results[name].detail.cases[0]
+        assert case.check_implementation == {"passed": True, "message": ""}
+        assert [o["path"] for o in case.outputs] == ["[0][0]", "[0][1]", "[1]"]
+        assert case.outputs[2]["dtype"] == "float" and case.outputs[2]["mismatched"] == 0
+    seed = derive(7, 0, "test", 0, 1, "default")
+    assert results["nan"].status == "failed"
+    assert results["nan"].summary == (f"3 of 3 checks failed; first: test 0 (rows=17 cols=33), first call (seed "
+                                      f"{seed}): output[1] has 1 NaN/Inf of 1 elements; check_implementation: the "
+                                      "total is off")
+    assert timed.status == "failed", timed.summary + timed.log_tail
+    assert re.fullmatch(r"benchmark 0 \(rows=256 cols=512\), timed call \d+ on input set \d \(host clock\): its "
+                        r"output\[1\] is nan, the reference's is -?\d+\.\d+(e[-+]\d+)?", timed.summary), timed.summary
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not GPUMODE, reason="set JUDGE_GPUMODE_PROBLEMS to a GPU MODE problems/ directory")
+@pytest.mark.parametrize("problem", ["qr_py", "eigh_py"])
+def test_real_gpumode_linalg_outputs_as_their_checkers_take_them(problem, tmp_path):
+    """GPU MODE's linalg problems return tuples: qr_py's base torch.geqrf's named tuple (torch.return_types.geqrf),
+    eigh_py's a plain (Q, L). An identical copy of the base, a candidate that returns a plain tuple and one that
+    returns a named tuple of its own all pass correctness, and the plain one's timed calls all pass their checks."""
+    from judge.stages.timing.stage import measure
+
+    target = load_target(Path(GPUMODE) / "linalg" / problem)
+    target.tests, target.benchmarks, target.speed_of_light_us = target.tests[:3], target.benchmarks[:2], []
+    base = target.kernel_source()
+    wrapped = base + "\n\nimport collections as _rt_c\n_rt_kernel = custom_kernel\n\n"
+    sources = {"copy": base,
+               "plain": wrapped + "def custom_kernel(data):\n    return tuple(_rt_kernel(data))\n",
+               "named": wrapped + "_RtPair = _rt_c.namedtuple('_RtPair', 'first second')\n\n"
+                                  "def custom_kernel(data):\n    return _RtPair(*_rt_kernel(data))\n"}
+    dirs = {name: target.assemble(tmp_path / name, source) for name, source in sources.items()}
+    with Evaluator(target, tmp_path / "round", base_dir=dirs["copy"]) as evaluator:
+        checked = {name: check(evaluator, directory) for name, directory in dirs.items()}
+        timed = measure(evaluator, dirs["plain"], budget_s=4)
+    for name, result in checked.items():
+        print(f"{problem} {name}: {result.status}: {result.summary}")
+        assert result.status == "passed", result.summary + result.log_tail
+        assert all(c.check_implementation["passed"] for c in result.detail.cases)
+    print(f"{problem} plain timing: {timed.status}: {timed.summary}")
+    assert timed.status == "passed", timed.summary + timed.log_tail

@@ -1,6 +1,7 @@
 """judge/boundary/exchange.py and judge/boundary/staging.py: data as a skeleton, laid out in areas, written by the oracle's side and
 read by a runner's mapping (host files here; device memory in tests/test_cuda_ipc.py)."""
 
+import functools
 import os
 
 import pytest
@@ -93,3 +94,44 @@ def test_staging_writes_the_set_poisons_the_outputs_and_reading_zeroes_what_was_
     got = staging.received([["host", 0, 0, [4], [1]]], files, None)
     assert torch.equal(got[0], a + b)
     assert not box.view({"offset": 0, "dtype": "float32", "shape": [4], "stride": [1]}).any()
+
+
+def test_an_output_is_rebuilt_with_the_kernel_s_nesting_and_the_reference_s_or_judge_s_classes():
+    """A plain tuple stays one where the reference returns a named tuple (judged on values); a named tuple whose
+    fields match the reference's at its place becomes the reference's class, another becomes judge's own."""
+    x = torch.arange(6.0).reshape(2, 3)
+    reference = (torch.max(x, dim=1), 1.5)
+    plain = {"tuple": [{"tuple": [{"tensor": 0}, {"tensor": 1}]}, {"value": 1.5}]}
+    values, indices = torch.ones(2), torch.zeros(2, dtype=torch.int64)
+    got = exchange.build_output(plain, [values, indices], like=reference)
+    assert type(got) is tuple and type(got[0]) is tuple and got[0][0] is values and got[1] == 1.5
+    named = {"tuple": [{"fields": ["values", "indices"], "tuple": [{"tensor": 0}, {"tensor": 1}]}, {"value": 1.5}]}
+    got = exchange.build_output(named, [values, indices], like=reference)
+    assert type(got[0]) is torch.return_types.max and got[0].indices is indices
+    other = {"fields": ["values", "class", "_x", "values"], "tuple": [{"value": n} for n in range(4)]}
+    got = exchange.build_output(other, [], like=reference)
+    assert type(got).__name__ == "output" and type(got).__module__ == "judge.boundary.exchange"
+    assert got._fields == ("values", "_1", "_2", "_3") and tuple(got) == (0, 1, 2, 3)
+    assert exchange.build_output({"dict": [[3, {"float": "nan"}], ["k", {"value": None}]]}, []).keys() == {3, "k"}
+
+
+@pytest.mark.parametrize("tree,count", [
+    ({"tensor": 1}, 2),  # tensors out of their order
+    ({"tuple": [{"tensor": 0}]}, 2),  # a tensor handed over that the description leaves out
+    ({"tensor": True}, 1),
+    ({"value": "text"}, 0),
+    ({"value": 1 << 64}, 0),
+    ({"value": 1.5, "tensor": 0}, 0),
+    ({"float": "1.5"}, 0),
+    ({"set": []}, 0),
+    ({"dict": [[True, {"value": 1}]]}, 0),
+    ({"dict": [["k", {"value": 1}], ["k", {"value": 2}]]}, 0),
+    ({"fields": "ab", "tuple": [{"value": 1}, {"value": 2}]}, 0),
+    ({"fields": ["a"], "tuple": [{"value": 1}, {"value": 2}]}, 0),
+    (functools.reduce(lambda inner, _: {"list": [inner]}, range(17), {"value": 0}), 0),  # 18 deep
+    ({"list": [{"value": 0}] * 1024}, 0),
+])
+def test_an_output_description_judge_s_frame_does_not_write_is_refused(tree, count):
+    with pytest.raises(exchange.ExchangeError, match="^the kernel's process described its output in a way judge "
+                                                     "does not write$"):
+        exchange.build_output(tree, [torch.zeros(1)] * count)

@@ -60,15 +60,50 @@ def test_compare_exact_numbers():
     ]
 
 
-class Lazy(torch.Tensor):
-    """A tensor subclass: it could compute its values when the checker looks at them."""
+def test_numbers_are_compared_exactly_or_within_the_tolerance_and_nan_never_passes():
+    assert not tensors.number_mismatched(3, 3, 0.1, 0.1) and tensors.number_mismatched(4, 3, 0.5, 0.5)
+    assert not tensors.number_mismatched(True, True, 0, 0) and tensors.number_mismatched(False, True, 0, 0)
+    assert not tensors.number_mismatched(None, None, 0, 0) and tensors.number_mismatched(0, None, 0, 0)
+    assert tensors.number_mismatched(None, 0.0, 1.0, 1.0)
+    assert not tensors.number_mismatched(1.0005, 1.0, 1e-3, 0.0) and tensors.number_mismatched(1.002, 1.0, 1e-3, 0.0)
+    assert tensors.number_mismatched(float("nan"), float("nan"), 1.0, 1.0)
+    assert tensors.number_mismatched(float("inf"), float("inf"), 1.0, 1.0)
+    compared = tensors.compare_number("[1]", 2.5, 2.0, 1e-3, 1e-3)
+    assert compared == {"path": "[1]", "dtype": "float", "elements": 1, "nonfinite": 0, "mismatched": 1,
+                        "max_abs_err": 0.5, "max_rel_err": 0.25, "rtol": 1e-3, "atol": 1e-3,
+                        "first_mismatches": [{"index": [], "got": 2.5, "expected": 2.0}]}
+    exact = tensors.compare_number("", 7, 7, 1e-3, 1e-3)  # an int is held to no tolerance
+    assert (exact["dtype"], exact["mismatched"], exact["rtol"], exact["atol"]) == ("int", 0, 0.0, 0.0)
+    assert tensors.compare_number("", float("nan"), 1.0, 1e-3, 1e-3)["nonfinite"] == 1
 
 
-def test_plain_tensors_only():
-    assert tensors.plain_tensors((torch.ones(2), [torch.zeros(1)])) is None
-    assert tensors.plain_tensors(torch.ones(2).as_subclass(Lazy)) == \
-        "output is a test_tensors.Lazy (a tensor subclass)"
-    assert tensors.plain_tensors((torch.ones(1), 3)) == "output[1] is a builtins.int (not a tensor)"
+def test_leaves_pair_by_path_so_a_plain_tuple_meets_a_named_one_and_a_dict_meets_its_keys():
+    x, y = torch.ones(2), torch.zeros(2)
+    named = torch.max(torch.eye(2), dim=1)
+    pairs, problem = tensors.paired(tensors.leaves(((x, y), {"b": 2, "a": 1.5})),
+                                    tensors.leaves((named, {"a": 1.5, "b": 2})))
+    assert problem == "" and [(p, g) for p, g, _ in pairs] == [("[0][0]", x), ("[0][1]", y), ("[1]['a']", 1.5),
+                                                               ("[1]['b']", 2)]
+    assert tensors.paired(tensors.leaves(named), tensors.leaves((named, 1.5)))[1] == \
+        "returned 2 tensors, the reference returns 2 tensors and 1 number"
+    assert tensors.paired(tensors.leaves((x, y, 1)), tensors.leaves((named, 1)))[1] == \
+        "the output has nothing at output[0][0], where the reference's has a value (nested otherwise)"
+
+
+def test_a_timed_call_s_numbers_and_its_tensors_in_a_dict_of_another_order_are_checked():
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(1000, generator=gen), torch.randn(10, generator=gen)
+    projector = tensors.Projector(seed=11)
+    bounds = projector.bounds({"a": a, "n": 3, "b": b, "t": 0.5}, rtol=1e-3, atol=1e-3)
+    order = [w["path"] for w in bounds]
+    honest = projector.project({"t": 0.5004, "b": b.clone(), "n": 3, "a": a.clone()}, order=order)
+    assert tensors.projection_failure(honest, bounds) is None
+    assert tensors.projection_failure(projector.project({"a": a, "n": 4, "b": b, "t": 0.5}, order=order), bounds) \
+        == "output['n'] is 4, the reference's is 3"
+    assert tensors.projection_failure(projector.project({"a": a, "n": 3, "b": b, "t": float("nan")}, order=order),
+                                      bounds) == "output['t'] is nan, the reference's is 0.5"
+    assert tensors.projection_failure(projector.project({"a": a, "n": b, "b": b, "t": 0.5}, order=order), bounds) \
+        == "output['n'] is a tensor, the reference's is a number"
 
 
 def test_projections_accept_honest_error_and_catch_wrong_outputs():

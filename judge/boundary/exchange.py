@@ -11,7 +11,18 @@ for CPU tensors, which the oracle reads and writes with pread/pwrite only (never
 runner that truncates its file cannot fault the oracle).
 
 Data reach the runner as a skeleton: the nesting of GPU MODE's data (tuples, lists, dicts), its plain values
-and, for each tensor, a layout in one of the two areas.
+and, for each tensor, a layout in one of the two areas. An output comes back described the same way (the runner's
+call frame writes the description, judge.boundary.callframe), with named tuples' field names and dict keys that may
+be ints; the oracle rebuilds it with classes of its own or the reference's (`build_output`), never the kernel's.
+
+The description, one JSON object per node:
+    {"tensor": i}                     the i-th tensor (layouts in that order; an output's in order of appearance)
+    {"value": v}                      None, a bool, an int or a finite float
+    {"float": "nan" | "inf" | "-inf"}
+    {"dtype": "float16"}              (inputs only)
+    {"tuple": [node, ...]}            with "fields": [name, ...] for a named tuple (outputs only)
+    {"list": [node, ...]}
+    {"dict": [[key, node], ...]}      keys str (inputs), str or int (outputs)
 """
 
 from __future__ import annotations
@@ -34,30 +45,38 @@ class ExchangeError(ValueError):
 # ---- skeletons --------------------------------------------------------------------------------------------
 
 
-def skeleton(data: Any, path: str = "") -> tuple[Any, list]:
-    """(tree, tensors): `data` as JSON-able nesting with each tensor replaced by its index in `tensors`."""
+def skeleton(data: Any, path: str = "", *, output: bool = False) -> tuple[Any, list]:
+    """(tree, tensors): `data` as JSON-able nesting with each tensor replaced by its index in `tensors`.
+    With `output`, as an output is described (trusted data only: this reads the objects freely): named tuples
+    keep their field names, dict keys may be ints, and strings and dtypes are refused."""
     tensors: list = []
+    what = "output" if output else "input"
 
     def walk(node, where):
         import torch
 
         if type(node) is tuple:
             return {"tuple": [walk(x, f"{where}[{i}]") for i, x in enumerate(node)]}
+        if output and isinstance(node, tuple) and field_names(type(node)) is not None:
+            return {"fields": list(field_names(type(node))),
+                    "tuple": [walk(x, f"{where}[{i}]") for i, x in enumerate(node)]}
         if type(node) is list:
             return {"list": [walk(x, f"{where}[{i}]") for i, x in enumerate(node)]}
         if type(node) is dict:
-            if not all(type(k) is str for k in node):
-                raise ExchangeError(f"input{where} is a dict with keys that are not strings")
+            if not all(type(k) is str or (output and type(k) is int) for k in node):
+                raise ExchangeError(f"{what}{where} is a dict with keys that are not strings")
             return {"dict": [[k, walk(v, f"{where}[{k!r}]")] for k, v in node.items()]}
         if isinstance(node, torch.Tensor):
             tensors.append(node)
             return {"tensor": len(tensors) - 1}
-        if node is None or type(node) in (bool, int, str):
+        if node is None or type(node) in ((bool, int) if output else (bool, int, str)):
             return {"value": node}
         if type(node) is float:
             return {"float": repr(node)} if not math.isfinite(node) else {"value": node}
-        if isinstance(node, torch.dtype):
+        if not output and isinstance(node, torch.dtype):
             return {"dtype": str(node).removeprefix("torch.")}
+        if output:
+            raise ExchangeError(f"output{where} is a {type(node).__module__}.{type(node).__qualname__}: {OUTPUTS}")
         raise ExchangeError(f"input{where} is a {type(node).__module__}.{type(node).__qualname__}: judge hands "
                             "kernels tensors, numbers, strings, dtypes and tuples, lists and dicts of them")
 
@@ -81,6 +100,127 @@ def build(tree: Any, tensors: list) -> Any:
     if "dtype" in tree:
         return getattr(torch, tree["dtype"])
     return tree["value"]
+
+
+# ---- outputs ----------------------------------------------------------------------------------------------
+
+OUTPUTS = ("an output is made of plain tensors, Python numbers (int, float, bool), None, and tuples (torch's "
+           "and collections' named tuples included), lists and dicts of them")
+# Bounds on an output's description, kept by the runner's frame and checked again here.
+MAX_OUTPUT_DEPTH = 16
+MAX_OUTPUT_NODES = 1024
+MAX_NAME_CHARS = 200
+INT_BOUND = 1 << 64  # ints in an output lie strictly between -INT_BOUND and INT_BOUND
+_UNREADABLE = "the kernel's process described its output in a way judge does not write"
+
+
+def field_names(cls) -> tuple[str, ...] | None:
+    """The field names of a named tuple class (collections.namedtuple's `_fields`, a torch.return_types struct
+    sequence's `__match_args__`), or None for any other class. Trusted classes only: this reads attributes."""
+    if not (isinstance(cls, type) and issubclass(cls, tuple)):
+        return None
+    fields = getattr(cls, "_fields", None)
+    if fields is None and isinstance(getattr(cls, "n_sequence_fields", None), int):
+        fields = getattr(cls, "__match_args__", None)
+    if isinstance(fields, tuple) and all(type(f) is str for f in fields):
+        return fields
+    return None
+
+
+def torch_named_outputs() -> dict[type, tuple[str, ...]]:
+    """torch's named tuples (torch.return_types: what torch.max(dim), torch.geqrf, torch.linalg.eigh ... return),
+    each with its field names; the runner takes these before the kernel is imported."""
+    import torch
+
+    found = {}
+    for name in dir(torch.return_types):
+        cls = getattr(torch.return_types, name)
+        if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "n_sequence_fields"):
+            fields = field_names(cls)
+            if fields is not None and len(fields) == cls.n_sequence_fields:
+                found[cls] = fields
+    return found
+
+
+def build_output(tree: Any, tensors: list, like: Any = None) -> Any:
+    """The output a runner described (`tree`, from its untrusted reply, checked here node by node) with `tensors`
+    at its tensor places. A named tuple is rebuilt as the class of `like`'s node at the same place (the reference's
+    output) when their field names match, else as a namedtuple of judge's own with the described fields: no class
+    of the kernel's ever reaches the oracle. Raises ExchangeError for a description judge's frame does not write."""
+    used = [0, 0]  # tensors placed, nodes seen
+
+    def walk(node, ref, depth):
+        used[1] += 1
+        if depth > MAX_OUTPUT_DEPTH or used[1] > MAX_OUTPUT_NODES or type(node) is not dict:
+            raise ExchangeError(_UNREADABLE)
+        keys = sorted(node)
+        if keys == ["tensor"]:
+            if type(node["tensor"]) is not int or node["tensor"] != used[0] or used[0] >= len(tensors):
+                raise ExchangeError(_UNREADABLE)
+            used[0] += 1
+            return tensors[node["tensor"]]
+        if keys == ["value"]:
+            value = node["value"]
+            if not (value is None or type(value) in (bool, int, float)) or (
+                    type(value) is int and not -INT_BOUND < value < INT_BOUND) or (
+                    type(value) is float and not math.isfinite(value)):
+                raise ExchangeError(_UNREADABLE)
+            return value
+        if keys == ["float"]:
+            if node["float"] not in ("nan", "inf", "-inf"):
+                raise ExchangeError(_UNREADABLE)
+            return float(node["float"])
+        if keys in (["list"], ["tuple"], ["fields", "tuple"]):
+            items = node["tuple" if "tuple" in node else "list"]
+            if type(items) is not list:
+                raise ExchangeError(_UNREADABLE)
+            refs = list(ref) if isinstance(ref, (tuple, list)) and len(ref) == len(items) else [None] * len(items)
+            values = [walk(item, r, depth + 1) for item, r in zip(items, refs)]
+            if keys == ["list"]:
+                return values
+            if keys == ["tuple"]:
+                return tuple(values)
+            return _named(node["fields"], values, ref)
+        if keys == ["dict"]:
+            pairs = node["dict"]
+            if type(pairs) is not list or not all(type(p) is list and len(p) == 2 for p in pairs):
+                raise ExchangeError(_UNREADABLE)
+            out = {}
+            for key, item in pairs:
+                if not (type(key) is str and len(key) <= MAX_NAME_CHARS
+                        or type(key) is int and -INT_BOUND < key < INT_BOUND) or key in out:
+                    raise ExchangeError(_UNREADABLE)
+                out[key] = walk(item, ref.get(key) if isinstance(ref, dict) else None, depth + 1)
+            return out
+        raise ExchangeError(_UNREADABLE)
+
+    built = walk(tree, like, 0)
+    if used[0] != len(tensors):
+        raise ExchangeError(_UNREADABLE)
+    return built
+
+
+def _named(fields: Any, values: list, ref: Any) -> tuple:
+    """A named tuple of `values`: the reference's own class where its fields are `fields`, else judge's."""
+    if not (type(fields) is list and len(fields) == len(values)
+            and all(type(f) is str and 0 < len(f) <= MAX_NAME_CHARS for f in fields)):
+        raise ExchangeError(_UNREADABLE)
+    if isinstance(ref, tuple) and field_names(type(ref)) == tuple(fields):
+        cls = type(ref)
+        try:
+            return cls(values) if hasattr(cls, "n_sequence_fields") else cls(*values)
+        except Exception:  # noqa: BLE001 - a reference class that builds otherwise: judge's own class instead
+            pass
+    return _namedtuple(tuple(fields))(*values)
+
+
+@functools.lru_cache(maxsize=256)
+def _namedtuple(fields: tuple[str, ...]):
+    """judge's own named tuple class for `fields` (a name that is no identifier, a keyword, a repeat or starts
+    with an underscore becomes _0, _1, ...: collections.namedtuple's rename)."""
+    import collections
+
+    return collections.namedtuple("output", fields, rename=True)
 
 
 # ---- layouts ----------------------------------------------------------------------------------------------

@@ -175,13 +175,16 @@ class Oracle:
             staging.stage(area, name, copy, [self.files[r] for r in runners], flush)
         return {"staged": len(copies)}
 
-    def verify_case(self, key: str, runner: int, leaves: Any) -> dict:
-        """Compare the output `runner` handed over for case `key` with the reference, ask check_implementation
-        too, and drop the case (its device part wiped first)."""
+    def verify_case(self, key: str, runner: int, leaves: Any, structure: Any = None) -> dict:
+        """Compare the output `runner` handed over for case `key` (its tensors' layouts and its description,
+        judge.boundary.callframe's) with the reference, ask check_implementation too, and drop the case (its device
+        part wiped first). Without a description the case is only dropped."""
         data, expected = self.cases.pop(key)
         area = self.areas[key]
         try:
-            got = staging.received(leaves, self.files.get(runner), self.device_outbox)
+            if structure is None:
+                return _fail({"passed": True, "reason": ""}, "no output was handed over")
+            got = staging.output(leaves, structure, self.files.get(runner), self.device_outbox, like=expected)
         except exchange.ExchangeError as error:
             return _fail({"passed": True, "reason": ""}, str(error))
         finally:
@@ -259,14 +262,16 @@ class Oracle:
         return out
 
     def _check_timed(self, key: str, verify: dict) -> str | None:
+        """What is wrong with a timed call's output (`verify`: runner, set, leaves and structure), or None: its
+        projections and numbers against the reference's answer for that set."""
+        want = self.expected[key][verify["set"]]
         try:
-            got = staging.received(verify["leaves"], self.files.get(verify["runner"]), self.device_outbox)
+            got = staging.output(verify["leaves"], verify.get("structure"), self.files.get(verify["runner"]),
+                                 self.device_outbox)
         except exchange.ExchangeError as error:
             return str(error)
-        problem = tensors.plain_tensors(got)
-        if problem:
-            return problem
-        return tensors.projection_failure(self.projectors[key].project(got), self.expected[key][verify["set"]])
+        projected = self.projectors[key].project(got, order=[w["path"] for w in want])
+        return tensors.projection_failure(projected, want)
 
     def release(self, key: str) -> None:
         """Forget a benchmark's sets; its device memory is freed at the next `collect`."""
@@ -290,38 +295,44 @@ def outbox_need(expected) -> tuple[int, bool]:
     return staging.outbox_bytes(expected), any(getattr(t, "is_cuda", False) for _, t in tensors.leaves(expected))
 
 
-def compare_outputs(got: list, expected, data, tolerance: tuple[float, float], rtol, atol, checker) -> dict:
-    """A correctness verdict: each output against the reference's in float64, then check_implementation on the
-    pristine inputs."""
+def compare_outputs(got, expected, data, tolerance: tuple[float, float], rtol, atol, checker) -> dict:
+    """A correctness verdict on the output the oracle rebuilt (`got`, judge.boundary.staging.output): each tensor
+    against the reference's in float64, each number exactly (int, bool, None) or within the tolerance (float),
+    leaves paired by path; then check_implementation on the pristine inputs and `got` as the kernel returned it."""
     import torch
 
     result: dict[str, Any] = {"passed": True, "reason": ""}
-    want = tensors.leaves(expected)
-    if len(got) != len(want):
-        return _fail(result, f"returned {len(got)} tensors, the reference returns {len(want)}")
+    pairs, problem = tensors.paired(tensors.leaves(got), tensors.leaves(expected))
+    if problem:
+        return _fail(result, problem)
     rtol_, atol_ = tolerance
     strict = rtol is not None or atol is not None or checker is None
-    device = next((t.device for _, t in want if isinstance(t, torch.Tensor)), None)
-    comparisons, outputs = [], []
-    for tensor, (path, reference_value) in zip(got, want):
+    comparisons = []
+    for path, value, reference_value in pairs:
+        if isinstance(reference_value, torch.Tensor) != isinstance(value, torch.Tensor):
+            what = "a tensor" if isinstance(value, torch.Tensor) else "a Python number" if tensors.is_number(
+                value) else "no tensor"
+            wanted = "a tensor" if isinstance(reference_value, torch.Tensor) else "a number"
+            return _fail(result, f"output{path} is {what}, where the reference returns {wanted}")
         if not isinstance(reference_value, torch.Tensor):
-            return _fail(result, f"output{path} is not a tensor")
-        tensor = tensor.to(device) if device is not None else tensor
-        outputs.append(tensor)
-        if tuple(tensor.shape) != tuple(reference_value.shape):
+            if not tensors.is_number(reference_value):
+                return _fail(result, f"output{path} of the reference is neither a tensor nor a number")
+            comparisons.append(tensors.compare_number(path, value, reference_value, rtol_, atol_))
+            continue
+        if tuple(value.shape) != tuple(reference_value.shape):
             if strict:
-                return _fail(result, f"output{path} has shape {tuple(tensor.shape)}, "
+                return _fail(result, f"output{path} has shape {tuple(value.shape)}, "
                                      f"expected {tuple(reference_value.shape)}")
             # GPU MODE's checkers compare with broadcasting (a sum returned as shape (1,) against ()): without a
             # tolerance of judge's own, the problem's checker decides.
             continue
-        comparisons.append(tensors.compare(path, tensor, reference_value, rtol_, atol_))
+        comparisons.append(tensors.compare(path, value, reference_value, rtol_, atol_))
     result["outputs"] = comparisons
     reasons = _mismatches(comparisons, strict)
     if checker is not None:
-        # check_implementation gets pristine inputs: GPU MODE's own checkers recompute the reference from them.
-        shaped = outputs[0] if len(want) == 1 and want[0][0] == "" else tensors.rebuild(expected, outputs)
-        ok, message = verdict(checker(data, shaped))
+        # check_implementation gets pristine inputs (GPU MODE's own checkers recompute the reference from them)
+        # and the output with the nesting the kernel returned, named tuples as the reference's own classes
+        ok, message = verdict(checker(data, got))
         result["check_implementation"] = {"passed": ok, "message": message[:2000]}
         if not ok:
             reasons.append(f"check_implementation: {message.splitlines()[0][:300] if message else 'failed'}")

@@ -155,6 +155,20 @@ def received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exp
     return out
 
 
+def output(leaves: Any, structure: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exported | None,
+           like: Any = None) -> Any:
+    """The output a runner handed over, rebuilt with the nesting it described (judge.boundary.exchange's
+    build_output, named tuples as `like`'s classes where their fields match): its tensors read from the outboxes
+    (`received`) and moved to the device of `like`'s tensors, where the reference computed its answer."""
+    import torch
+
+    got = received(leaves, files, device_outbox)
+    device = next((t.device for _, t in tensors.leaves(like) if isinstance(t, torch.Tensor)), None)
+    if device is not None:
+        got = [t.to(device) for t in got]
+    return exchange.build_output(structure, got, like)
+
+
 def outbox_bytes(expected) -> int:
     """How much an outbox holds for outputs like `expected`: OUTBOX_FACTOR times their aligned spans."""
     import torch

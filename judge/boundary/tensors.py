@@ -1,6 +1,6 @@
-"""Walking GPU MODE data (nested tuples, lists and dicts of tensors): copies, output slots, poison, comparisons
-and fingerprints. Shared by the trusted oracle and the runner beside candidate code; torch is imported lazily
-so that the judge itself starts without it."""
+"""Walking GPU MODE data (nested tuples, named tuples, lists and dicts of tensors and Python numbers): copies,
+output slots, poison, comparisons and projections. Used by the trusted oracle on objects it made itself; torch is
+imported lazily so that the judge itself starts without it."""
 
 from __future__ import annotations
 
@@ -23,20 +23,74 @@ def leaves(obj, path: str = "") -> list[tuple[str, Any]]:
     return [(path, obj)]
 
 
-def rebuild(template, flat: list):
-    """Put the values of `flat`, in leaves() order, back into the nesting of `template`."""
-    it = iter(flat)
+def is_number(value) -> bool:
+    """A leaf an output may hold besides tensors: None or a Python int, float or bool (exact types)."""
+    return value is None or type(value) in (int, float, bool)
 
-    def walk(node):
-        if isinstance(node, tuple):
-            return tuple(walk(x) for x in node)
-        if isinstance(node, list):
-            return [walk(x) for x in node]
-        if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
-        return next(it)
 
-    return walk(template)
+def counted(values: list) -> str:
+    """How many tensors and numbers a list of leaves holds, in words ("2 tensors and 1 number")."""
+    numbers = sum(1 for value in values if is_number(value))
+    tensors = len(values) - numbers
+    text = f"{tensors} tensor{'' if tensors == 1 else 's'}"
+    return text + (f" and {numbers} number{'' if numbers == 1 else 's'}" if numbers else "")
+
+
+def paired(got: list[tuple[str, Any]], want: list[tuple[str, Any]]) -> tuple[list[tuple[str, Any, Any]], str]:
+    """(path, got, wanted) for every leaf of the reference's output, matched by path, or ([], why they do not
+    pair). Paths index tuples, named tuples and lists alike, so a plain tuple where the reference returns a named
+    one pairs leaf for leaf, as a checker that unpacks or indexes would see it; a dict pairs by key."""
+    if len(got) != len(want):
+        return [], f"returned {counted([v for _, v in got])}, the reference returns {counted([v for _, v in want])}"
+    by_path = dict(got)
+    for path, _ in want:
+        if path not in by_path:
+            return [], f"the output has nothing at output{path}, where the reference's has a value (nested otherwise)"
+    return [(path, by_path[path], value) for path, value in want], ""
+
+
+def number_tolerance(want, rtol: float, atol: float) -> tuple[float, float]:
+    """The tolerance a number is held to: a float's is the output's, an int's, a bool's or None's is none."""
+    return (rtol, atol) if type(want) is float else (0.0, 0.0)
+
+
+def number_mismatched(got, want, rtol: float, atol: float) -> bool:
+    """Whether a number of the output is off the reference's: None, bools and ints exactly (by value, as `==`
+    says), floats within atol + rtol * |want|; NaN or infinity in the output never passes."""
+    if want is None or got is None:
+        return got is not want
+    if type(got) is float and not math.isfinite(got):
+        return True
+    if type(want) is float:
+        return not abs(got - want) <= atol + rtol * abs(want)
+    return got != want
+
+
+def compare_number(path: str, got, want, rtol: float, atol: float) -> dict:
+    """A number of the output against the reference's, in the shape `compare` gives a tensor's comparison."""
+    rtol, atol = number_tolerance(want, rtol, atol)
+    nonfinite = int(type(got) is float and not math.isfinite(got))
+    mismatched = number_mismatched(got, want, rtol, atol)
+    error = 0.0
+    if not nonfinite and type(got) in (int, float) and type(want) in (int, float):
+        error = float(abs(got - want)) if math.isfinite(want) else 0.0
+    return {
+        "path": path,
+        "dtype": "None" if got is None else type(got).__name__,
+        "elements": 1,
+        "nonfinite": nonfinite,
+        "mismatched": int(mismatched),
+        "max_abs_err": error,
+        "max_rel_err": error / max(abs(want), 2.2250738585072014e-308) if error else 0.0,
+        "rtol": rtol,
+        "atol": atol,
+        "first_mismatches": [{"index": [], "got": _shown(got), "expected": _shown(want)}] if mismatched else [],
+    }
+
+
+def _shown(value):
+    """A number as the detail's JSON holds it (NaN and infinities as text)."""
+    return number(value) if type(value) is float else value
 
 
 def clone_data(obj):
@@ -131,18 +185,6 @@ def scrub(data, slots: list[str]) -> None:
     for path, tensor in leaves(data):
         if path in slots and isinstance(tensor, torch.Tensor):
             tensor.fill_(float("nan") if tensor.is_floating_point() else 0)
-
-
-def plain_tensors(output) -> str | None:
-    """None when every leaf of an output is a plain torch.Tensor, else what is wrong: a tensor subclass or a
-    proxy object can compute its values later, when the checker looks, instead of inside the timed call."""
-    import torch
-
-    for path, leaf in leaves(output):
-        if type(leaf) is not torch.Tensor:
-            kind = "a tensor subclass" if isinstance(leaf, torch.Tensor) else "not a tensor"
-            return f"output{path} is a {type(leaf).__module__}.{type(leaf).__qualname__} ({kind})"
-    return None
 
 
 def compare(path: str, got, want, rtol: float, atol: float) -> dict:
@@ -245,39 +287,55 @@ class Projector:
 
     def values(self, flats: list) -> list[list[float]]:
         """The projections of several flat leaves, brought to the host together (one wait for the device)."""
+        return self._values(list(range(len(flats))), flats)
+
+    def _values(self, indices: list[int], flats: list) -> list[list[float]]:
         import torch
 
-        dots = [self._dot(index, flat) for index, flat in enumerate(flats)]
+        dots = [self._dot(index, flat) for index, flat in zip(indices, flats)]
         if not dots:
             return []
         if len({d.device for d in dots}) == 1:
             return torch.stack(dots).tolist()
         return [d.tolist() for d in dots]
 
-    def project(self, output) -> list[dict]:
+    def project(self, output, order: list[str] | None = None) -> list[dict]:
         """Per output leaf: the projections (in float64: float32's rounding over a million elements is already
         larger than a tight tolerance allows) and the count of non-finite elements, which fail on their own.
-        A NaN or infinity in a leaf makes its projections non-finite, so the elements are counted only then."""
+        A NaN or infinity in a leaf makes its projections non-finite, so the elements are counted only then.
+        A number is kept as it is (`number`). Each tensor's weights are those of its place in `order` (the
+        reference's leaves' paths; default: its own place), so that a dict's keys in another order project alike."""
         import torch
 
-        paths, flats = [], []
-        for path, tensor in leaves(output):
-            paths.append(path)
-            flats.append(tensor.detach().reshape(-1))
-        out = []
-        for path, flat, values in zip(paths, flats, self.values(flats)):
+        out, tensor_at, flats, indices = [], [], [], []
+        place = {path: index for index, path in enumerate(order or [])}
+        for index, (path, value) in enumerate(leaves(output)):
+            if isinstance(value, torch.Tensor):
+                tensor_at.append(len(out))
+                flats.append(value.detach().reshape(-1))
+                indices.append(place.get(path, index))
+                out.append({"path": path})
+            else:
+                out.append({"path": path, "number": value})
+        for at, flat, values in zip(tensor_at, flats, self._values(indices, flats)):
             nonfinite = 0
             if not all(math.isfinite(v) for v in values):
                 nonfinite = flat.numel() - int(torch.isfinite(flat).sum()) if flat.is_floating_point() else 0
                 # no NaN or infinity in it: finite elements past float64's range; they fail as far off
                 values = [0.0] * PROJECTIONS if nonfinite else [self._LARGEST] * PROJECTIONS
-            out.append({"path": path, "nonfinite": nonfinite, "values": values})
+            out[at].update(nonfinite=nonfinite, values=values)
         return out
 
     def bounds(self, expected, rtol: float, atol: float) -> list[dict]:
-        """Per expected leaf: its projections and the honest spread, PROJECTION_SIGMAS * ||atol + rtol*|e|||."""
+        """Per expected leaf: its projections and the honest spread, PROJECTION_SIGMAS * ||atol + rtol*|e|||; a
+        number as it is, with the tolerance it is held to (number_tolerance)."""
+        import torch
+
         out = []
         for index, (path, tensor) in enumerate(leaves(expected)):
+            if not isinstance(tensor, torch.Tensor):
+                out.append({"path": path, "number": tensor, "tolerance": number_tolerance(tensor, rtol, atol)})
+                continue
             flat = tensor.detach().reshape(-1)
             values = self._dot(index, flat).tolist()
             spread = 0.0
@@ -289,10 +347,22 @@ class Projector:
 
 
 def projection_failure(got: list[dict], want: list[dict]) -> str | None:
-    """None when every projection of a call's output is within its bound, else the first reason it is not."""
-    if len(got) != len(want):
-        return f"returned {len(got)} tensors, the reference returns {len(want)}"
-    for g, w in zip(got, want):
+    """None when every projection of a call's output is within its bound and every number matches, else the first
+    reason it does not. Leaves pair by path (`paired`)."""
+    def leaf(entry):
+        return entry["number"] if "number" in entry else entry
+
+    pairs, problem = paired([(g["path"], leaf(g)) for g in got], [(w["path"], leaf(w)) for w in want])
+    if problem:
+        return problem
+    for (path, g, _), w in zip(pairs, want):
+        if "number" in w or is_number(g):
+            if not (is_number(g) and "number" in w):
+                return (f"output{path} is a {'number' if is_number(g) else 'tensor'}, the reference's is a "
+                        f"{'number' if 'number' in w else 'tensor'}")
+            if number_mismatched(g, w["number"], *w["tolerance"]):
+                return f"output{path} is {g!r}, the reference's is {w['number']!r}"
+            continue
         if g["nonfinite"]:
             return f"output{g['path']} has {g['nonfinite']} NaN/Inf elements"
         for a, b in zip(g["values"], w["values"]):

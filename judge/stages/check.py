@@ -137,7 +137,8 @@ def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: i
     if value.get("status") == callframe.BAD_OUTPUT:
         evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])
         return entry.updated(passed=False, reason=value["problem"])
-    verdict = evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=value["leaves"])
+    verdict = evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=value["leaves"],
+                            structure=value.get("structure"))
     return entry.updated(**verdict)  # the oracle's verdict: passed, reason, outputs[, check_implementation]
 
 

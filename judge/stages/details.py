@@ -276,7 +276,7 @@ class CheckedCase(Detail):
     kernel_s: float = ABSENT  # the kernel call's seconds in the runner
     passed: bool = ABSENT  # the oracle's verdict
     reason: str = ABSENT  # why it failed, "" when it passed
-    outputs: list[dict] = ABSENT  # per output tensor: path, dtype, elements, nonfinite, mismatched, errors, tolerances
+    outputs: list[dict] = ABSENT  # per output tensor or number: path, dtype, elements, nonfinite, mismatched, errors, tolerances
     check_implementation: dict = ABSENT  # the task's own checker: {passed, message}, where it has one
 
 

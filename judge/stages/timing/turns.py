@@ -46,7 +46,7 @@ class PendingCheck:
 
     who: str
     clock: str
-    verify: dict  # the oracle's `turn` command's verify: runner, set, copy, leaves
+    verify: dict  # the oracle's `turn` command's verify: runner, set, copy, leaves, structure
 
 
 class PairTurns:
@@ -138,7 +138,7 @@ class PairTurns:
             self.fail(who, clock, set_index, out["problem"])
             return False
         self.pending = PendingCheck(who, clock, {"runner": worker.pid, "set": set_index, "copy": copy,
-                                                  "leaves": out["leaves"]})
+                                                  "leaves": out["leaves"], "structure": out.get("structure")})
         if out.get("release"):
             self.release(who)
         return True
