@@ -15,12 +15,14 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Optional
 
 from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
 from .stages.job import Job
+from .stages.progress import Progress, quiet
 from .stages.result import StageResult, not_run
 
 # How many times Ray starts a dead evaluation actor again (and resends the evaluation it held) before the round
@@ -62,17 +64,26 @@ def describe_place(place: dict) -> str:
     return f"{place['host']}, GPU {place['gpus'] or '-'} ({name})" + gate
 
 
-def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
+def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=None,
+                  progress: Progress = quiet) -> list[StageResult]:
     """Correctness in a runner of the candidate's, then timing against the base in process pairs (both with
-    inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower."""
+    inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower. `progress` hears
+    of each case and each timed benchmark as it starts (judge.stages.progress)."""
     from .stages.check import check
     from .stages.timing.stage import measure
 
     nonce = evaluator.nonce()
-    result = check(evaluator, workspace, timing_next=True, nonce=nonce)
+    result = check(evaluator, workspace, timing_next=True, nonce=nonce, progress=progress)
     if not result.passed:
         return [result]
-    return [result, measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce)]
+    return [result, measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce,
+                            progress=progress)]
+
+
+def progress_of(on_event, name: str) -> Progress:
+    """A stage's progress as `progress` events of a round (or a calibration), named for the candidate (or
+    "(base)", ...)."""
+    return lambda **info: on_event("progress", proposal=name, **info)
 
 
 class BaseCheck(NamedTuple):
@@ -96,7 +107,11 @@ class LocalDispatch:
 
     def check_base(self, control: Optional[Job] = None) -> BaseCheck:
         run = self.run
-        return BaseCheck(run.settings.stages.check_base(run.open_evaluator(), run.base_dir), None)
+        started = time.monotonic()
+        checked = run.settings.stages.check_base(run.open_evaluator(), run.base_dir,
+                                                 progress=progress_of(run.on_event, "(base)"))
+        run.on_event("evaluated", proposal="(base)", seconds=round(time.monotonic() - started, 1))
+        return BaseCheck(checked, None)
 
     def gate(self) -> Optional[str]:
         return self.run.gate
@@ -117,8 +132,11 @@ class LocalDispatch:
                 yield job, [not_run("correctness", run.gate), not_run("timing", run.gate)], None
                 continue
             run.on_event("stage", proposal=job.name, stage="correctness and timing")
-            yield job, run.settings.stages.evaluate(run.open_evaluator(), job.workspace, run.settings.timing_budget_s,
-                                                    run.floor), None
+            started = time.monotonic()
+            stages = run.settings.stages.evaluate(run.open_evaluator(), job.workspace, run.settings.timing_budget_s,
+                                                  run.floor, progress=progress_of(run.on_event, job.name))
+            run.on_event("evaluated", proposal=job.name, seconds=round(time.monotonic() - started, 1))
+            yield job, stages, None
 
     def close(self) -> None:
         self.run.close()
