@@ -148,7 +148,8 @@ def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, 
             raise_not_run(target, f"the base fails its own correctness stage: {base_check}")
         for n in range(aa):
             on_event("calibrate", what=f"A/A {n + 1} of {aa}")
-            stages = kernel_stages(evaluator, target.assemble(root / f"aa-{n + 1}", base_source), budget_s)
+            stages = _watched(on_event, f"(A/A {n + 1})", kernel_stages, evaluator,
+                              target.assemble(root / f"aa-{n + 1}", base_source), budget_s)
             controls.append(_run_record(stages, f"A/A {n + 1}"))
         floor = floor_from([c["logs"] for c in controls], target_minimum(target), MIN_PAIRS, device)
         delays = _delays(evaluator, target, controls)
@@ -156,13 +157,25 @@ def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, 
         for fraction in slowdowns:
             on_event("calibrate", what=f"slowed by {fraction:.1%}")
             source = slowed_by(base_source, delays, fraction)
-            stages = kernel_stages(evaluator, target.assemble(root / f"slow-{fraction:g}", source), budget_s, floor)
+            stages = _watched(on_event, f"(slowed {fraction:.1%})", kernel_stages, evaluator,
+                              target.assemble(root / f"slow-{fraction:g}", source), budget_s, floor)
             slowed.append(dict(_run_record(stages, f"slowed {fraction:.1%}"), fraction=fraction))
     result = _summary(target, controls, slowed, floor)
     result["seconds"] = round(time.monotonic() - started, 1)
     result["id"] = ledger.record_calibration(target.name, device, facts_dict(facts), sha256(base_source), result,
                                              sys.argv)
     return result
+
+
+def _watched(on_event: Callable[..., None], name: str, kernel_stages, *args) -> list:
+    """One run's kernel stages with their progress as `progress` events named `name`, and `evaluated` at the end
+    (judge.cli.progress shows them as a round's)."""
+    from .dispatch import progress_of
+
+    started = time.monotonic()
+    stages = kernel_stages(*args, progress=progress_of(on_event, name))
+    on_event("evaluated", proposal=name, seconds=round(time.monotonic() - started, 1))
+    return stages
 
 
 def kernel_stages_check(evaluator: Evaluator, base_dir: Path) -> Optional[str]:

@@ -15,17 +15,22 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Optional
 
 from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
 from .stages.job import Job
+from .stages.progress import Progress, quiet
 from .stages.result import StageResult, not_run
 
 # How many times Ray starts a dead evaluation actor again (and resends the evaluation it held) before the round
 # stops with the error; what was recorded stays, and `judge run` again resumes.
 ACTOR_RESTARTS = 3
+# How often the driver passes on the progress Ray's actors' stages sent meanwhile.
+PROGRESS_POLL_S = 0.5
 
 
 def parse_gpus(text: str) -> list[int]:
@@ -62,17 +67,26 @@ def describe_place(place: dict) -> str:
     return f"{place['host']}, GPU {place['gpus'] or '-'} ({name})" + gate
 
 
-def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=None) -> list[StageResult]:
+def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=None,
+                  progress: Progress = quiet) -> list[StageResult]:
     """Correctness in a runner of the candidate's, then timing against the base in process pairs (both with
-    inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower."""
+    inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower. `progress` hears
+    of each case and each timed benchmark as it starts (judge.stages.progress)."""
     from .stages.check import check
     from .stages.timing.stage import measure
 
     nonce = evaluator.nonce()
-    result = check(evaluator, workspace, timing_next=True, nonce=nonce)
+    result = check(evaluator, workspace, timing_next=True, nonce=nonce, progress=progress)
     if not result.passed:
         return [result]
-    return [result, measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce)]
+    return [result, measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce,
+                            progress=progress)]
+
+
+def progress_of(on_event, name: str) -> Progress:
+    """A stage's progress as `progress` events of a round (or a calibration), named for the candidate (or
+    "(base)", ...)."""
+    return lambda **info: on_event("progress", proposal=name, **info)
 
 
 class BaseCheck(NamedTuple):
@@ -96,7 +110,11 @@ class LocalDispatch:
 
     def check_base(self, control: Optional[Job] = None) -> BaseCheck:
         run = self.run
-        return BaseCheck(run.settings.stages.check_base(run.open_evaluator(), run.base_dir), None)
+        started = time.monotonic()
+        checked = run.settings.stages.check_base(run.open_evaluator(), run.base_dir,
+                                                 progress=progress_of(run.on_event, "(base)"))
+        run.on_event("evaluated", proposal="(base)", seconds=round(time.monotonic() - started, 1))
+        return BaseCheck(checked, None)
 
     def gate(self) -> Optional[str]:
         return self.run.gate
@@ -117,8 +135,11 @@ class LocalDispatch:
                 yield job, [not_run("correctness", run.gate), not_run("timing", run.gate)], None
                 continue
             run.on_event("stage", proposal=job.name, stage="correctness and timing")
-            yield job, run.settings.stages.evaluate(run.open_evaluator(), job.workspace, run.settings.timing_budget_s,
-                                                    run.floor), None
+            started = time.monotonic()
+            stages = run.settings.stages.evaluate(run.open_evaluator(), job.workspace, run.settings.timing_budget_s,
+                                                  run.floor, progress=progress_of(run.on_event, job.name))
+            run.on_event("evaluated", proposal=job.name, seconds=round(time.monotonic() - started, 1))
+            yield job, stages, None
 
     def close(self) -> None:
         self.run.close()
@@ -149,11 +170,19 @@ class RayDispatch:
         # is sent again: the driver records only what comes back, so nothing is lost or recorded twice.
         actor = ray.remote(**resources, max_restarts=ACTOR_RESTARTS, max_task_retries=ACTOR_RESTARTS)(EvaluationActor)
         files, base_source = target_files(target), (run.base_dir / target.kernel_file).read_text()
+        # The actors' progress (judge.stages.progress) waits here until the driver takes it: no CPU of Ray's is held.
+        self.inbox = ray.remote(num_cpus=0)(ProgressInbox).remote()
         self.actors = [actor.remote(files, target.name, base_source, run.settings.timing_budget_s,
-                                    run.settings.fork_spares) for _ in range(count)]
+                                    run.settings.fork_spares, self.inbox) for _ in range(count)]
         self.places = ray.get([a.where.remote() for a in self.actors])
         self.pool = ActorPool(self.actors)
         run.on_event("workers", places=self.places)
+        # A thread of the driver's passes the progress on while the driver waits on the actors or on compiles; the
+        # lock keeps an evaluation's progress before its `evaluated` event (_evaluated).
+        self._passing = threading.RLock()
+        self._closing = threading.Event()
+        self._forwarder = threading.Thread(target=self._forward_until_closed, name="judge-progress", daemon=True)
+        self._forwarder.start()
 
     def gate(self) -> Optional[str]:
         gates = {p["gate"] for p in self.places}
@@ -177,9 +206,11 @@ class RayDispatch:
         if control is not None and len(self.actors) > 1:
             beside = self._send(self.actors[1], ("control", control))
         result, place = self.ray.get(checking)
+        self._evaluated("(base)", [result])
         if beside is None:
             return BaseCheck(result, place)
         _, stages, control_place = self.ray.get(beside)
+        self._evaluated(control.name, stages)
         return BaseCheck(result, place, (stages, control_place))
 
     def evaluate(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
@@ -196,10 +227,33 @@ class RayDispatch:
                     key_done, stages, place = self.pool.get_next_unordered(timeout=0)
                 except TimeoutError:
                     break
+                self._evaluated(by_key[key_done].name, stages)
                 yield by_key[key_done], stages, place
         while self.pool.has_next():
             key_done, stages, place = self.pool.get_next_unordered()
+            self._evaluated(by_key[key_done].name, stages)
             yield by_key[key_done], stages, place
+
+    def _forward_until_closed(self) -> None:
+        while not self._closing.wait(PROGRESS_POLL_S):
+            self._forward()
+
+    def _forward(self) -> None:
+        """The progress the actors' stages sent since the last time, as the round's `progress` events. Progress
+        is never a round's failure: an inbox that cannot be read is passed over."""
+        with self._passing:
+            try:
+                items = self.ray.get(self.inbox.take.remote())
+            except Exception:  # noqa: BLE001 - an inbox gone (its node lost) leaves the verdicts as they were
+                return
+            for item in items:
+                self.run.on_event("progress", **item)
+
+    def _evaluated(self, name: str, stages: list[StageResult]) -> None:
+        """An evaluation came back: the progress it sent first, then its `evaluated` event (the actor's seconds)."""
+        with self._passing:
+            self._forward()
+            self.run.on_event("evaluated", proposal=name, seconds=round(sum(s.seconds or 0.0 for s in stages), 1))
 
     def _send(self, actor, item: tuple[str, Job]):
         """`actor` evaluates one job (its key, the job) against the round's floor: the pool's call, and the control's."""
@@ -210,6 +264,8 @@ class RayDispatch:
     def close(self) -> None:
         """Close every actor; what each one's runner commands cost goes out as a `worker-tallies` event first
         (judge.sandbox.worker.COMMAND_SECONDS of its process: `judge_scale.py --events` prints it)."""
+        self._closing.set()
+        self._forwarder.join(timeout=10)
         for actor, place in zip(self.actors, self.places):
             try:
                 tallies = self.ray.get(actor.close.remote())
@@ -218,6 +274,7 @@ class RayDispatch:
             self.ray.kill(actor)
             if tallies is not None:
                 self.run.on_event("worker-tallies", place=place, tallies=tallies)
+        self.ray.kill(self.inbox)
 
 
 def gpu_actors(ray, target, address: Optional[str]) -> tuple[dict, int]:
@@ -267,17 +324,33 @@ def write_target(files: dict[str, bytes], parent: Path, name: str) -> Path:
     return directory
 
 
+class ProgressInbox:
+    """A Ray actor that holds the progress the evaluation actors' stages send (judge.stages.progress) until the
+    driver takes it: the actors send without waiting, the driver takes all there is while it waits on them."""
+
+    def __init__(self):
+        self.items: list[dict] = []
+
+    def put(self, item: dict) -> None:
+        self.items.append(item)
+
+    def take(self) -> list[dict]:
+        items, self.items = self.items, []
+        return items
+
+
 class EvaluationActor:
     """One GPU's (or block of cores') share of a round on a Ray worker: its own copy of the target, base and
     round state. A CPU target's actor claims a block of its host's cores first and holds it while it lives."""
 
     def __init__(self, files: dict[str, bytes], name: str, base_source: str, budget_s: Optional[float],
-                 fork_spares: Optional[bool] = None):
+                 fork_spares: Optional[bool] = None, inbox=None):
         from .devices import arch_gate, probed
         from .machine import facts_dict, host_facts
         from .stages.evaluation import Evaluator
         from .targets import load_target
 
+        self.inbox = inbox  # the driver's ProgressInbox, where the stages' progress goes
         self.root = Path(tempfile.mkdtemp(prefix="judge-ray-"))
         self.target = load_target(write_target(files, self.root / "target", name))
         self.base_dir = self.target.assemble(self.root / "base", base_source)
@@ -316,7 +389,20 @@ class EvaluationActor:
 
         if self.gate_reason:
             return not_run("correctness", self.gate_reason), self.where()
-        return check(self.evaluator, self.base_dir), self.where()
+        return check(self.evaluator, self.base_dir, progress=self._progress("(base)")), self.where()
+
+    def _progress(self, name: str) -> Progress:
+        """The stages' progress, named `name`, sent to the driver's inbox without waiting for it."""
+        if self.inbox is None:
+            return quiet
+
+        def send(**info) -> None:
+            try:
+                self.inbox.put.remote({"proposal": name, **info})
+            except Exception:  # noqa: BLE001 - progress is never a candidate's failure
+                pass
+
+        return send
 
     def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None
                  ) -> tuple[str, list[StageResult], dict]:
@@ -326,7 +412,8 @@ class EvaluationActor:
         if self.gate_reason:
             return key, [not_run("correctness", self.gate_reason), not_run("timing", self.gate_reason)], self.where()
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
-        return key, kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor)), self.where()
+        stages = kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor), self._progress(name))
+        return key, stages, self.where()
 
     def close(self) -> dict[str, list]:
         """End the actor's runners and oracle, free its cores, and drop its copy of the round (a round's spares and

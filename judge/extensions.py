@@ -7,7 +7,8 @@ call judge makes, and each judge.toml table that asks for one as a `TypedDict`. 
 docstrings say who calls it, when and with what. Loading a target (judge/targets.py) reads the files its
 judge.toml names, without running them, and holds what they define against these declarations
 (judge/target_hooks.py): a hook that is missing, is no function, or takes another number of arguments than judge
-passes is a one-line error then, not a crash in a child later.
+passes is a one-line error then, not a crash in a child later. GPU MODE's own contract (`GPUMODE_REFERENCE`,
+`ENTRY`) is read the same way in every target, judge.toml or none.
 
 | judge.toml asks              | the target provides                          | declared as       | required |
 |------------------------------|----------------------------------------------|-------------------|----------|
@@ -17,6 +18,13 @@ passes is a one-line error then, not a crash in a child later.
 | `[static] rules`             | names of judge's rules, with parameters      | `STATIC_RULES`    | -        |
 | `[[distributions]] generator`| `FILE.py:function`                           | `InputGenerator`  | yes      |
 | `[peer] file`                | `custom_kernel` in that file                 | `KernelEntry`     | yes      |
+| nothing: GPU MODE's contract | `generate_input` in reference.py             | `InputGenerator`  | [1]      |
+| nothing: GPU MODE's contract | `ref_kernel` in reference.py                 | `ReferenceKernel` | yes      |
+| nothing: GPU MODE's contract | `check_implementation` in reference.py       | `CheckImplementation` | [2]  |
+| nothing: GPU MODE's contract | `custom_kernel` in the kernel file           | `KernelEntry`     | yes      |
+
+[1] unless every `[[distributions]]` names a generator of its own. [2] unless judge.toml's `[tolerance]` sets
+rtol or atol, which then decide alone.
 
 A static rule is judge's own code (judge/stages/static/rules.py registers each with `@rule`), not the target's:
 the target only names rules and gives their parameters, so a rule is declared here by its name and parameters
@@ -168,13 +176,37 @@ class KernelEntry(Protocol):
     Called by a confined runner (judge.boundary.runner, through judge.boundary.callframe) once per correctness
     case and per timed call, with the data generate_input (or the distribution's generator) made; it returns
     the outputs, which the oracle compares with ref_kernel's. The peer's is required wherever judge.toml names a
-    peer; the kernel file's is GPU MODE's contract, which loading does not read (a candidate without one is
-    a crash in its runner)."""
+    peer; the kernel file's is GPU MODE's contract, required of the target's own kernel file when it loads (a
+    candidate whose patch removes it is a crash in its runner)."""
 
     def __call__(self, data: Any) -> Any: ...
 
 
 ENTRY = "custom_kernel"  # GPU MODE's entry point
+
+
+class ReferenceKernel(Protocol):
+    """`ref_kernel` in reference.py: the reference's outputs for one case's data.
+
+    Called by the oracle (judge.boundary.oracle) on a copy of every correctness case's and every timed input
+    set's data, as generate_input (or the distribution's generator) made it; what it returns is what every
+    candidate's outputs are compared with. GPU MODE's contract: required."""
+
+    def __call__(self, data: Any) -> Any: ...
+
+
+class CheckImplementation(Protocol):
+    """`check_implementation` in reference.py: the task's own verdict on a candidate's outputs.
+
+    Called by the oracle after judge's own comparison, with the case's pristine data and the outputs the runner
+    handed back, shaped as ref_kernel returns them; it returns GPU MODE's (passed, message) or a message (empty:
+    passed). GPU MODE's contract: required, unless judge.toml's `[tolerance]` sets rtol or atol, which then
+    decide alone."""
+
+    def __call__(self, data: Any, output: Any) -> Any: ...
+
+
+REFERENCE_FILE = "reference.py"  # the module the oracle imports (`import reference`)
 
 
 @dataclass(frozen=True)
@@ -194,3 +226,7 @@ def compile_hooks(entry: str) -> list[Hook]:
 
 
 PEER_HOOK = Hook(ENTRY, KernelEntry)
+
+GENERATE_INPUT = Hook("generate_input", InputGenerator)
+CHECKER = Hook("check_implementation", CheckImplementation)
+GPUMODE_REFERENCE = [GENERATE_INPUT, Hook("ref_kernel", ReferenceKernel), CHECKER]  # reference.py, in this order

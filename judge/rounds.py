@@ -28,6 +28,7 @@ from .records import Outcome
 from .schedule import base_for, base_words, kernels_to_run, require_runnable
 from .stages.screen.stage import screen_stage
 from .stages.details import CheckDetail, TimingDetail
+from .stages.progress import Progress, quiet
 from .stages.result import StageResult, not_run
 from .targets import Target, find_target
 from .verdicts import decide
@@ -102,17 +103,18 @@ class StageCalls:
 
         return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir, fork_spares=fork_spares)
 
-    def check_base(self, evaluator: Evaluator, base_dir: Path) -> StageResult:
+    def check_base(self, evaluator: Evaluator, base_dir: Path, progress: Optional[Progress] = None) -> StageResult:
         from .stages.check import check
 
-        return check(evaluator, base_dir)
+        return check(evaluator, base_dir, progress=progress or quiet)
 
     def evaluate(self, evaluator: Evaluator, workspace: Path, budget_s: Optional[float],
-                 floor: Optional[Floor] = None) -> list[StageResult]:
-        """Correctness, then timing against the base in process pairs, against the noise floor `floor`."""
+                 floor: Optional[Floor] = None, progress: Optional[Progress] = None) -> list[StageResult]:
+        """Correctness, then timing against the base in process pairs, against the noise floor `floor`;
+        `progress` hears of each case and timed benchmark as it starts (judge.stages.progress)."""
         from .dispatch import kernel_stages
 
-        return kernel_stages(evaluator, workspace, budget_s, floor)
+        return kernel_stages(evaluator, workspace, budget_s, floor, progress or quiet)
 
 
 @dataclass

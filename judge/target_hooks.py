@@ -1,11 +1,12 @@
-"""The hooks a target's judge.toml asks for, read from its files without running them and held against their
-declarations in judge/extensions.py when the target loads.
+"""GPU MODE's contract and the hooks a target's judge.toml asks for, read from its files without running them and
+held against their declarations in judge/extensions.py when the target loads.
 
-Nothing of a target is imported here: its files are parsed (ast), and each hook judge will look up is found
-among the names the file binds at its top level. A hook that is missing, bound to a literal, or defined (a
+Nothing of a target is imported here: its files are parsed (ast), and each name judge will look up is found
+among the names the file binds at its top level. A name that is missing, bound to a literal, or defined (a
 `def` or a lambda) taking other arguments than judge passes is a one-line JudgeError naming the target, the
-file and the hook. What a read cannot follow (an import, a decorator, a call's result, `from x import *`) is
-taken as it is: the child that calls the hook then says what is wrong, as before.
+file and the name, before any compile or process starts. `from X import *` is followed where X is a file of
+the task (task.yml's `files`). What a read cannot follow (an import, a decorator, a call's result, a star import
+of any other module) is taken as it is: the child that calls the name then says what is wrong, as before.
 """
 
 from __future__ import annotations
@@ -16,39 +17,86 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JudgeError
-from .extensions import CHECKS, PEER_HOOK, SEE, Hook, InputGenerator, LayoutCheck, compile_hooks
+from .extensions import (CHECKER, CHECKS, ENTRY, GENERATE_INPUT, GPUMODE_REFERENCE, PEER_HOOK, REFERENCE_FILE, SEE,
+                         Hook, InputGenerator, KernelEntry, LayoutCheck, compile_hooks)
 
 FOLLOWED = object()  # a binding the read does not follow: taken as it is
+STAR = "*"  # the key of a file's star imports while read; then present only where one could not be followed
 LITERALS = {ast.List: "list", ast.Tuple: "tuple", ast.Dict: "dict", ast.Set: "set", ast.JoinedStr: "str",
             ast.ListComp: "list", ast.SetComp: "set", ast.DictComp: "dict", ast.GeneratorExp: "generator"}
 
 
 def check_hooks(target) -> None:
-    """Raise a JudgeError for the first hook `target`'s judge.toml asks for that its files lack or define wrong."""
+    """Raise a JudgeError for the first name judge calls that `target`'s files lack or define wrong: GPU MODE's
+    contract first, then each hook its judge.toml asks for."""
+    modules = _modules(target)
+    specs = [dict(spec) for spec in (target.tests or []) + (target.benchmarks or [])]
+    _check_contract(target, modules, specs)
     if target.compile_entry:
         for hook in compile_hooks(target.compile_entry):
-            _check(target.path, target.kernel_file, hook, "[compile] entry")
+            _check(target.path, target.kernel_file, hook, "[compile] entry", modules)
     if target.static is not None and target.static.layout_checks:
-        _check_checks(target.path, target.static.layout_checks)
-    specs = [dict(spec) for spec in (target.tests or []) + (target.benchmarks or [])]
+        _check_checks(target.path, target.static.layout_checks, modules)
     for distribution in target.distributions:
         if distribution.generator:
             function = distribution.generator.partition(":")[2]
             _check(target.path, distribution.file, Hook(function, InputGenerator), "[[distributions]] generator",
-                   specs)
+                   modules, specs)
     if target.peer is not None:
-        _check(target.path, target.peer.file, PEER_HOOK, "[peer] file")
+        _check(target.path, target.peer.file, PEER_HOOK, "[peer] file", modules)
+
+
+def contract() -> str:
+    """GPU MODE's contract as judge calls it, in words, from extensions.py's declarations."""
+    reference = [_call(hook) for hook in GPUMODE_REFERENCE]
+    reference[-1] += " (or judge.toml's [tolerance])"
+    return (f"judge needs {', '.join(reference[:-1])} and {reference[-1]} in {REFERENCE_FILE} and "
+            f"{_call(Hook(ENTRY, KernelEntry))} in the kernel file")
+
+
+def _call(hook: Hook) -> str:
+    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    parameters = list(inspect.signature(hook.protocol.__call__).parameters.values())[1:]
+    return f"{hook.name}({', '.join(stars.get(p.kind, '') + p.name for p in parameters)})"
+
+
+def _check_contract(target, modules: dict[str, str], specs: list[dict]) -> None:
+    """reference.py's generate_input (where a distribution uses it), ref_kernel and check_implementation (unless
+    judge.toml's [tolerance] decides), and the kernel file's custom_kernel."""
+    path = target.path
+    reference = target.sources.get(REFERENCE_FILE)
+    if reference is None or reference == target.kernel_file:
+        raise JudgeError(f"{path}: the task's files have no {REFERENCE_FILE} ({contract()})")
+    wanted = [hook for hook in GPUMODE_REFERENCE
+              if not (hook is GENERATE_INPUT and all(d.generator for d in target.distributions))
+              and not (hook is CHECKER and (target.rtol is not None or target.atol is not None))]
+    for file, hook in [(reference, hook) for hook in wanted] + [(target.kernel_file, Hook(ENTRY, KernelEntry))]:
+        bindings = _bindings(path, file, hook.name, modules)
+        value = bindings.get(hook.name)
+        if value is None:
+            if STAR not in bindings and "__getattr__" not in bindings:
+                raise JudgeError(f"{path}: {file} has no {hook.name} ({contract()})")
+            continue
+        problem = _problem(_resolve(value, bindings), hook.protocol, specs)
+        if problem:
+            raise _fail(path, f"{file}'s {hook.name} {problem}")
+
+
+def _modules(target) -> dict[str, str]:
+    """The modules a file of the task can import by name (`utils` for utils.py), to the file each is read from."""
+    return {name[:-3].replace("/", "."): source for name, source in target.sources.items() if name.endswith(".py")}
 
 
 def _fail(path: Path, text: str) -> JudgeError:
     return JudgeError(f"{path}: {text} (see {SEE})")
 
 
-def _check(path: Path, file: str, hook: Hook, asker: str, specs: list[dict] | None = None) -> None:
-    bindings = _bindings(path, file, hook.name)
+def _check(path: Path, file: str, hook: Hook, asker: str, modules: dict[str, str],
+           specs: list[dict] | None = None) -> None:
+    bindings = _bindings(path, file, hook.name, modules)
     value = bindings.get(hook.name)
     if value is None:
-        if hook.required and "*" not in bindings and "__getattr__" not in bindings:
+        if hook.required and STAR not in bindings and "__getattr__" not in bindings:
             raise _fail(path, f"{file} defines no {hook.name}, which judge.toml's {asker} asks for")
         return
     problem = _problem(_resolve(value, bindings), hook.protocol, specs)
@@ -56,12 +104,12 @@ def _check(path: Path, file: str, hook: Hook, asker: str, specs: list[dict] | No
         raise _fail(path, f"{file}'s {hook.name} {problem}")
 
 
-def _check_checks(path: Path, file: str) -> None:
+def _check_checks(path: Path, file: str, modules: dict[str, str]) -> None:
     """The layout checks file's CHECKS: a list, each entry a check that takes (kernel, reference, rng)."""
-    bindings = _bindings(path, file, CHECKS)
+    bindings = _bindings(path, file, CHECKS, modules)
     value = bindings.get(CHECKS)
     if value is None:
-        if "*" not in bindings and "__getattr__" not in bindings:
+        if STAR not in bindings and "__getattr__" not in bindings:
             raise _fail(path, f"{file} defines no {CHECKS}, the list of layout checks judge.toml's "
                               "[static] layout_checks asks for")
         return
@@ -83,9 +131,11 @@ def _check_checks(path: Path, file: str) -> None:
 # ---- reading a file's top-level names ----------------------------------------------------------------------
 
 
-def _bindings(path: Path, file: str, wanted: str) -> dict[str, Any]:
+def _bindings(path: Path, file: str, wanted: str, modules: dict[str, str],
+              reading: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Each name `file` binds at its top level (in if, try and with blocks too), to what the last binding binds:
-    a def, a class, an expression, or FOLLOWED; "*" where it imports everything of a module."""
+    a def, a class, an expression, or FOLLOWED; with what `from X import *` brings where X is one of `modules`
+    (a name the file binds itself wins); STAR where it imports everything of a module the read cannot follow."""
     try:
         tree = ast.parse((path / file).read_bytes(), filename=file)
     except SyntaxError as error:
@@ -93,6 +143,16 @@ def _bindings(path: Path, file: str, wanted: str) -> dict[str, Any]:
                           f"{wanted}") from None
     found: dict[str, Any] = {}
     _visit(tree.body, found)
+    unread = False
+    for module in found.pop(STAR, []):
+        source = modules.get(module) if module else None
+        if source is None or source in reading | {file}:
+            unread = True
+            continue
+        for name, value in _bindings(path, source, wanted, modules, reading | {file}).items():
+            found.setdefault(name, value)
+    if unread:
+        found[STAR] = FOLLOWED
     return found
 
 
@@ -104,6 +164,8 @@ def _visit(body: list[ast.stmt], found: dict[str, Any]) -> None:
             found[node.targets[0].id] = node.value
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             found[node.target.id] = node.value
+        elif isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            found.setdefault(STAR, []).append(node.module if not node.level else None)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 found[(alias.asname or alias.name).split(".")[0]] = FOLLOWED

@@ -129,6 +129,12 @@ class Target:
     def kernel_path(self) -> Path:
         return self.path / self.kernel_file
 
+    @property
+    def sources(self) -> dict[str, str]:
+        """Each file of the runnable directory by its name there, to the file it is read from, relative to the
+        target directory (the kernel file's own path for the kernel)."""
+        return {name: self.kernel_file if source == SUBMISSION else source for name, source in self.files}
+
     def kernel_source(self) -> str:
         return self.kernel_path.read_text()
 
@@ -202,7 +208,9 @@ def _read_metadata(path: Path) -> dict[str, Any]:
 
 
 def load_target(path: str | Path) -> Target:
-    """Read `task.yml` and optional `judge.toml`; any GPU MODE problem directory loads unchanged."""
+    """Read `task.yml` and optional `judge.toml`; any GPU MODE problem directory loads unchanged. A directory
+    whose files lack what judge calls (GPU MODE's contract, the hooks judge.toml asks for) is refused here, before
+    any compile or process starts."""
     path = Path(path).resolve()
     if not path.is_dir():
         raise JudgeError(f"{path}: target directory not found")
@@ -249,7 +257,7 @@ def load_target(path: str | Path) -> Target:
         forbidden=_forbidden(meta.get("rules"), where),
         **measuring,
     )
-    check_hooks(target)  # what judge.toml asks of the target's files, against judge/extensions.py
+    check_hooks(target)  # GPU MODE's contract and what judge.toml asks of the target's files, against extensions.py
     return target
 
 

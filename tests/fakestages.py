@@ -73,19 +73,25 @@ class FakeStages(StageCalls):
     def open_round(self, target, root, base_dir, fork_spares=None):
         return self._Evaluator(target, base_dir)
 
-    def check_base(self, evaluator, base_dir):
-        return self.correctness(evaluator.target, base_dir)
+    def check_base(self, evaluator, base_dir, progress=None):
+        return self.correctness(evaluator.target, base_dir, progress)
 
-    def evaluate(self, evaluator, workspace, budget_s, floor=None):
+    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None):
         if marker(workspace) == "interrupt" and str(workspace) not in FakeStages.interrupted:
             FakeStages.interrupted.add(str(workspace))
             raise KeyboardInterrupt
-        check = self.correctness(evaluator.target, workspace)
+        check = self.correctness(evaluator.target, workspace, progress)
         if not check.passed:
             return [check]
-        return [check, self.timing(evaluator.target, workspace, evaluator.base_dir, budget_s)]
+        return [check, self.timing(evaluator.target, workspace, evaluator.base_dir, budget_s, progress)]
 
-    def correctness(self, target, workspace):
+    def correctness(self, target, workspace, progress=None):
+        """One case, reported as the real stage reports each (judge.stages.progress), then the verdict."""
+        if progress is not None:
+            progress(stage="correctness", case=1, cases=1, seconds=0.0)
+        return self._correctness(workspace)
+
+    def _correctness(self, workspace):
         what = marker(workspace)
         if what == "incorrect":
             return StageResult("correctness", "failed", "test 0: 3 of 127 elements differ (first at [5]: got 1.0, expected 2.0)", 0.1)
@@ -93,10 +99,13 @@ class FakeStages(StageCalls):
             return StageResult("correctness", "crashed", "RuntimeError: CUDA error: an illegal memory access was encountered", 0.1)
         return StageResult("correctness", "passed", "2 tests passed", 0.1)
 
-    def timing(self, target, candidate, base, budget_s):
+    def timing(self, target, candidate, base, budget_s, progress=None):
         what = marker(candidate)
         if what == "hang-timing":
             time.sleep(self.hang_s)
+        for index in range(len(target.benchmarks) if progress is not None else 0):  # one pair, as the real one says
+            progress(stage="timing", pair=1, max_pairs=8, benchmark=index + 1, benchmarks=len(target.benchmarks),
+                     label=target.benchmark_label(index), seconds=0.0)
         speedup = float(what.split()[1]) if what.startswith("speedup") else 1.0
         benchmarks = []
         for index in range(len(target.benchmarks)):

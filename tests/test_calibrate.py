@@ -67,7 +67,7 @@ class Model:
         self.floors: list = []
         self.aa_runs = 0
 
-    def kernel_stages(self, evaluator, workspace: Path, budget_s=None, floor=None):
+    def kernel_stages(self, evaluator, workspace: Path, budget_s=None, floor=None, progress=None):
         delays = mixin_delays(workspace)
         base = mixin_delays(evaluator.base_dir)
         if delays is not None:

@@ -31,10 +31,10 @@ def cpu_target():
     return target
 
 
-def judge_variant(target, variant: str, tmp_path: Path, timeout_s: float = 120, secret: int = 7):
+def judge_variant(target, variant: str, tmp_path: Path, timeout_s: float = 120, secret: int = 7, progress=None):
     workspace = target.assemble(tmp_path / variant, (VARIANTS / f"{variant}.py").read_text())
     with Evaluator(target, tmp_path / "round", secret=secret) as evaluator:
-        result = check(evaluator, workspace, timeout_s=timeout_s, nonce=0)
+        result = check(evaluator, workspace, timeout_s=timeout_s, nonce=0, progress=progress or (lambda **_: None))
     return result
 
 
@@ -48,9 +48,13 @@ def test_not_run_without_a_gpu(tmp_path):
 
 
 def test_correct_passes_on_secret_seeds(tmp_path):
-    result = judge_variant(cpu_target(), "correct", tmp_path)
+    said = []
+    result = judge_variant(cpu_target(), "correct", tmp_path, progress=lambda **info: said.append(info))
     assert result.status == "passed", result.summary + result.log_tail
     assert result.summary == "8 of 8 checks passed (3 tests x 2 seeds + 2 benchmarks)"
+    # progress: each case as it starts, with the stage's seconds so far
+    assert [(i["stage"], i["case"], i["cases"]) for i in said] == [("correctness", n, 8) for n in range(1, 9)]
+    assert [i["seconds"] for i in said] == sorted(i["seconds"] for i in said)
     cases = result.detail.cases
     expected_seeds = [derive(7, 0, "test", i, call, "default") for i in range(3) for call in (1, 2)]
     expected_seeds += [derive(7, 0, "benchmark", j, "default") for j in range(2)]

@@ -206,6 +206,21 @@ def test_run_json_gives_each_verdict_its_evaluation_and_the_report(judge_env, fa
     assert result.exit_code == 0, result.output
     [summary] = json.loads(result.stdout)
     [verdict] = summary["verdicts"]
+    # the run's events, one JSON object per line on stderr: the candidate's stage, its case and its timed benchmarks
+    # as they start (from the stage fakes: one case, one pair), its kernel stages' end, its verdict
+    events = [json.loads(line) for line in result.stderr.splitlines()]
+    alphas = [e for e in events if e.get("proposal") == "alpha"]
+    assert alphas[4].pop("seconds") >= 0
+    timing = {"kind": "progress", "proposal": "alpha", "stage": "timing", "pair": 1, "max_pairs": 8, "benchmarks": 2,
+              "seconds": 0.0}
+    assert alphas == [
+        {"kind": "stage", "proposal": "alpha", "stage": "correctness and timing"},
+        {"kind": "progress", "proposal": "alpha", "stage": "correctness", "case": 1, "cases": 1, "seconds": 0.0},
+        {**timing, "benchmark": 1, "label": "size=1048576"}, {**timing, "benchmark": 2, "label": "size=4194304"},
+        {"kind": "evaluated", "proposal": "alpha"},
+        {"kind": "verdict", "proposal": "alpha", "outcome": "faster",
+         "reason": "geomean 1.250x [1.244, 1.256] over 2 benchmarks", "where": None}]
+    assert events[0] == {"kind": "probe", "target": "axpy"} and "floor" in {e["kind"] for e in events}
     from judge.ledger import Ledger
 
     rows = Ledger(root / "ledger.db").query("select id, subject from evaluations order by id")
@@ -456,6 +471,63 @@ def test_run_progress_prints_a_verdicts_reason_contained():
                        reason="correctness: crashed: \x1b[31m[bold]<!--[/bold]\x07\nnext " + "y" * 5000)
     assert buffer.getvalue().splitlines()[0] == \
         "  alpha: crashed (correctness: crashed: [bold]<!--[/bold] next " + "y" * 932 + " (4068 more characters))"
+
+
+PROGRESS = [("stage", {"proposal": "alpha", "stage": "correctness and timing"}),
+            ("progress", {"proposal": "alpha", "stage": "correctness", "case": 1, "cases": 8, "seconds": 0.04}),
+            ("progress", {"proposal": "alpha", "stage": "correctness", "case": 8, "cases": 8, "seconds": 1.25}),
+            ("progress", {"proposal": "alpha", "stage": "timing", "pair": 1, "max_pairs": 8, "benchmark": 1,
+                          "benchmarks": 2, "label": "size=4096", "seconds": 0.0}),
+            ("progress", {"proposal": "alpha", "stage": "timing", "pair": 3, "max_pairs": 8, "benchmark": 2,
+                          "benchmarks": 2, "label": "size=1048576", "seconds": 61.96})]
+
+
+def test_in_a_log_judge_run_writes_a_line_per_case_and_per_timed_benchmark():
+    """stderr that is no terminal: plain lines (a timed benchmark makes hundreds of calls: none has a line)."""
+    import io
+
+    from rich.console import Console
+
+    from judge.cli.progress import RunProgress
+
+    buffer = io.StringIO()
+    with RunProgress(Console(file=buffer, width=120, force_terminal=False), enabled=True) as progress:
+        for kind, info in PROGRESS:
+            progress.event(kind, **info)
+        progress.event("evaluated", proposal="alpha", seconds=63.0)
+        progress.event("verdict", proposal="alpha", outcome="faster", reason="geomean 1.2x", where=None)
+    assert buffer.getvalue().rstrip("\n").splitlines() == [
+        "  alpha: correctness and timing ...",
+        "  alpha: correctness, case 1 of 8, 0.0 s so far",
+        "  alpha: correctness, case 8 of 8, 1.2 s so far",
+        "  alpha: timing, pair 1, benchmark 1 of 2 (size=4096), 0.0 s so far",
+        "  alpha: timing, pair 3, benchmark 2 of 2 (size=1048576), 62.0 s so far",
+        "  alpha: faster (geomean 1.2x)",
+    ]
+
+
+def test_on_a_terminal_each_running_candidate_has_a_live_line_until_its_stages_end():
+    import io
+
+    from rich.console import Console
+
+    from judge.cli.progress import RunProgress
+
+    buffer = io.StringIO()
+    with RunProgress(Console(file=buffer, width=120, force_terminal=True), enabled=True) as progress:
+        for kind, info in PROGRESS[:3]:
+            progress.event(kind, **info)
+        assert [(t.description, t.completed, t.total) for t in progress.progress.tasks] == [
+            ("  alpha: correctness", 7, 8)]
+        for kind, info in PROGRESS[3:]:
+            progress.event(kind, **info)
+        progress.event("progress", **{**PROGRESS[1][1], "proposal": "(base)"})
+        assert [(t.description, t.completed, t.total) for t in progress.progress.tasks] == [
+            ("  alpha: timing, pair 3 (at most 8), size=1048576", 1, 2), ("  (base): correctness", 0, 8)]
+        progress.event("evaluated", proposal="(base)", seconds=2.0)
+        progress.event("verdict", proposal="alpha", outcome="faster", reason="geomean 1.2x", where=None)
+        assert progress.progress.tasks == []
+    assert "so far" not in buffer.getvalue()  # the plain lines are the log's
 
 
 def test_a_cpu_target_names_the_cpu_it_runs_on_and_looks_for_no_gpu():

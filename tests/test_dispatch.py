@@ -143,6 +143,19 @@ def test_cpu_actors_give_the_sequential_verdicts_lose_nothing_when_killed_and_sa
     devices = [json.loads(r["device_json"]) for r in rows]
     assert all(d["cpus"] in expected_blocks() and d["gpus"] == "" and d["host"] for d in devices)
     assert ledger.query("select status from runs")[0]["status"] == "finished"
+    # the actors' progress reaches the driver: each case and timed benchmark as it started, before the evaluation's
+    # `evaluated` and its verdict (a resent evaluation's progress comes again)
+    stages: dict[str, set] = {}
+    for kind, info in events:
+        if kind == "progress":
+            stages.setdefault(info["proposal"], set()).add(info["stage"])
+    assert stages.pop("(base)") == {"correctness"}
+    assert stages == {"(control)": {"correctness", "timing"}, "wrong-sign": {"correctness"},
+                      "raises": {"correctness"}, "ten-times": {"correctness", "timing"},
+                      "identical": {"correctness", "timing"}}
+    for name in KERNELS:
+        order = [kind for kind, info in events if info.get("proposal") == name and kind != "stage"]
+        assert order[-2:] == ["evaluated", "verdict"] and set(order[:-2]) == {"progress"}, order
 
 
 def test_gpu_actors_one_per_gpu_gated_where_there_is_none(tmp_path):

@@ -96,7 +96,7 @@ def test_a_kernel_file_that_does_not_parse_is_named(scale):
     kernel.write_text(kernel.read_text() + "\ndef broken(:\n")
     message = _error(scale)
     assert message.startswith(f"{scale}: submission.py does not parse (line ")
-    assert message.endswith(f"judge cannot find its compile_kernel {SEE}")
+    assert message.endswith(f"judge cannot find its custom_kernel {SEE}")  # GPU MODE's contract is read first
 
 
 @pytest.fixture

@@ -128,9 +128,9 @@ def test_a_proposal_named_like_judges_own_workspaces_leaves_them_alone(setup):
     bases = []
 
     class Watching(FakeStages):
-        def evaluate(self, session, workspace, budget_s, floor=None):
+        def evaluate(self, session, workspace, budget_s, floor=None, progress=None):
             bases.append((session.base_dir / "submission.py").read_text())
-            return super().evaluate(session, workspace, budget_s, floor)
+            return super().evaluate(session, workspace, budget_s, floor, progress)
 
     settings.stages = Watching()
     for pid, verdict in [("base", "speedup 0.5"), ("control", "speedup 0.5"), ("peer", "speedup 0.5"),

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from harness import judge_toml_error, replacing
 
+from judge.errors import JudgeError
 from judge.targets import Distribution, ForbiddenCall, load_target
 
 CPU_TARGET = Path(__file__).resolve().parents[1] / "kernels" / "vecadd_cpu"
@@ -96,3 +97,97 @@ def test_bad_forbidden_calls_are_one_line_errors(target_dir, rules, message):
 
 def test_a_rules_key_that_is_not_a_table(target_dir):
     assert judge_toml_error(target_dir, lambda text: "rules = 1\n" + text) == "field 'rules': a table, [rules]"
+
+
+# ---- GPU MODE's contract, read when the target loads (judge/target_hooks.py) --------------------------------
+
+CONTRACT = ("judge needs generate_input(**spec), ref_kernel(data) and check_implementation(data, output) (or "
+            "judge.toml's [tolerance]) in reference.py and custom_kernel(data) in the kernel file")
+DEFINITIONS = {
+    "generate_input": "def generate_input(size, seed):\n    return [size]\n",
+    "ref_kernel": "def ref_kernel(data):\n    return data\n",
+    "check_implementation": "check_implementation = make_match_reference(ref_kernel, rtol=1e-3)\n",
+}
+ENTRY = "def custom_kernel(data):\n    return data\n"
+
+
+def _problem(root: Path, reference: str, kernel: str = ENTRY, toml: str | None = None, **files: str) -> Path:
+    """A GPU MODE-style problem in the layout of reference-kernels: utils.py one level up, named in task.yml."""
+    problem = root / "problem"
+    problem.mkdir(parents=True)
+    (root / "utils.py").write_text("def make_match_reference(ref, **tolerance):\n    return lambda data, out: ''\n")
+    extra = "".join(f'  - {{"name": "{name}.py", "source": "{name}.py"}}\n' for name in files)
+    (problem / "task.yml").write_text(
+        'files:\n  - {"name": "submission.py", "source": "@SUBMISSION@"}\n'
+        '  - {"name": "utils.py", "source": "../utils.py"}\n  - {"name": "reference.py", "source": "reference.py"}\n'
+        f'{extra}tests:\n  - {{"size": 8, "seed": 1}}\nbenchmarks:\n  - {{"size": 64, "seed": 2}}\n')
+    (problem / "reference.py").write_text(reference)
+    (problem / "submission.py").write_text(kernel)
+    for name, source in files.items():
+        (problem / f"{name}.py").write_text(source)
+    if toml is not None:
+        (problem / "judge.toml").write_text(toml)
+    return problem
+
+
+def _reference(without: str = "") -> str:
+    return "from utils import make_match_reference\n\n" + "".join(
+        source for name, source in DEFINITIONS.items() if name != without)
+
+
+def _refusal(problem: Path) -> str:
+    with pytest.raises(JudgeError) as caught:
+        load_target(problem)
+    assert "\n" not in caught.value.message
+    return caught.value.message
+
+
+def test_gpu_modes_usual_reference_loads(tmp_path):
+    """check_implementation from an imported factory (`make_match_reference`) is taken as it is."""
+    assert load_target(_problem(tmp_path, _reference())).name == "problem"
+
+
+@pytest.mark.parametrize("name", list(DEFINITIONS))
+def test_a_reference_without_a_name_judge_calls_is_refused(tmp_path, name):
+    problem = _problem(tmp_path, _reference(without=name))
+    assert _refusal(problem) == f"{problem}: reference.py has no {name} ({CONTRACT})"
+
+
+def test_a_kernel_file_without_custom_kernel_is_refused(tmp_path):
+    """As princeton/cross_entropy_py's: two entry points of its own and no custom_kernel (nor generate_input)."""
+    problem = _problem(tmp_path, _reference(), kernel="def forward(x):\n    return x\n\ndef backward(x):\n    pass\n")
+    assert _refusal(problem) == f"{problem}: submission.py has no custom_kernel ({CONTRACT})"
+
+
+def test_a_task_without_reference_py_is_refused(tmp_path):
+    problem = _problem(tmp_path, _reference())
+    task = problem / "task.yml"
+    task.write_text(task.read_text().replace('  - {"name": "reference.py", "source": "reference.py"}\n', ""))
+    assert _refusal(problem) == f"{problem}: the task's files have no reference.py ({CONTRACT})"
+
+
+def test_a_reference_name_taking_other_arguments_is_refused(tmp_path):
+    problem = _problem(tmp_path, _reference().replace("def ref_kernel(data):", "def ref_kernel(data, out):"))
+    assert _refusal(problem) == (f"{problem}: reference.py's ref_kernel takes 2 arguments, judge calls it with 1 "
+                                 "(see judge/extensions.py)")
+    problem = _problem(tmp_path / "b", _reference().replace("(size, seed)", "(batch, size, seed)"))
+    assert _refusal(problem) == (f"{problem}: reference.py's generate_input needs argument 'batch', which a spec of "
+                                 "task.yml lacks (size, seed) (see judge/extensions.py)")
+
+
+def test_a_tolerance_stands_in_for_check_implementation(tmp_path):
+    load_target(_problem(tmp_path, _reference(without="check_implementation"),
+                         toml="[tolerance]\nrtol = 1e-3\natol = 1e-3\n"))
+
+
+def test_generate_input_is_not_needed_where_every_distribution_names_a_generator(tmp_path):
+    load_target(_problem(tmp_path, _reference(without="generate_input"), inputs="def wide(size, seed):\n    pass\n",
+                         toml='[[distributions]]\nname = "wide"\ngenerator = "inputs.py:wide"\n'))
+
+
+def test_a_star_import_of_a_task_file_is_followed(tmp_path):
+    """`from common import *` where common.py is one of task.yml's files: read; of any other module: taken as is."""
+    load_target(_problem(tmp_path / "a", "from common import *\n", common=_reference()))
+    problem = _problem(tmp_path / "b", "from common import *\n", common=_reference(without="ref_kernel"))
+    assert _refusal(problem) == f"{problem}: reference.py has no ref_kernel ({CONTRACT})"
+    load_target(_problem(tmp_path / "c", "from somewhere_else import *\n"))

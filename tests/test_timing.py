@@ -62,10 +62,16 @@ def test_not_run_without_a_gpu(tmp_path):
 def test_records_on_cpu(tmp_path, small_target):
     base = assemble(small_target, tmp_path, "base", small_target.kernel_source())
     cand = assemble(small_target, tmp_path, "cand", variant("correct"))
-    result = run_timing(small_target, cand, base, budget_s=2, timeout_s=300)
+    said = []
+    result = run_timing(small_target, cand, base, budget_s=2, timeout_s=300, progress=lambda **info: said.append(info))
     assert result.status == "passed", result.summary + result.log_tail
     detail = result.detail
     pairs = detail.pairs
+    # progress: each benchmark of each pair as it starts, never a call
+    assert [(i["pair"], i["benchmark"], i["label"]) for i in said] == [
+        (p, b, label) for p in range(1, pairs + 1) for b, label in ((1, "size=20000"), (2, "size=40000"))]
+    assert {(i["stage"], i["benchmarks"], i["max_pairs"]) for i in said} == {("timing", 2, timing.MAX_PAIRS)}
+    assert [i["seconds"] for i in said] == sorted(i["seconds"] for i in said) and said[-1]["seconds"] > 0
     assert timing.MIN_PAIRS <= pairs <= timing.MAX_PAIRS
     assert re.fullmatch(rf"geomean \d+\.\d{{3}}x \[\d+\.\d{{3}}, \d+\.\d{{3}}\] over 2 benchmarks, {pairs} process pairs",
                         result.summary)

@@ -1,17 +1,49 @@
-"""What `judge run` shows on the terminal while a round runs: rich progress fed by the round's events."""
+"""What `judge run` shows while a round runs, fed by the round's events: rich progress on a terminal, a plain line
+per stage, case, timed benchmark and verdict in a log, and under --json one JSON object per event on stderr."""
 
 from __future__ import annotations
 
+import json
+
+import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..contain import terminal
+from ..contain import json_safe, terminal
 from ..dispatch import describe_place
+
+
+def progress_line(info: dict) -> str:
+    """A kernel stage's progress (judge.stages.progress) as one line of a log: per correctness case, per timed
+    benchmark of each process pair."""
+    head = f"  {terminal(info['proposal'])}: {info['stage']}"
+    if info["stage"] == "timing":
+        return (f"{head}, pair {info['pair']}, benchmark {info['benchmark']} of {info['benchmarks']} "
+                f"({terminal(info['label'])}), {info['seconds']:.1f} s so far")
+    return f"{head}, case {info['case']} of {info['cases']}, {info['seconds']:.1f} s so far"
+
+
+class JsonEvents:
+    """`judge run --json`: each event of the round as it comes, one JSON object per line on stderr, `kind` naming
+    it as the server's job events do (stdout keeps the one document at the end)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def event(self, kind: str, **info) -> None:
+        line = json.dumps({"kind": kind, **info}, default=lambda value: value.to_json() if hasattr(value, "to_json")
+                          else str(value))
+        click.echo(json.dumps(json_safe(json.loads(line))), err=True)
 
 
 class RunProgress:
     """Rich progress for `judge run`: a bar of the compiles, one of the candidates judged (and one per Ray worker)
-    beside it, a line per stage and verdict. It starts at the first
+    beside it, a live line per candidate in correctness or timing (its case, or its pair and benchmark), a line
+    per stage and verdict. Where the console is no terminal the live lines are plain lines instead, one per case
+    and per timed benchmark. It starts at the first
     event, so that an error before the run starts (e.g. the round is being run already) is its one line alone."""
 
     def __init__(self, console: Console, enabled: bool):
@@ -22,6 +54,7 @@ class RunProgress:
         self.task = None
         self.gpu_task = None  # the round's GPU stages: one step per candidate
         self.worker_tasks: dict[str, int] = {}  # per Ray worker (its place as the verdicts name it): candidates done
+        self.running: dict[str, int] = {}  # per candidate in its kernel stages: its live line
 
     def __enter__(self):
         return self
@@ -46,7 +79,12 @@ class RunProgress:
             # Every candidate that compiles gets one step when its verdict comes (a compile failure's too), while
             # the compiling bar goes on beside it (judge.stages.compile.pipeline).
             self.gpu_task = self.progress.add_task("candidates judged", total=info["total"])
+        elif kind == "progress":
+            self._running(info)
+        elif kind == "evaluated":
+            self._done(info["proposal"])
         elif kind == "verdict":
+            self._done(info["proposal"])
             where = f" [{info['where']}]" if info.get("where") else ""
             self.progress.console.print(f"  {terminal(info['proposal'])}: {info['outcome']} ({terminal(info['reason'])}){where}",
                                         markup=False)
@@ -70,6 +108,25 @@ class RunProgress:
             self.progress.console.print(f"{info['target']}: runs on this machine's {fmt_device(info['device'])}",
                                         markup=False)
 
+    def _running(self, info: dict) -> None:
+        """A candidate's live line: its stage, bar over its cases (correctness) or over a pair's benchmarks
+        (timing), time since its first case. In a log, the plain line instead."""
+        if not self.progress.console.is_terminal:
+            self.progress.console.print(progress_line(info), markup=False)
+        name = terminal(info["proposal"])
+        if info["stage"] == "timing":
+            words = f"  {name}: timing, pair {info['pair']} (at most {info['max_pairs']}), {terminal(info['label'])}"
+            done, total = info["benchmark"] - 1, info["benchmarks"]
+        else:
+            words, done, total = f"  {name}: correctness", info["case"] - 1, info["cases"]
+        if info["proposal"] not in self.running:
+            self.running[info["proposal"]] = self.progress.add_task(words, total=total)
+        self.progress.update(self.running[info["proposal"]], description=words, completed=done, total=total)
+
+    def _done(self, proposal: str) -> None:
+        task = self.running.pop(proposal, None)
+        if task is not None:
+            self.progress.remove_task(task)
 
     def _advance(self, where: str | None) -> None:
         """A verdict ends one candidate's GPU stages: a step of the round's bar and of its worker's count."""

@@ -14,7 +14,7 @@ from .. import round_actions
 from .app import Context, command, emit_json, err, fail, main, out
 from ..contain import terminal
 from ..errors import JudgeError
-from .progress import RunProgress
+from .progress import JsonEvents, RunProgress
 from ..targets import find_target
 
 
@@ -47,7 +47,7 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
     if ctx.remote is not None:
         if ray_address is not None or gpus:
             raise JudgeError("--ray and --gpus are the server's to choose (judge serve --ray, --gpus)")
-        with RunProgress(err, enabled=not as_json) as progress:
+        with _events(as_json) as progress:
             summaries = ctx.remote.run(round_, target, again, workers, timing_budget, progress.event, out_dir)
         return _print_runs(summaries, as_json)
     explicit = find_target(target, ctx.kernels) if target else None
@@ -58,7 +58,7 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
                         timing_budget_s=timing_budget, again=again, ray=ray_address is not None,
                         ray_address=ray_address or None, gpus=parse_gpus(gpus) if gpus else None)
     try:
-        with RunProgress(err, enabled=not as_json) as progress:
+        with _events(as_json) as progress:
             summaries = round_actions.run(ctx.ledger, round_, explicit, settings, progress.event, out_dir)
     except round_actions.Interrupted as stopped:
         if as_json:
@@ -66,6 +66,11 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
         err.print(stopped.message, markup=False)
         sys.exit(130)
     _print_runs(summaries, as_json)
+
+
+def _events(as_json: bool) -> JsonEvents | RunProgress:
+    """Where a run's events go: JSON lines on stderr under --json, else rich progress (plain lines in a log)."""
+    return JsonEvents() if as_json else RunProgress(err, enabled=True)
 
 
 def _print_runs(summaries: list[dict], as_json: bool) -> None:

@@ -19,6 +19,7 @@ from ..workspaces import fresh
 from .evaluation import Case, Evaluator
 from .lease import RunnerLease
 from .details import CheckDetail, CheckedCase
+from .progress import Progress, quiet
 from .result import StageResult, not_run
 from ..targets import Target, spec_label
 from .timing.turns import frame_flags
@@ -42,9 +43,10 @@ def run_correctness(target: Target, workspace: Path, *, timeout_s: float | None 
 
 
 def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None, timing_next: bool = False,
-          nonce: int | None = None) -> StageResult:
+          nonce: int | None = None, progress: Progress = quiet) -> StageResult:
     """Start a runner for `workspace`, check every case, close the runner. With `timing_next` the timing stage's
-    first process pairs are bound and loaded while the cases run (Evaluator.prebind), base and candidate alike."""
+    first process pairs are bound and loaded while the cases run (Evaluator.prebind), base and candidate alike.
+    `progress` hears of each case as it starts (judge.stages.progress)."""
     target = evaluator.target
     workspace = Path(workspace).resolve()  # the runner's cwd is the workspace: paths it gets must be absolute
     limit = timeout_s if timeout_s is not None else target.limits.check_s
@@ -63,8 +65,11 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
 
             evaluator.prebind(evaluator.base_dir, MIN_PAIRS, "timing-base")
             evaluator.prebind(workspace, MIN_PAIRS)
-        cases = [_run_case(evaluator, worker, case, n, nonce, deadline)
-                 for n, case in enumerate(evaluator.cases(nonce))]
+        cases = []
+        planned = evaluator.cases(nonce)
+        for n, case in enumerate(planned):
+            progress(stage=STAGE, case=n + 1, cases=len(planned), seconds=round(time.monotonic() - started, 1))
+            cases.append(_run_case(evaluator, worker, case, n, nonce, deadline))
         changes = worker.call("audit", time_left(deadline)).value
     except Tampered as found:
         _no_timing_follows(evaluator, lease)

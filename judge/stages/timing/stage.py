@@ -27,6 +27,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from . import audits
 from ...boundary import callframe
@@ -35,6 +36,7 @@ from ...devices import gate
 from ...workspaces import fresh
 from ..evaluation import Evaluator
 from ..lease import RunnerLease
+from ..progress import Progress, quiet
 from ...noise import Floor, default_floor
 from ...boundary.runner import spin_cycles, spin_for
 from ..details import ABSENT, TimedBenchmark, TimingDetail
@@ -86,19 +88,20 @@ class PairResult:
 
 
 def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float | None = None,
-               timeout_s: float | None = None, floor: Floor | None = None) -> StageResult:
+               timeout_s: float | None = None, floor: Floor | None = None, progress: Progress = quiet) -> StageResult:
     """Time the kernel in `candidate` against the one in `base` (a round shares one Evaluator instead)."""
     reason = gate(target.arch)
     if reason:
         return not_run(STAGE, reason)
     candidate = Path(candidate).resolve()
     with Evaluator(target, fresh(candidate.parent / f".{candidate.name}-oracle"), base_dir=Path(base)) as evaluator:
-        return measure(evaluator, candidate, budget_s=budget_s, timeout_s=timeout_s, floor=floor)
+        return measure(evaluator, candidate, budget_s=budget_s, timeout_s=timeout_s, floor=floor, progress=progress)
 
 
 def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = None, timeout_s: float | None = None,
-            floor: Floor | None = None, nonce: int | None = None) -> StageResult:
-    """Time the kernel assembled in `workspace` against the round's base, pair after pair (module docstring)."""
+            floor: Floor | None = None, nonce: int | None = None, progress: Progress = quiet) -> StageResult:
+    """Time the kernel assembled in `workspace` against the round's base, pair after pair (module docstring).
+    `progress` hears of each benchmark of each pair as it starts (judge.stages.progress)."""
     target = evaluator.target
     floor = floor or default_floor(target)
     nonce = evaluator.nonce() if nonce is None else nonce
@@ -110,9 +113,15 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     facts = None if target.on_cpu else evaluator.ask("facts")
     pairs: list[PairResult] = []
     evaluator.discard_prebound(keep=(workspace, evaluator.base_dir))
+
+    def benchmark_starts(pair: int, index: int) -> None:
+        progress(stage=STAGE, pair=pair + 1, max_pairs=MAX_PAIRS, benchmark=index + 1,
+                 benchmarks=len(target.benchmarks), label=target.benchmark_label(index),
+                 seconds=round(time.monotonic() - started, 1))
+
     try:
         for p in range(MAX_PAIRS):
-            pairs.append(time_pair(evaluator, Path(workspace), p, nonce, deadline))
+            pairs.append(time_pair(evaluator, Path(workspace), p, nonce, deadline, benchmark_starts))
             if pairs[-1].failure or pairs[-1].findings or pairs[-1].base_findings:
                 break
             logs = _pair_geomeans(pairs, target)
@@ -128,9 +137,11 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     return _result(evaluator, pairs, floor, facts, time.monotonic() - started)
 
 
-def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float) -> PairResult:
+def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float,
+              benchmark_starts: Callable[[int, int], None] | None = None) -> PairResult:
     """One process pair over every benchmark: two fresh runners (bound in an order drawn for the pair), pinned
-    to the timing cores, each benchmark in turn, then both runners' audits."""
+    to the timing cores, each benchmark in turn (`benchmark_starts(pair, index)` told as it starts), then both
+    runners' audits."""
     rng = random.Random(evaluator.shift(nonce, pair, -1))
     order = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
     runners: dict[str, Worker] = {}
@@ -149,6 +160,8 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
         evaluator.settle()
         first = "base" if pair % 2 == 0 else "cand"
         for index in range(len(evaluator.target.benchmarks)):
+            if benchmark_starts is not None:
+                benchmark_starts(pair, index)
             bench = _benchmark(evaluator, runners, index, pair, nonce, first, deadline, result)
             result.benchmarks.append(bench)
             if bench.failure:
