@@ -852,6 +852,7 @@ def main(argv: Optional[list[str]] = None) -> int:
               "total_mib": rounded(reading[1]) if reading else None, "python": sys.version.split()[0],
               "eval_modes": args.eval_modes, "dry_run": args.dry_run, "root": str(args.root),
               "all_benchmarks": args.all_benchmarks}
+    args.root = args.root.resolve()  # judge runs each contest from a scratch directory of its own
     problems = find_problems(args.root, args.problems)
     if not problems:
         print(f"no problem directory (with a task.yml) matches {args.problems} under {args.root}", file=sys.stderr)

@@ -390,7 +390,7 @@ class Worker:
         line, _, self._buffer = self._buffer.partition(b"\n")
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line of brackets nested past Python's limit
             self._kill()
             raise WorkerError("tampered", "wrote something other than judge's replies to judge's reply channel",
                               self.log_tail()) from None
