@@ -17,3 +17,10 @@ export PROBLEMS=${PROBLEMS:-}  # the script reads the globs itself, so that the 
 # shellcheck disable=SC2086
 python3 benchmarks/gpumode_parity.py --root .gpumode/problems \
   --limit-s "${LIMIT_S:-240}" --budget-s "${BUDGET_S:-510}" --out "$OUT" ${PARITY_ARGS:-} 2>&1 | tee "$OUT/parity.log"
+# judge's own log of each problem's round (its progress lines and the oracle's log's tail), for where the time went
+for scratch in /tmp/judge-parity-*/*/; do
+  [ -f "$scratch/run.log" ] || continue
+  log="$OUT/judge-$(basename "$scratch").log"
+  cp "$scratch/run.log" "$log"
+  find "$scratch/work" -name oracle.log -exec sh -c 'echo "== $1"; tail -n 40 "$1"' _ {} \; >> "$log" 2>/dev/null
+done

@@ -34,7 +34,7 @@ def test_a_benchmark_that_cannot_fit_is_refused_in_one_line_with_its_size_and_th
     with pytest.raises(JudgeError) as error:
         plan_memory(H100, sizes, ["n=1024", "n=32768"])
     assert str(error.value) == (
-        "benchmark 1 (n=32768) needs 202.0 GiB of device memory to be timed (2 input sets and 2 copies of its 20.0 GiB "
+        "benchmark 1 (n=32768) needs 182.0 GiB of device memory to be timed (2 input sets and 2 copies of its 20.0 GiB "
         "input, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); NVIDIA H100 80GB HBM3 has "
         "80.0 GiB, of which judge may use 63.0 GiB (80% of it less 1.0 GiB in use)")
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..boundary.staging import OUTBOX_FACTOR
 from ..errors import JudgeError
 
 # Of the device's total memory, what judge's processes (oracle, runners, spares) may hold together.
@@ -24,8 +25,6 @@ ROUND_SHARE = 0.8
 # up to 1.6% among eight allocations on an H100; sets are what the replay check compares first uses across).
 MIN_SETS, MAX_SETS, SETS_CAP_BYTES = 2, 8, 4 << 30
 MIN_COPIES, MAX_COPIES, COPIES_CAP_BYTES = 2, 8, 2 << 30
-# The oracle's outbox holds this many times the reference's output bytes (judge.boundary.staging.OUTBOX_FACTOR).
-OUTBOX_FACTOR = 4
 # Processes that hold a benchmark's output and working memory at once while it is timed: the pair's two runners and
 # the oracle computing an answer.
 HOLDERS = 3
