@@ -100,27 +100,34 @@ def _bench(oracle, key, seeds, keep=""):
     return oracle.benchmark(key, {"size": 64, "seed": 0}, "default", seeds, 99, 2, [1], keep=keep)
 
 
-def test_a_benchmark_makes_each_set_once_and_calls_the_reference_once_per_timed_set(oracle):
-    answer = _bench(oracle, "t-0-0", [10, 11, 12])
-    assert answer["sets"] == 2 and oracle.reference.made == [10, 11, 12]  # no extra set for the output slots
+def test_a_benchmark_makes_each_set_at_its_first_use_and_answers_it_at_its_first_check(oracle):
+    answer = _bench(oracle, "t-0-0", [10, 11, 12, 13])
+    assert answer["sets"] == 3 and oracle.reference.made == [10, 11]  # the warm-up set and the first timed set
     assert oracle.areas["t-0-0"].poison == [2]  # the slot read off the first timed set's reference call
-    assert len(oracle.expected["t-0-0"]) == 2
+    assert list(oracle.timing["t-0-0"].bounds) == [0]
+    oracle.turn("t-0-0", stage={"set": 2, "copy": 0, "runners": [1]})
+    assert oracle.reference.made == [10, 11, 13] and list(oracle.timing["t-0-0"].bounds) == [0]
+    assert len(oracle._bounds("t-0-0", 2)) == 1 and list(oracle.timing["t-0-0"].bounds) == [0, 2]
+    oracle.turn("t-0-0", stage={"set": 2, "copy": 1, "runners": [1]})
+    assert oracle.reference.made == [10, 11, 13]  # set 1 never used: never made
 
 
 def test_kept_sets_are_made_once_for_every_pair_and_made_again_for_other_seeds(oracle):
     _bench(oracle, "t-0-0", [10, 11, 12], keep="timing-0")
+    oracle.turn("t-0-0", stage={"set": 1, "copy": 0, "runners": [1]})
     oracle.release("t-0-0")
     _bench(oracle, "t-1-0", [10, 11, 12], keep="timing-0")
+    oracle.turn("t-1-0", stage={"set": 1, "copy": 0, "runners": [1]})
     assert oracle.reference.made == [10, 11, 12]  # the second pair found them kept
-    assert oracle.expected["t-1-0"] is oracle.kept["timing-0"].bounds
+    assert oracle.timing["t-1-0"] is oracle.kept["timing-0"]
     _bench(oracle, "t-2-0", [20, 21, 22], keep="timing-0")
-    assert oracle.reference.made == [10, 11, 12, 20, 21, 22]
+    assert oracle.reference.made == [10, 11, 12, 20, 21]
     _bench(oracle, "t-3-0", [20, 21, 22])
-    assert oracle.reference.made[-3:] == [20, 21, 22] and len(oracle.reference.made) == 9  # not kept: made again
+    assert oracle.reference.made[-2:] == [20, 21] and len(oracle.reference.made) == 7  # not kept: made again
 
 
 def test_repetitions_follow_the_kernels_duration():
-    assert [turns.reps_for(us) for us in (0.0, 8.0, 20_000.0, 50_000.0, 300_000.0, 5e6)] == [50, 50, 50, 20, 10, 10]
+    assert [turns.reps_for(us) for us in (0.0, 8.0, 10_000.0, 41_700.0, 230_000.0, 1e6)] == [50, 50, 50, 12, 3, 3]
 
 
 def test_a_runner_cannot_claim_longer_calls_than_its_warm_up_took_nor_a_number_that_is_none():

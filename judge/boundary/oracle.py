@@ -26,14 +26,18 @@ RELEASE_ABOVE_BYTES = 4 << 30
 
 @dataclass
 class TimingSets:
-    """A benchmark's timing input sets (the warm-up set first) and what the oracle checks their calls by."""
+    """A benchmark's timing input sets and what the oracle checks their calls by, each made when first needed: a
+    set when it is first written in for a call, its answer's projections when that call's output is first checked.
+    A kernel of a second a call runs a few calls per pair; sets it never runs on cost nothing."""
 
-    seeds: list[int]
+    spec: dict
+    distribution: str
+    seeds: list[int]  # the warm-up set's, then one per timed set
     projection_seed: int
-    sets: list[Any]
+    sets: dict[Any, Any]  # "warm" or a timed set's index -> its data
+    bounds: dict[int, list[dict]]  # a timed set's index -> its answer's projection bounds
     slots: list[str]
     projector: Any  # tensors.Projector
-    bounds: list[list[dict]]  # per timed set, its answer's projection bounds
     output: tuple[int, bool]  # the outbox its answers need: bytes, whether on the GPU (outbox_need)
 
 
@@ -52,8 +56,7 @@ class Oracle:
         self.files: dict[int, staging.RunnerFiles] = {}
         self.areas: dict[str, staging.Area] = {}
         self.cases: dict[str, tuple] = {}  # key -> (data, expected) of a correctness case
-        self.expected: dict[str, list] = {}  # benchmark key -> each set's projection bounds
-        self.projectors: dict[str, tensors.Projector] = {}
+        self.timing: dict[str, TimingSets] = {}  # a timed benchmark's key -> its sets
         self.device_outbox: cuda_ipc.Exported | None = None
         self.host_outbox = staging.OUTBOX_MIN_BYTES
         self.retired: list[cuda_ipc.Exported] = []
@@ -200,9 +203,9 @@ class Oracle:
     def benchmark(self, key: str, spec: dict, distribution: str, seeds: list[int], projection_seed: int,
                   copies: int, runners: list[int], shift: int = 0, flush: bool = False, keep: str = "") -> dict:
         """A benchmark's timing sets for one comparison: the warm-up set (seeds[0], never timed) and a set per
-        later seed, each with its answer's projections; the area `copies` copies wide. Sets asked for again under
-        the same `keep` name with the same seeds are not made again (judge.stages.evaluation says when a round
-        keeps them). Returns each runner's `build` plan."""
+        later seed, each with its answer's projections, made as they are first needed (TimingSets); the area
+        `copies` copies wide. Sets asked for again under the same `keep` name with the same seeds are not made again
+        (judge.stages.evaluation says when a round keeps them). Returns each runner's `build` plan."""
         started = time.perf_counter()
         made = self.kept.get(keep) if keep else None
         if made is None or made.seeds != seeds or made.projection_seed != projection_seed:
@@ -216,37 +219,49 @@ class Oracle:
             from .runner import flush_bytes as l2_flush_bytes
 
             flush_bytes = l2_flush_bytes()
-        area = staging.lay_out(made.sets[0], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
-        area.sets = {"warm": staging.tensors_of(made.sets[0])}
-        area.sets.update({n: staging.tensors_of(data) for n, data in enumerate(made.sets[1:])})
+        area = staging.lay_out(made.sets["warm"], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
+        area.sets = {name: staging.tensors_of(data) for name, data in made.sets.items()}
         self.areas[key] = area
-        self.projectors[key] = made.projector
-        self.expected[key] = made.bounds
+        self.timing[key] = made
         outbox = self._outbox_for(made.output)
         plans = {str(r): staging.plan_for(area, self.files[r], outbox) for r in runners}
-        if not keep:
-            del made
         _release(always=True)
         return {"plans": plans, "sets": len(seeds) - 1, "copies": copies,
                 "seconds": round(time.perf_counter() - started, 3)}
 
-    def _timing_sets(self, spec: dict, distribution: str, seeds: list[int], projection_seed: int) -> "TimingSets":
-        """Every set of `seeds` made, and each timed set's answer computed once, on a copy, and kept only as
-        projections; the output slots are read off the first timed set's reference call."""
-        sets = [self._generate(_with_seed(spec, seed), distribution) for seed in seeds]
-        projector = tensors.Projector(projection_seed)
-        rtol, atol = self.tolerance
-        bounds, slots, output = [], [], None
-        for n, data in enumerate(sets[1:]):
-            after = tensors.clone_data(data)
-            answer = self.reference.ref_kernel(after)
+    def _timing_sets(self, spec: dict, distribution: str, seeds: list[int], projection_seed: int) -> TimingSets:
+        """The warm-up set and the first timed set made, and the first set's answer: the output slots are read off
+        its reference call (on a copy), the outbox is sized from it. The other sets come when first used."""
+        made = TimingSets(spec, distribution, seeds, projection_seed, {}, {}, [], tensors.Projector(projection_seed),
+                          (0, False))
+        made.sets["warm"] = self._generate(_with_seed(spec, seeds[0]), distribution)
+        first = made.sets[0] = self._generate(_with_seed(spec, seeds[1]), distribution)
+        after = tensors.clone_data(first)
+        answer = self.reference.ref_kernel(after)
+        tensors.sync()
+        made.slots = tensors.output_slots(first, after, answer)
+        made.output = outbox_need(answer)
+        made.bounds[0] = made.projector.bounds(answer, *self.tolerance)
+        return made
+
+    def _timing_set(self, key: str, index: int) -> list:
+        """The tensors of timed set `index` of `key`, made now if this is its first use."""
+        area, made = self.areas[key], self.timing[key]
+        if index not in area.sets:
+            if index not in made.sets:
+                made.sets[index] = self._generate(_with_seed(made.spec, made.seeds[index + 1]), made.distribution)
+            area.sets[index] = staging.tensors_of(made.sets[index])
+        return area.sets[index]
+
+    def _bounds(self, key: str, index: int) -> list[dict]:
+        """The projection bounds of timed set `index`'s answer, computed on a copy of the set at its first check."""
+        made = self.timing[key]
+        if index not in made.bounds:
+            answer = self.reference.ref_kernel(tensors.clone_data(made.sets[index]))
             tensors.sync()
-            if n == 0:
-                slots = tensors.output_slots(data, after, answer)
-                output = outbox_need(answer)
-            bounds.append(projector.bounds(answer, rtol, atol))
-            del after, answer
-        return TimingSets(seeds, projection_seed, sets, slots, projector, bounds, output)
+            made.bounds[index] = made.projector.bounds(answer, *self.tolerance)
+            del answer
+        return made.bounds[index]
 
     def turn(self, key: str, verify: dict | None = None, stage: dict | None = None) -> dict:
         """One step between two timed calls: check the output of the call that just ran (`verify`: runner, set,
@@ -258,26 +273,26 @@ class Oracle:
             if area.device is not None:
                 staging.wipe(area, verify["copy"])
         if stage is not None:
+            self._timing_set(key, stage["set"])
             self.stage(key, stage["set"], [stage["copy"]], stage["runners"], stage.get("flush", False))
         return out
 
     def _check_timed(self, key: str, verify: dict) -> str | None:
         """What is wrong with a timed call's output (`verify`: runner, set, leaves and structure), or None: its
         projections and numbers against the reference's answer for that set."""
-        want = self.expected[key][verify["set"]]
+        want = self._bounds(key, verify["set"])
         try:
             got = staging.output(verify["leaves"], verify.get("structure"), self.files.get(verify["runner"]),
                                  self.device_outbox)
         except exchange.ExchangeError as error:
             return str(error)
-        projected = self.projectors[key].project(got, order=[w["path"] for w in want])
+        projected = self.timing[key].projector.project(got, order=[w["path"] for w in want])
         return tensors.projection_failure(projected, want)
 
     def release(self, key: str) -> None:
-        """Forget a benchmark's sets; its device memory is freed at the next `collect`."""
+        """Forget a benchmark's sets (unless kept); its device memory is freed at the next `collect`."""
         self._retire(key)
-        self.expected.pop(key, None)
-        self.projectors.pop(key, None)
+        self.timing.pop(key, None)
 
     def _retire(self, key: str) -> None:
         area = self.areas.pop(key, None)

@@ -19,6 +19,10 @@ from . import callframe, cuda_ipc, exchange, tamper
 
 WARMUP_CALLS = 3
 WARMUP_S = 0.005
+# A warm-up stops past this many seconds once it has made one call, and times two launches instead of four where a
+# call takes more than LONG_CALL_US: a kernel of a second a call was warmed up for ten seconds a runner and benchmark.
+WARMUP_MAX_S = 0.3
+LONG_CALL_US = 50_000
 # The GPU clock's spin: this many times the typical launch (the median of the warm-up samples), plus a margin.
 # Sized from the slowest sample it ran up to 1.7 ms after one host hiccup in a warm-up on an H100, and
 # benchmarks timed behind such spins came out 8-18% off.
@@ -121,16 +125,18 @@ class Runner:
         start = _perf()
         calls = 0
         while calls < max(2 * WARMUP_CALLS, len(datas)) or _perf() - start < WARMUP_S:
+            if calls and _perf() - start > WARMUP_MAX_S:
+                break
             self._launch_time(datas[calls % len(datas)])
             calls += 1
         call_us = (_perf() - start) * 1e6 / calls  # launch and GPU work: each call is synchronized after
-        host = [self._launch_time(datas[i % len(datas)]) for i in range(4)]
+        host = [self._launch_time(datas[i % len(datas)]) for i in range(2 if call_us > LONG_CALL_US else 4)]
         rate = self._spin_rate() if self.cuda else 0.0
         # Libraries start their pools in a kernel's first calls (torch.compile's compile workers): the threads
         # alive now are the count a timed call must not raise. A thread that runs the kernel's own code is found
         # on every call whenever it started (judge.boundary.callframe).
         self.threads_before = len(sys._current_frames())
-        return {"host_us": host, "calls": calls + 4, "call_us": round(call_us, 2), "cycles_per_us": round(rate, 3),
+        return {"host_us": host, "calls": calls + len(host), "call_us": round(call_us, 2), "cycles_per_us": round(rate, 3),
                 "threads": self.threads_before}
 
     def calls(self, entered_serial: int, count_threads: bool = True) -> dict:
