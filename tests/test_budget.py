@@ -34,7 +34,7 @@ def test_a_benchmark_that_cannot_fit_is_refused_in_one_line_with_its_size_and_th
     with pytest.raises(JudgeError) as error:
         plan_memory(H100, sizes, ["n=1024", "n=32768"])
     assert str(error.value) == (
-        "benchmark 1 (n=32768) needs 182.0 GiB of device memory to be timed (2 input sets and 2 copies of its 20.0 GiB "
+        "benchmark 1 (n=32768) needs 162.0 GiB of device memory to be timed (2 input sets and 1 copy of its 20.0 GiB "
         "input, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); NVIDIA H100 80GB HBM3 has "
         "80.0 GiB, of which judge may use 63.0 GiB (80% of it less 1.0 GiB in use)")
 
@@ -167,3 +167,10 @@ def test_a_pair_of_long_calls_takes_the_repetitions_it_was_given_and_first_uses_
     pair.run()
     assert runners["base"].sent == 10 and runners["cand"].sent == 10
     assert pair.used == {0, 1, 2, 3}
+
+
+def test_an_input_too_large_for_two_copies_gets_one():
+    # GPU MODE's linalg/cholesky_py n=32768: a 4 GiB input and output; two copies would not fit beside the rest
+    device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 70 * GIB)
+    plan = plan_memory(device, [BenchmarkBytes(4 * GIB, 4 * GIB, 4 * GIB)], ["n=32768"])
+    assert plan.benchmarks == [BenchmarkPlan(sets=2, copies=1)] and plan.need <= device.usable
