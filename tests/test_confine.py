@@ -152,7 +152,7 @@ def test_cuda_still_works(full):
 @needs_landlock_scopes
 @needs_landlock_tcp
 def test_without_seccomp_or_a_namespace_landlock_still_holds(tmp_path):
-    probe = run_probe(tmp_path, disable=["_import_seccomp", "_unshare_net"])
+    probe = run_probe(tmp_path, disable=["_import_seccomp", "_unshare_net", "_unshare_ipc", "_private_shm"])
     record, results = Confinement.from_dict(probe["confinement"]), probe["results"]
     assert record.syscalls == "not confined: no seccomp (OSError: [Errno 38] disabled by the test)"
     assert record.network == "tcp denied (landlock)"
@@ -209,7 +209,8 @@ def test_drops_to_nobody_where_everything_needed_is_open_to_it(open_dir):
 
 def test_summary_and_round_trip():
     record = Confinement(
-        filesystem="landlock abi 7: write only in 1 path and /dev/shm, read only in 16 paths and 5 devices",
+        filesystem="landlock abi 7: write only in 1 path, no /dev/shm, read only in 16 paths and 5 devices, /proc "
+                   "only its own",
         network="none (network namespace), tcp denied (landlock), non-unix sockets denied (seccomp)",
         syscalls="seccomp: ptrace, process_vm_*, signals to other processes denied",
         user="uid 65534 (nobody)",
@@ -280,3 +281,65 @@ def test_unreadable_reason_names_the_closed_directory(open_dir):
     secret.chmod(0o600)
     assert confine._unreadable_reason(secret) == f"{secret} is mode 0600: uid 65534 cannot read it"
     assert confine._unreadable_reason(secret, search_only=True) == ""
+
+
+COLLUDE = HERE / "fixtures" / "confine" / "collude.py"
+
+
+def collude(root: Path, confined: bool) -> tuple[dict, dict]:
+    """A candidate that leaves every mark it can, and a base that looks for them while it lives: each a child
+    confined as a runner is (or not), in a workspace of its own. What the marker did, what the looker found."""
+    name, key = f"jmark{os.getpid()}"[:15], 0x4A000000 | (os.getpid() & 0xFFFF)
+    children = {}
+    for role in ("cand", "base"):
+        workspace = root / ("confined" if confined else "open") / role
+        workspace.mkdir(parents=True)
+        policy = Policy(writable=[workspace], readable=[])
+        confine.prepare(policy)
+        env = confine.child_env(policy, dict(os.environ))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(CHECKOUT), env.get("PYTHONPATH")] if p)
+        children[role] = (workspace, env)
+    args = {"confine": confined, "name": name, "key": key}
+    marker = subprocess.Popen([sys.executable, str(COLLUDE), json.dumps({**args, "role": "mark"})],
+                              cwd=children["cand"][0], env=children["cand"][1], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        marked = json.loads(marker.stdout.readline())["marked"]
+        looked = subprocess.run(
+            [sys.executable, str(COLLUDE), json.dumps({**args, "role": "look", "pid": marker.pid,
+                                                       "socket": str(children["cand"][0] / "mark.sock")})],
+            cwd=children["base"][0], env=children["base"][1], capture_output=True, text=True, timeout=60)
+        assert looked.returncode == 0, looked.stderr
+    finally:
+        marker.stdin.close()
+        marker.wait(timeout=30)
+    return marked, json.loads(looked.stdout)["found"]
+
+
+def test_unconfined_a_base_finds_every_mark_its_candidate_leaves(tmp_path):
+    """The channels of issue 39 exist: without confinement a colluding base sees its candidate."""
+    marked, found = collude(tmp_path, confined=False)
+    assert set(marked.values()) == {"ok"}
+    assert found["comm"] is True and found["comm_of_pid"] is True
+    assert found["shm"] is True and found["sysv"] is True and found["mqueue"] is True
+    assert found["abstract_socket"] == found["path_socket"] == "ok"
+    assert found["nice"] is True
+
+
+@needs_landlock
+@needs_seccomp
+def test_a_confined_base_cannot_see_its_confined_candidate(tmp_path):
+    """Issue 39: a base whose backdoor turns on when its candidate is running finds no mark of it, root or not:
+    no /proc but its own, no shared /dev/shm, no System V IPC or message queues, no unix socket to reach, no
+    other process's nice value."""
+    marked, found = collude(tmp_path, confined=True)
+    assert marked["comm"] == "ok" and marked["nice"] == "ok"  # what a process may do to itself
+    assert marked["sysv"] == marked["mqueue"] == "EPERM"
+    assert marked["path_socket"] == "EACCES"  # no socket file in its workspace
+    assert marked["shm"] in ("ok", "EACCES")  # a private /dev/shm (where it may mount one), or none at all
+    assert found["comm"] == found["comm_of_pid"] == found["loadavg"] == "EACCES"
+    assert found["own_comm"] is True
+    assert found["shm"] is False
+    assert found["sysv"] == found["mqueue"] == found["nice"] == "EPERM"
+    assert found["abstract_socket"] in ("EPERM", "ECONNREFUSED")  # Landlock's scope, or a network namespace
+    assert found["path_socket"] == "ENOENT"

@@ -62,8 +62,9 @@ def test_a_runner_that_cuts_its_file_short_cannot_fault_the_oracle(tmp_path):
 
 def test_the_oracle_never_follows_a_link_planted_where_its_file_goes(tmp_path):
     os.symlink(tmp_path / "elsewhere", tmp_path / "inbox")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(exchange.ExchangeError, match=r"inbox could not be made \(File exists\)"):
         exchange.HostFile(tmp_path / "inbox")
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_an_output_description_that_reaches_past_the_outbox_is_refused(tmp_path):

@@ -49,7 +49,9 @@ def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
         assert taken is spare and spare not in warm._pool and len(warm._pool) == 2  # a new one loads behind it
         assert taken.call("load", 60).value is not None
         assert (second / "second.log").exists()
-        assert (second / ".judge" / "x" / str(taken.pid) / "inbox").exists()  # its files, made by the oracle
+        # its files, made by the oracle in a directory of judge's, out of the workspace (issue 39)
+        assert taken.exchange.parent == warm.root / "exchange" and (taken.exchange / "inbox").exists()
+        assert not (second / ".judge").exists()
         cold_runner = cold.runner(target.assemble(tmp_path / "third", source))
         assert cold._pool == []
         # confined alike, but for the spare's own directory, which a bound spare may still write (spare_policy)

@@ -76,9 +76,10 @@ class Oracle:
 
     # ---- runners' files and the outboxes --------------------------------------------------------------
 
-    def attach(self, runner: int, directory: str) -> dict:
-        """The host files of a new runner, in its own directory."""
-        self.files[runner] = staging.open_files(directory)
+    def attach(self, runner: int, directory: str, owner: int | None = None) -> dict:
+        """The host files of a new runner, in the directory judge made for it, owned by the runner's user."""
+        self.detach(runner)  # a pid used again: the earlier runner with it has ended
+        self.files[runner] = staging.open_files(directory, owner)
         return {"inbox": str(self.files[runner].inbox.path), "outbox": str(self.files[runner].outbox.path)}
 
     def detach(self, runner: int) -> None:

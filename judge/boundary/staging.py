@@ -164,10 +164,21 @@ def outbox_bytes(expected) -> int:
     return max(OUTBOX_MIN_BYTES, OUTBOX_FACTOR * total)
 
 
-def open_files(directory: str) -> RunnerFiles:
-    """A runner's two host files in `directory`, owned by the directory's owner (the runner's user)."""
-    folder = Path(directory)
-    owner = os.stat(folder).st_uid
-    return RunnerFiles(exchange.HostFile(folder / "inbox", owner), exchange.HostFile(folder / "outbox", owner))
+def open_files(directory: str, owner: int | None = None) -> RunnerFiles:
+    """A runner's two host files in `directory`, which judge made for it, owned by `owner` (the runner's user).
+    The directory is opened component by component without following a link and must be this process's own
+    and empty, and the files are made relative to it: the oracle never writes where a link someone else made
+    points (exchange.open_own_directory)."""
+    folder = exchange.open_own_directory(directory)
+    try:
+        inbox = exchange.HostFile(Path(directory) / "inbox", owner, folder)
+        try:
+            outbox = exchange.HostFile(Path(directory) / "outbox", owner, folder)
+        except BaseException:
+            inbox.close()
+            raise
+    finally:
+        os.close(folder)
+    return RunnerFiles(inbox, outbox)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,8 @@ class Evaluator:
         """A confined runner for the kernel assembled in `workspace`, its kernel not yet imported, attached to
         the oracle: the oldest spare when there is one (new spares start loading behind it), else a cold start."""
         workspace = Path(workspace).resolve()
-        init, policy, env = self._runner_setup(workspace)
+        exchange = self.exchange_dir()
+        init, policy, env = self._runner_setup(workspace, exchange)
         worker = None
         while worker is None and self._pool:
             spare = self._pool.pop(0)
@@ -232,6 +234,7 @@ class Evaluator:
         if worker is None:
             worker = Worker("runner", init, cwd=workspace, log_path=workspace / log_name, policy=policy, env=env,
                             poll_s=self.poll_s)
+        worker.exchange = exchange
         if self.warm:
             self._top_up()
         self._attach(worker, workspace)
@@ -241,11 +244,12 @@ class Evaluator:
         """Bind up to `count` ready spares to `workspace` and have them import its kernel, without waiting, while
         something untimed runs (a correctness stage); `prebound` hands them over. How many were bound."""
         workspace = Path(workspace).resolve()
-        init, policy, env = self._runner_setup(workspace)
         ready = self._ready_spares()[:count]
         for spare in ready:
             self._pool.remove(spare)
             log = workspace / f"{prefix}-{spare.pid}.log"
+            spare.exchange = self.exchange_dir()
+            init, policy, env = self._runner_setup(workspace, spare.exchange)
             try:
                 spare.bind(init, workspace=workspace, log_path=log, policy=spare_policy(policy, spare), env=env,
                            wait=False)
@@ -293,21 +297,43 @@ class Evaluator:
                 self.ask("detach", runner=worker.pid)
             except JudgeError:
                 pass
+        if worker.exchange is not None:
+            shutil.rmtree(worker.exchange, ignore_errors=True)
 
     def collect(self) -> None:
         """Free the oracle's retired device memory: every runner that mapped it has been closed."""
         if self._oracle is not None:
             self.ask("collect")
 
+    def exchange_dir(self) -> Path:
+        """A new, empty directory for one runner's host files, judge's own and under judge's root, where no
+        kernel can write (its confinement lets it open the files the oracle makes there, nothing else), its
+        name drawn so that no kernel can guess it. Issue 39: in the workspace, a kernel that planted files or a
+        link where its next runners' directories would be made the oracle fail the round or write elsewhere."""
+        parent = self.root / "exchange"
+        parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        directory = parent / secrets.token_hex(8)
+        directory.mkdir(mode=0o755)
+        os.chmod(directory, 0o755)  # searchable by a runner that dropped to uid nobody, whatever the umask
+        return directory
+
     def _attach(self, worker: Worker, workspace: Path) -> None:
-        """The runner's own directory of host files, made by the oracle and owned by the runner's user."""
-        directory = workspace / ".judge" / "x" / str(worker.pid)
-        directory.mkdir(parents=True, exist_ok=True)
-        owner = workspace.stat()
-        if os.geteuid() == 0 and owner.st_uid != 0:
-            for path in (directory.parent, directory):
-                os.chown(path, owner.st_uid, owner.st_gid)
-        self.ask("attach", runner=worker.pid, directory=str(directory))
+        """Have the oracle make the runner's host files in the runner's exchange directory, owned by the user the
+        runner runs as (its workspace's owner). A failure there is the runner's verdict, never the round's: the
+        runner is closed and raises WorkerError (`tampered` where the oracle found the directory or a file in it
+        not as judge made it)."""
+        directory = worker.exchange if worker.exchange is not None else self.exchange_dir()
+        worker.exchange = directory
+        try:
+            self.oracle.call("attach", ORACLE_LIMIT_S, runner=worker.pid, directory=str(directory),
+                             owner=workspace.stat().st_uid)
+        except CommandFailed as error:
+            self.close_runner(worker)
+            status = "tampered" if error.error.startswith("ExchangeError") else "crashed"
+            raise WorkerError(status, f"its exchange files could not be made: {error.error}", worker.log_tail())
+        except WorkerError as error:
+            raise JudgeError(f"{self.target.path}: the oracle failed (attach): {error.message}; "
+                             f"see {self.root / 'oracle.log'}") from None
 
     def pin_timing(self, *workers: Worker) -> None:
         """Put the runners of a timed pair on the same cores (their threads too), the same for base and
@@ -356,23 +382,23 @@ class Evaluator:
                 spare.close()
                 self._pool.remove(spare)
 
-    def _runner_setup(self, workspace: Path) -> tuple[dict, dict | None, dict[str, str]]:
+    def _runner_setup(self, workspace: Path, exchange: Path) -> tuple[dict, dict | None, dict[str, str]]:
         """What a runner for `workspace` is given, cold or bound from a spare: its init, its confinement policy
-        (JSON, None when unconfined) and its environment."""
+        (JSON, None when unconfined) and its environment; `exchange` is its host files' directory."""
         from ..sandbox.isolation import policy_to_json
 
-        rules, env = self._rules(workspace)
+        rules, env = self._rules(workspace, exchange)
         init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file}
         return init, policy_to_json(rules) if rules else None, env
 
-    def _rules(self, workspace: Path):
+    def _rules(self, workspace: Path, exchange: Path | None = None):
         """The confinement of a runner in `workspace` (None when unconfined) and its environment."""
         from ..sandbox.confine import Policy, child_env, prepare
 
         env = self.env()
         if not self.confine:
             return None, env
-        rules = Policy(writable=[workspace], readable=[])
+        rules = Policy(writable=[workspace], readable=[], exchange=[exchange] if exchange else [])
         prepare(rules)
         return rules, child_env(rules, env)
 
