@@ -114,7 +114,8 @@ def test_ledger_beside_the_workspace_can_be_neither_read_nor_written(full):
 @needs_landlock
 def test_tmp_other_workspaces_and_the_checkout_are_closed(full):
     assert full.create_tmp == "EACCES"
-    assert full.read_other_workspace == "EACCES"
+    # beside its own workspace, nothing where a mount namespace hid it (root), unreadable elsewhere
+    assert full.read_other_workspace == ("ENOENT" if "hidden" in full.record.filesystem else "EACCES")
     assert full.read_checkout == "EACCES"  # on the child's path, yet never readable
     assert full.import_judge_module == "ok"  # the judge package itself stays importable
 
@@ -286,9 +287,10 @@ def test_unreadable_reason_names_the_closed_directory(open_dir):
 COLLUDE = HERE / "fixtures" / "confine" / "collude.py"
 
 
-def collude(root: Path, confined: bool) -> tuple[dict, dict]:
+def collude(root: Path, confined: bool) -> tuple[dict, dict, Confinement | None]:
     """A candidate that leaves every mark it can, and a base that looks for them while it lives: each a child
-    confined as a runner is (or not), in a workspace of its own. What the marker did, what the looker found."""
+    confined as a runner is (or not), in a workspace of its own. What the marker did, what the looker found and
+    the looker's confinement."""
     name, key = f"jmark{os.getpid()}"[:15], 0x4A000000 | (os.getpid() & 0xFFFF)
     children = {}
     for role in ("cand", "base"):
@@ -307,23 +309,25 @@ def collude(root: Path, confined: bool) -> tuple[dict, dict]:
         marked = json.loads(marker.stdout.readline())["marked"]
         looked = subprocess.run(
             [sys.executable, str(COLLUDE), json.dumps({**args, "role": "look", "pid": marker.pid,
-                                                       "socket": str(children["cand"][0] / "mark.sock")})],
+                                                       "socket": str(children["cand"][0] / "mark.sock"),
+                                                       "file": str(children["cand"][0] / "mark")})],
             cwd=children["base"][0], env=children["base"][1], capture_output=True, text=True, timeout=60)
         assert looked.returncode == 0, looked.stderr
     finally:
         marker.stdin.close()
         marker.wait(timeout=30)
-    return marked, json.loads(looked.stdout)["found"]
+    look = json.loads(looked.stdout)
+    return marked, look["found"], look["confinement"] and Confinement.from_dict(look["confinement"])
 
 
 def test_unconfined_a_base_finds_every_mark_its_candidate_leaves(tmp_path):
     """The channels of issue 39 exist: without confinement a colluding base sees its candidate."""
-    marked, found = collude(tmp_path, confined=False)
+    marked, found, _ = collude(tmp_path, confined=False)
     assert set(marked.values()) == {"ok"}
     assert found["comm"] is True and found["comm_of_pid"] is True
     assert found["shm"] is True and found["sysv"] is True and found["mqueue"] is True
     assert found["abstract_socket"] == found["path_socket"] == "ok"
-    assert found["nice"] is True
+    assert found["nice"] is True and found["file"] is True
 
 
 @needs_landlock
@@ -332,7 +336,7 @@ def test_a_confined_base_cannot_see_its_confined_candidate(tmp_path):
     """Issue 39: a base whose backdoor turns on when its candidate is running finds no mark of it, root or not:
     no /proc but its own, no shared /dev/shm, no System V IPC or message queues, no unix socket to reach, no
     other process's nice value."""
-    marked, found = collude(tmp_path, confined=True)
+    marked, found, looker = collude(tmp_path, confined=True)
     assert marked["comm"] == "ok" and marked["nice"] == "ok"  # what a process may do to itself
     assert marked["sysv"] == marked["mqueue"] == "EPERM"
     assert marked["path_socket"] == "EACCES"  # no socket file in its workspace
@@ -343,3 +347,7 @@ def test_a_confined_base_cannot_see_its_confined_candidate(tmp_path):
     assert found["sysv"] == found["mqueue"] == found["nice"] == "EPERM"
     assert found["abstract_socket"] in ("EPERM", "ECONNREFUSED")  # Landlock's scope, or a network namespace
     assert found["path_socket"] == "ENOENT"
+    if "hidden" not in looker.filesystem:
+        pytest.skip("Landlock does not govern stat(): without a mount namespace (CAP_SYS_ADMIN) to hide what lies "
+                    "beside its own workspace, a base can test whether its candidate made a file at a path it guesses")
+    assert found["file"] is False

@@ -144,7 +144,7 @@ class Oracle:
         except exchange.ExchangeError as error:
             return _fail({"passed": True, "reason": ""}, str(error))
         finally:
-            staging.wipe(area, 0)
+            staging.wipe(area)
             self._retire(key)
         result = compare_outputs(got, expected, data, self.tolerance, self.rtol, self.atol, self.checker)
         del data, expected, got
@@ -194,7 +194,7 @@ class Oracle:
         if verify is not None:
             out["problem"] = self._check_timed(key, verify)
             if area.device is not None:
-                staging.wipe(area, verify["copy"])
+                staging.wipe(area)
         if stage is not None:
             self.stage(key, stage["set"], [stage["copy"]], stage["runners"], stage.get("flush", False))
         return out

@@ -48,7 +48,7 @@ SYS_TREES = ["/sys/devices", "/sys/bus", "/sys/class", "/sys/dev", "/sys/module"
 _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 12, 1 << 14, 1 << 18
 _NAMESPACE_FLAGS = [0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, _CLONE_NEWNET]
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
@@ -222,6 +222,7 @@ def apply(policy: Policy) -> Confinement:
 
     layers, missing = [], []
     shm = _optional(_private_shm)
+    hidden = _hide_neighbours(policy, readable) if shm else 0
     ipc = "; System V IPC and message queues of its own (IPC namespace)" if _optional(_unshare_ipc) else ""
     if not policy.network:
         try:
@@ -232,7 +233,7 @@ def apply(policy: Policy) -> Confinement:
 
     # Landlock needs it without CAP_SYS_ADMIN; it also keeps setuid binaries from raising privileges.
     _libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-    filesystem, tcp = _landlock(policy, readable, shm)
+    filesystem, tcp = _landlock(policy, readable, shm, hidden)
     filesystem += unconfined if filesystem.startswith("landlock") else ""
     syscalls, sockets = _seccomp(seccomp_lib, policy)
     layers += [layer for layer in (tcp, sockets) if layer]
@@ -292,7 +293,45 @@ def _landlock_abi() -> int:
     return _check(_libc.syscall(ctypes.c_long(444), None, ctypes.c_long(0), ctypes.c_long(1)))
 
 
-def _landlock(policy: Policy, readable: list[Path], private_shm: bool = False) -> tuple[str, str]:
+def _hide_neighbours(policy: Policy, readable: list[Path]) -> int:
+    """In this process's own mount namespace (_private_shm made it), cover the directories that hold its writable
+    and exchange directories with an empty tmpfs and bind its own back, so that nothing beside them (another
+    runner's workspace, spare home or exchange directory) can be named: Landlock governs opening a file, never
+    stat(), access() or connect(), so a kernel could still test whether a file another runner made exists at a
+    path it can guess (a candidate's workspace is named after its proposal). A directory above anything it
+    reads, or /, is left as it is. Returns how many directories were covered; 0 where mounting failed."""
+    own = policy.writable + policy.exchange
+    hidden: list[Path] = []
+    for parent in sorted({path.parent for path in own}, key=lambda p: len(p.parts)):
+        if parent == Path("/") or any(_inside(r, [parent]) for r in readable) or _inside(parent, hidden):
+            continue
+        hidden.append(parent)
+    if not hidden:
+        return 0
+    handles = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in own}  # before anything is covered
+    covered: list[Path] = []
+    try:
+        for cover in hidden:
+            _check(_libc.mount(b"tmpfs", bytes(cover), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+                               b"mode=0755,size=64k"))
+            covered.append(cover)
+            for path, handle in handles.items():
+                if _inside(path, [cover]):
+                    path.mkdir(parents=True, exist_ok=True)  # in the tmpfs
+                    _check(_libc.mount(f"/proc/self/fd/{handle}".encode(), bytes(path), None,
+                                       ctypes.c_ulong(_MS_BIND), None))
+    except OSError:
+        for cover in reversed(covered):  # all or nothing: its own directories stay where they were
+            _libc.umount2(bytes(cover), 2)  # MNT_DETACH, with the binds beneath
+        return 0
+    finally:
+        for handle in handles.values():
+            os.close(handle)
+    return len(hidden)
+
+
+def _landlock(policy: Policy, readable: list[Path], private_shm: bool = False, hidden: int = 0
+              ) -> tuple[str, str]:
     """Filesystem (and from ABI 4, TCP) rules; returns the filesystem line and the TCP line ('' if none)."""
     try:
         abi = _landlock_abi()
@@ -329,6 +368,8 @@ def _landlock(policy: Policy, readable: list[Path], private_shm: bool = False) -
         return f"none: landlock abi {abi} failed ({error.strerror})", ""
     scoped = ", signals and abstract unix sockets scoped" if abi >= 6 else ""
     shm = "a private /dev/shm" if private_shm else "no /dev/shm"
+    if hidden:
+        shm += f", what lies beside its own directories hidden ({_plural(hidden, 'mount')})"
     exchange = ", its exchange files" if policy.exchange else ""
     return (f"landlock abi {abi}: write only in {_plural(len(policy.writable), 'path')}{exchange}, {shm}, read "
             f"only in {_plural(len(readable), 'path')} and {_plural(len(dev_paths), 'device')}, /proc only its own"

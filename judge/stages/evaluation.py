@@ -406,7 +406,8 @@ class Evaluator:
         """A spare forked from the template (its cores are the template's), or one that imports torch itself
         where there is no template or it has ended: a broken template is judge's loss, never a kernel's."""
         self._started += 1
-        home = fresh(self.root / "spares" / str(self._started))
+        # a name no kernel can guess: a runner bound from this spare may write here (spare_policy)
+        home = fresh(self.root / "spares" / f"{self._started}-{secrets.token_hex(8)}")
         _, env = self._rules(home)
         forks = self._template()
         if forks is not None:
