@@ -313,7 +313,8 @@ def collude(root: Path, confined: bool, cuda: bool = False, disable: tuple[str, 
         looked = subprocess.run(
             [sys.executable, str(COLLUDE), json.dumps({**args, "role": "look", "pid": marker.pid,
                                                        "socket": str(children["cand"][0] / "mark.sock"),
-                                                       "file": str(children["cand"][0] / "mark")})],
+                                                       "file": str(children["cand"][0] / "mark"),
+                                                       "workspace": str(children["cand"][0])})],
             cwd=children["base"][0], env=children["base"][1], capture_output=True, text=True, timeout=60)
         assert looked.returncode == 0, looked.stderr
     finally:
@@ -327,7 +328,7 @@ def test_unconfined_a_base_finds_every_mark_its_candidate_leaves(tmp_path):
     """The channels of issue 39 exist: without confinement a colluding base sees its candidate."""
     marked, found, _ = collude(tmp_path, confined=False)
     assert set(marked.values()) == {"ok"}
-    assert found["comm"] is True and found["comm_of_pid"] is True
+    assert found["comm"] is True and found["comm_of_pid"] is True and found["cwd_of_pid"] is True
     assert found["shm"] is True and found["sysv"] is True and found["mqueue"] is True
     assert found["abstract_socket"] == found["path_socket"] == "ok"
     assert found["nice"] is True and found["file"] is True
@@ -349,6 +350,7 @@ def test_a_confined_base_cannot_see_its_confined_candidate(tmp_path, disable):
     assert marked["path_socket"] == "EACCES"  # no socket file in its workspace
     assert marked["shm"] in ("ok", "EACCES")  # a private /dev/shm (where it may mount one), or none at all
     assert found["comm"] == found["comm_of_pid"] == found["loadavg"] == "EACCES"
+    assert found["cwd_of_pid"] == "EACCES"  # a link, not a file to open: Landlock's ptrace rule refuses it
     assert found["own_comm"] is True
     assert found["shm"] is False
     assert found["sysv"] == found["mqueue"] == found["nice"] == "EPERM"
