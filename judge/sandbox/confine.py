@@ -71,7 +71,7 @@ _DENIED = [
 # Calls whose first argument names a process (0: the caller), allowed on itself only: on another process each tells
 # whether it exists or reads what it set on itself (a nice value, a policy), a mark the other runner could look for.
 _OWN_PROCESS_ONLY = ["getpgid", "getsid", "sched_getscheduler", "sched_getparam", "sched_getattr",
-                     "sched_rr_get_interval", "pidfd_open", "get_robust_list", "process_madvise", "migrate_pages",
+                     "sched_rr_get_interval", "pidfd_open", "get_robust_list", "migrate_pages",
                      "move_pages"]
 
 # Landlock (include/uapi/linux/landlock.h): filesystem rights by bit, with the ABI that introduced each.
