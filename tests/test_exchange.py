@@ -63,8 +63,47 @@ def test_a_runner_that_cuts_its_file_short_cannot_fault_the_oracle(tmp_path):
 
 def test_the_oracle_never_follows_a_link_planted_where_its_file_goes(tmp_path):
     os.symlink(tmp_path / "elsewhere", tmp_path / "inbox")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(exchange.ExchangeError, match=r"inbox could not be made \(File exists\)"):
         exchange.HostFile(tmp_path / "inbox")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_runners_files_are_made_in_the_directory_judge_made_for_it(tmp_path):
+    directory = tmp_path.resolve() / "exchange" / "a1"
+    directory.mkdir(parents=True)
+    files = staging.open_files(str(directory), os.geteuid())
+    assert sorted(p.name for p in directory.iterdir()) == ["inbox", "outbox"]
+    files.close()
+
+
+def test_an_exchange_directory_reached_through_a_link_is_refused_and_nothing_is_written_there(tmp_path):
+    """Issue 39: a kernel that replaced a directory on the way with a link had the oracle write where it chose."""
+    root, elsewhere = tmp_path.resolve(), tmp_path.resolve() / "elsewhere"
+    (elsewhere / "a1").mkdir(parents=True)
+    (root / "exchange").symlink_to(elsewhere)
+    with pytest.raises(exchange.ExchangeError, match=r"^the exchange directory .*/exchange/a1 could not be opened at "
+                                                     r"'exchange' without following a link \(Not a directory\)$"):
+        staging.open_files(str(root / "exchange" / "a1"))
+    assert list(elsewhere.rglob("*")) == [elsewhere / "a1"]
+
+
+def test_a_squatted_exchange_directory_is_refused(tmp_path):
+    """Issue 39: files planted where the oracle makes a runner's made its attach fail with FileExistsError."""
+    directory = tmp_path.resolve() / "a1"
+    directory.mkdir()
+    (directory / "inbox").write_text("planted")
+    with pytest.raises(exchange.ExchangeError, match=r"^the exchange directory .*/a1 was not empty$"):
+        staging.open_files(str(directory))
+    assert (directory / "inbox").read_text() == "planted" and not (directory / "outbox").exists()
+
+
+def test_an_exchange_directory_others_may_write_is_refused(tmp_path):
+    directory = tmp_path.resolve() / "a1"
+    directory.mkdir()
+    directory.chmod(0o777)
+    with pytest.raises(exchange.ExchangeError, match=rf"^the exchange directory .*/a1 is not judge's own \(owner "
+                                                     rf"{os.geteuid()}, mode 0777\)$"):
+        staging.open_files(str(directory))
 
 
 def test_an_output_description_that_reaches_past_the_outbox_is_refused(tmp_path):

@@ -45,10 +45,11 @@ def test_a_spare_is_forked_from_the_template_and_holds_only_its_own_pipes(tmp_pa
         template = ev._forks.pid
         assert parent_of(spare.pid) == template and parent_of(template) == os.getpid()
         links = sorted(os.readlink(f"/proc/{spare.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{spare.pid}/fd"))
-        log = str(tmp_path / "round" / "spares" / "1" / "spare.log")
+        assert spare.home.parent == tmp_path / "round" / "spares" and spare.home.name.startswith("1-")  # unguessable
+        log = str(spare.home / "spare.log")
         assert links[:3] == ["/dev/null", log, log] and len(links) == 5  # no socket to the template, no pidfd
         assert all(link.startswith("pipe:") for link in links[3:])
-        assert Path(f"/proc/{spare.pid}/cwd").resolve() == tmp_path / "round" / "spares" / "1"
+        assert Path(f"/proc/{spare.pid}/cwd").resolve() == spare.home
         runner = ev.runner(target.assemble(tmp_path / "cand", target.kernel_source()))
         assert runner is spare and runner.call("load", 60).value is not None
         ev.close_runner(runner)

@@ -91,7 +91,9 @@ def test_no_file_outside_its_workspace_is_changed(request, key):
         assert any(line.startswith(f"REDTEAM write {what} ") for line in attempts), (what, log[-3000:])
     wrote = [line for line in attempts if line.endswith(": WROTE")]
     assert not wrote
-    assert all("PermissionError" in line for line in attempts), attempts
+    # another candidate's workspace is not there at all where the runner has a mount namespace (judge as root)
+    assert all("PermissionError" in line or (line.startswith("REDTEAM write other workspace ")
+                                             and "FileNotFoundError" in line) for line in attempts), attempts
     changed = [str(p) for p, before in rr.protected.items() if not p.exists() or p.read_bytes() != before]
     assert not changed
     workspace = rr.workspaces[cheat.proposal_id]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from judge.stages.check import check
+from judge.sandbox.worker import CommandFailed, WorkerError
 from judge.stages.evaluation import Evaluator
 from judge.targets import load_target
 from judge.stages.timing.stage import measure
@@ -38,6 +39,9 @@ def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
     source = target.kernel_source()
     first = target.assemble(tmp_path / "first", source)
     second = target.assemble(tmp_path / "second", source)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (second / ".judge").symlink_to(elsewhere)  # where runners' files once went: a kernel's link (issue 39)
     with Evaluator(target, tmp_path / "round") as warm, Evaluator(target, tmp_path / "cold", warm=False) as cold:
         runner = warm.runner(first)
         assert len(warm._pool) == warm.spares == 2  # a CPU target keeps two spares
@@ -49,7 +53,9 @@ def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
         assert taken is spare and spare not in warm._pool and len(warm._pool) == 2  # a new one loads behind it
         assert taken.call("load", 60).value is not None
         assert (second / "second.log").exists()
-        assert (second / ".judge" / "x" / str(taken.pid) / "inbox").exists()  # its files, made by the oracle
+        # its files, made by the oracle in a directory of judge's, out of the workspace (issue 39)
+        assert taken.exchange.parent == warm.root / "exchange" and (taken.exchange / "inbox").exists()
+        assert list(elsewhere.iterdir()) == []
         cold_runner = cold.runner(target.assemble(tmp_path / "third", source))
         assert cold._pool == []
         # confined alike, but for the spare's own directory, which a bound spare may still write (spare_policy)
@@ -61,6 +67,43 @@ def test_the_next_runner_is_the_spare_and_is_confined_like_a_cold_one(tmp_path):
             assert "earlier threads" not in json.dumps(cold_runner.hello["confinement"])
         cold.close_runner(cold_runner)
         warm.close_runner(taken)
+
+
+class _FailingOracle:
+    def __init__(self, error: str):
+        self.error = error
+
+    def call(self, op, timeout_s, **args):
+        raise CommandFailed(self.error)
+
+    def close(self):
+        pass
+
+
+class _Runner:
+    pid, exchange, closed = 4321, None, False
+
+    def close(self, wait=True):
+        self.closed = True
+
+    def log_tail(self):
+        return "the runner's log"
+
+
+@pytest.mark.parametrize("error, status", [
+    ("ExchangeError: the exchange directory /r/exchange/ab was not empty", "tampered"),
+    ("PermissionError: [Errno 13] Permission denied", "crashed"),
+])
+def test_a_runner_whose_files_the_oracle_cannot_make_is_that_runners_verdict(tmp_path, error, status):
+    """Issue 39: the oracle's attach failing for a runner ended the round ('the reference failed in the oracle')."""
+    with Evaluator(load_target(TARGET), tmp_path / "round", warm=False) as evaluator:
+        evaluator._oracle = _FailingOracle(error)
+        runner = _Runner()
+        with pytest.raises(WorkerError) as raised:
+            evaluator._attach(runner, tmp_path)
+        assert (raised.value.status, raised.value.message) == (status, f"its exchange files could not be made: {error}")
+        assert raised.value.log_tail == "the runner's log"
+        assert runner.closed and not runner.exchange.exists()
 
 
 def base_and_candidate(tmp_path):

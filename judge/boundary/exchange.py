@@ -283,13 +283,51 @@ def check_layout(layout: dict, capacity: int) -> None:
 # ---- the host area: a file per runner ---------------------------------------------------------------------
 
 
+def open_own_directory(path: str) -> int:
+    """A descriptor of directory `path`, opened from / one component at a time without following a link, that is
+    this process's own, not writable by others and empty: the directory judge made for one runner's files. Anything
+    else (a link anywhere on the way, another owner, a file already there) is an ExchangeError."""
+    parts = Path(path).parts
+    if not parts or parts[0] != "/":
+        raise ExchangeError(f"the exchange directory {path} is not an absolute path")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for part in parts[1:]:
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as error:
+                raise ExchangeError(f"the exchange directory {path} could not be opened at {part!r} without following "
+                                    f"a link ({error.strerror})") from None
+            os.close(fd)
+            fd = child
+        info = os.fstat(fd)
+        if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ExchangeError(f"the exchange directory {path} is not judge's own (owner {info.st_uid}, mode "
+                                f"{stat.S_IMODE(info.st_mode):04o})")
+        if os.listdir(fd):
+            raise ExchangeError(f"the exchange directory {path} was not empty")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class HostFile:
     """The oracle's side of a runner's host area: a file it created in the runner's directory (owned by the
-    runner's user so that a runner that dropped to uid nobody can map it), read and written by offset only."""
+    runner's user so that a runner that dropped to uid nobody can map it), read and written by offset only.
+    With `directory` (a descriptor, exchange.open_own_directory) the file is made relative to it."""
 
-    def __init__(self, path: Path, owner: int | None = None):
+    def __init__(self, path: Path, owner: int | None = None, directory: int | None = None):
         self.path = Path(path)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            if directory is None:
+                self.fd = os.open(self.path, flags, 0o600)
+            else:
+                self.fd = os.open(self.path.name, flags, 0o600, dir_fd=directory)
+        except OSError as error:
+            raise ExchangeError(f"the host file {self.path} could not be made ({error.strerror})") from None
         if owner is not None and owner != os.geteuid():
             os.fchown(self.fd, owner, -1)
         self.nbytes = 0

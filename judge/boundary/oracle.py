@@ -118,9 +118,10 @@ class Oracle:
 
     # ---- runners' files and the outboxes --------------------------------------------------------------
 
-    def attach(self, runner: int, directory: str) -> dict:
-        """The host files of a new runner, in its own directory."""
-        self.files[runner] = staging.open_files(directory)
+    def attach(self, runner: int, directory: str, owner: int | None = None) -> dict:
+        """The host files of a new runner, in the directory judge made for it, owned by the runner's user."""
+        self.detach(runner)  # a pid used again: the earlier runner with it has ended
+        self.files[runner] = staging.open_files(directory, owner)
         return {"inbox": str(self.files[runner].inbox.path), "outbox": str(self.files[runner].outbox.path)}
 
     def detach(self, runner: int) -> None:
@@ -191,7 +192,7 @@ class Oracle:
         except exchange.ExchangeError as error:
             return _fail({"passed": True, "reason": ""}, str(error))
         finally:
-            staging.wipe(area, 0)
+            staging.wipe(area)
             self._retire(key)
         result = compare_outputs(got, expected, data, self.tolerance, self.rtol, self.atol, self.checker)
         del data, expected, got
@@ -271,7 +272,7 @@ class Oracle:
         if verify is not None:
             out["problem"] = self._check_timed(key, verify)
             if area.device is not None:
-                staging.wipe(area, verify["copy"])
+                staging.wipe(area)
         if stage is not None:
             self._timing_set(key, stage["set"])
             self.stage(key, stage["set"], [stage["copy"]], stage["runners"], stage.get("flush", False))

@@ -82,7 +82,7 @@ def exported_zeroed(nbytes: int) -> cuda_ipc.Exported:
     """A new exported allocation, zeroed: memory the driver hands out again can hold what this process freed,
     the reference's answers among it."""
     exported = cuda_ipc.Exported(nbytes)
-    cuda_ipc.view(exported.pointer, {"offset": 0, "dtype": "uint8", "shape": [exported.nbytes], "stride": [1]}).zero_()
+    _zero(exported)
     tensors.sync()
     return exported
 
@@ -120,18 +120,31 @@ def stage(area: Area, name: Any, copy: int, files: list[RunnerFiles], flush: boo
     tensors.sync()
 
 
-def wipe(area: Area, copy: int) -> None:
-    """Zero a copy's device part, inputs and outputs: the next runner to map it finds nothing of this call."""
-    for layout in area.copies[copy]:
-        if layout["area"] == exchange.DEVICE:
-            raw = dict(layout, dtype="uint8", shape=[exchange.span(layout["shape"], layout["stride"],
-                                                                   exchange.itemsize(layout["dtype"]))], stride=[1])
-            cuda_ipc.view(area.device.pointer, raw).zero_()
+def wipe(area: Area) -> None:
+    """Zero the device part whole, every copy and the padding between, after a call: the next runner to map it
+    finds nothing of this call. Whole, not the copy the call used: a kernel can write anywhere in memory it maps,
+    and the other runner of its pair maps the same, so a mark left in another copy or between tensors would
+    reach it (issue 39). At most COPY_MEMORY_BYTES and the L2 flush buffer, zeroed while both runners wait."""
+    if area.device is not None:
+        _zero(area.device)
+
+
+def _zero(exported: cuda_ipc.Exported) -> None:
+    cuda_ipc.view(exported.pointer, {"offset": 0, "dtype": "uint8", "shape": [exported.nbytes], "stride": [1]}).zero_()
 
 
 def received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exported | None) -> list:
     """The output a runner said it copied into its outboxes (judge.boundary.callframe's leaves), read here and checked to
-    stay inside them, and zeroed there once read; what is read is judged as it is."""
+    stay inside them, and zeroed there once read; what is read is judged as it is. The device outbox, which every
+    runner maps, is zeroed whole, read or not: nothing a kernel wrote there reaches the next runner."""
+    try:
+        return _received(leaves, files, device_outbox)
+    finally:
+        if device_outbox is not None:
+            _zero(device_outbox)
+
+
+def _received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exported | None) -> list:
     if not isinstance(leaves, list) or len(leaves) > callframe.MAX_LEAVES:
         raise exchange.ExchangeError("the kernel's process described its output in a way judge does not write")
     out = []
@@ -147,8 +160,6 @@ def received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exp
                 raise exchange.ExchangeError("a device output without a device outbox")
             exchange.check_layout(layout, device_outbox.nbytes)
             out.append(cuda_ipc.view(device_outbox.pointer, layout).clone())
-            raw = {"offset": layout["offset"], "dtype": "uint8", "shape": [nbytes], "stride": [1]}
-            cuda_ipc.view(device_outbox.pointer, raw).zero_()
         else:
             exchange.check_layout(layout, files.outbox.nbytes)
             out.append(files.outbox.read(layout))
@@ -179,10 +190,21 @@ def outbox_bytes(expected) -> int:
     return max(OUTBOX_MIN_BYTES, OUTBOX_FACTOR * total)
 
 
-def open_files(directory: str) -> RunnerFiles:
-    """A runner's two host files in `directory`, owned by the directory's owner (the runner's user)."""
-    folder = Path(directory)
-    owner = os.stat(folder).st_uid
-    return RunnerFiles(exchange.HostFile(folder / "inbox", owner), exchange.HostFile(folder / "outbox", owner))
+def open_files(directory: str, owner: int | None = None) -> RunnerFiles:
+    """A runner's two host files in `directory`, which judge made for it, owned by `owner` (the runner's user).
+    The directory is opened component by component without following a link and must be this process's own
+    and empty, and the files are made relative to it: the oracle never writes where a link someone else made
+    points (exchange.open_own_directory)."""
+    folder = exchange.open_own_directory(directory)
+    try:
+        inbox = exchange.HostFile(Path(directory) / "inbox", owner, folder)
+        try:
+            outbox = exchange.HostFile(Path(directory) / "outbox", owner, folder)
+        except BaseException:
+            inbox.close()
+            raise
+    finally:
+        os.close(folder)
+    return RunnerFiles(inbox, outbox)
 
 

@@ -17,7 +17,7 @@ import resource
 import signal
 import stat
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 FSIZE_LIMIT = 8 << 30  # no single file a candidate writes may fill the disk
@@ -33,8 +33,22 @@ _ENV_DIRS = {
 _DEVICES = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/nvidia*",
             "/dev/nvidia-caps"]
 
+# /proc and /sys as far as Python, torch and CUDA read them, besides the process's own /proc/<pid>: facts that no
+# other process moves, and the device trees. Never /proc itself (its listing names every process), another
+# process's /proc/<pid>, /proc/stat and /proc/loadavg (fork counts, the last pid), /proc/sys/kernel/ns_last_pid,
+# /proc/modules (a module's count of users) or /sys/fs (the cgroups' counters of judge's processes). A runner
+# that could read these sees the other runners (docs/architecture.md, "What a runner shares").
+PROC_FACTS = ["/proc/cpuinfo", "/proc/meminfo", "/proc/version", "/proc/filesystems", "/proc/devices",
+              "/proc/driver/nvidia", "/proc/sys/vm", "/proc/sys/kernel/osrelease", "/proc/sys/kernel/ostype",
+              "/proc/sys/kernel/version", "/proc/sys/kernel/cap_last_cap", "/proc/sys/kernel/pid_max",
+              "/proc/sys/kernel/threads-max", "/proc/sys/kernel/random", "/proc/sys/kernel/numa_balancing",
+              "/proc/sys/kernel/perf_event_paranoid", "/proc/sys/kernel/yama"]
+SYS_TREES = ["/sys/devices", "/sys/bus", "/sys/class", "/sys/dev", "/sys/module", "/sys/kernel/mm"]
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 12, 1 << 14, 1 << 18
 _NAMESPACE_FLAGS = [0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, _CLONE_NEWNET]
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
@@ -49,11 +63,20 @@ _DENIED = [
     "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd", "init_module",
     "finit_module", "delete_module", "reboot", "kexec_load", "kexec_file_load", "swapon", "swapoff",
     "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+    # System V IPC and POSIX message queues: names every process of the machine shares (docs/architecture.md).
+    "shmget", "shmat", "shmdt", "shmctl", "semget", "semop", "semtimedop", "semctl", "msgget", "msgsnd", "msgrcv",
+    "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+    "kcmp",  # compares another process's files and memory with one's own
 ]
+# Calls whose first argument names a process (0: the caller), allowed on itself only: on another process each tells
+# whether it exists or reads what it set on itself (a nice value, a policy), a mark the other runner could look for.
+_OWN_PROCESS_ONLY = ["getpgid", "getsid", "sched_getscheduler", "sched_getparam", "sched_getattr",
+                     "sched_rr_get_interval", "pidfd_open", "get_robust_list", "migrate_pages",
+                     "move_pages"]
 
 # Landlock (include/uapi/linux/landlock.h): filesystem rights by bit, with the ABI that introduced each.
 _LL_EXECUTE, _LL_WRITE_FILE, _LL_READ_FILE, _LL_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-_LL_MAKE_CHAR, _LL_MAKE_BLOCK = 1 << 6, 1 << 11
+_LL_MAKE_CHAR, _LL_MAKE_SOCK, _LL_MAKE_BLOCK = 1 << 6, 1 << 9, 1 << 11
 _LL_REFER, _LL_TRUNCATE, _LL_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 _LL_FILE_RIGHTS = _LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE | _LL_IOCTL_DEV
 _LL_NET_TCP = 0b11  # BIND_TCP | CONNECT_TCP, ABI 4
@@ -76,10 +99,14 @@ class Policy:
     writable: list[Path]
     readable: list[Path]
     network: bool = False
+    # Files judge made for the child (a runner's inbox and outbox) in a directory judge owns: read and written,
+    # never created, removed or renamed there (judge.stages.evaluation.Evaluator.exchange_dir).
+    exchange: list[Path] = field(default_factory=list)
 
     def __post_init__(self):
         self.writable = [Path(p).resolve() for p in self.writable]
         self.readable = [Path(p).resolve() for p in self.readable]
+        self.exchange = [Path(p).resolve() for p in self.exchange]
 
 
 @dataclass
@@ -163,7 +190,7 @@ def prepare(policy: Policy) -> None:
 def system_readable() -> list[Path]:
     """What a Python + torch + CUDA process reads: system trees, the interpreter, every import path, the judge
     package; never a directory holding a judge working tree (its ledger, reports and other workspaces)."""
-    candidates = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys",
+    candidates = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", *PROC_FACTS, *SYS_TREES,
                   "/run/nvidia-persistenced", sys.prefix, sys.base_prefix, *sys.path,
                   *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     # An editable install puts the checkout's root on the path; beside judge/ lie ledger.db and work/.
@@ -194,6 +221,9 @@ def apply(policy: Policy) -> Confinement:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     layers, missing = [], []
+    shm = _optional(_private_shm)
+    hidden = _hide_neighbours(policy, readable) if shm else 0
+    ipc = "; System V IPC and message queues of its own (IPC namespace)" if _optional(_unshare_ipc) else ""
     if not policy.network:
         try:
             _unshare_net()
@@ -203,7 +233,7 @@ def apply(policy: Policy) -> Confinement:
 
     # Landlock needs it without CAP_SYS_ADMIN; it also keeps setuid binaries from raising privileges.
     _libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-    filesystem, tcp = _landlock(policy, readable)
+    filesystem, tcp = _landlock(policy, readable, shm, hidden)
     filesystem += unconfined if filesystem.startswith("landlock") else ""
     syscalls, sockets = _seccomp(seccomp_lib, policy)
     layers += [layer for layer in (tcp, sockets) if layer]
@@ -211,7 +241,7 @@ def apply(policy: Policy) -> Confinement:
         network = "allowed"
     else:
         network = ", ".join(layers) or "not confined: " + ", ".join(missing + ["no landlock tcp rules, no seccomp"])
-    return Confinement(filesystem, network, syscalls, _drop_user(policy, readable))
+    return Confinement(filesystem, network, syscalls + ipc, _drop_user(policy, readable))
 
 
 def _read_paths(policy: Policy) -> list[Path]:
@@ -235,6 +265,30 @@ def _unshare_net() -> None:
     _check(_libc.unshare(_CLONE_NEWNET))
 
 
+def _optional(mechanism) -> bool:
+    """Whether a mechanism that needs privileges took effect; where it did not, another covers for it."""
+    try:
+        mechanism()
+    except OSError:
+        return False
+    return True
+
+
+def _unshare_ipc() -> None:
+    """An IPC namespace of its own where permitted (CAP_SYS_ADMIN); seccomp denies System V IPC and message
+    queues anyway, so this only backs that up where seccomp is missing."""
+    _check(_libc.unshare(_CLONE_NEWIPC))
+
+
+def _private_shm() -> None:
+    """A /dev/shm of its own: a mount namespace and an empty tmpfs over /dev/shm, where permitted (CAP_SYS_ADMIN).
+    Without one, Landlock keeps the child out of the machine's /dev/shm altogether."""
+    _check(_libc.unshare(_CLONE_NEWNS))
+    _check(_libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None))
+    _check(_libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+                       b"mode=1777,size=1g"))
+
+
 def _landlock_abi() -> int:
     return _check(_libc.syscall(ctypes.c_long(444), None, ctypes.c_long(0), ctypes.c_long(1)))
 
@@ -247,7 +301,45 @@ def landlock_abi() -> int:
         return 0
 
 
-def _landlock(policy: Policy, readable: list[Path]) -> tuple[str, str]:
+def _hide_neighbours(policy: Policy, readable: list[Path]) -> int:
+    """In this process's own mount namespace (_private_shm made it), cover the directories that hold its writable
+    and exchange directories with an empty tmpfs and bind its own back, so that nothing beside them (another
+    runner's workspace, spare home or exchange directory) can be named: Landlock governs opening a file, never
+    stat(), access() or connect(), so a kernel could still test whether a file another runner made exists at a
+    path it can guess (a candidate's workspace is named after its proposal). A directory above anything it
+    reads, or /, is left as it is. Returns how many directories were covered; 0 where mounting failed."""
+    own = policy.writable + policy.exchange
+    hidden: list[Path] = []
+    for parent in sorted({path.parent for path in own}, key=lambda p: len(p.parts)):
+        if parent == Path("/") or any(_inside(r, [parent]) for r in readable) or _inside(parent, hidden):
+            continue
+        hidden.append(parent)
+    if not hidden:
+        return 0
+    handles = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in own}  # before anything is covered
+    covered: list[Path] = []
+    try:
+        for cover in hidden:
+            _check(_libc.mount(b"tmpfs", bytes(cover), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+                               b"mode=0755,size=64k"))
+            covered.append(cover)
+            for path, handle in handles.items():
+                if _inside(path, [cover]):
+                    path.mkdir(parents=True, exist_ok=True)  # in the tmpfs
+                    _check(_libc.mount(f"/proc/self/fd/{handle}".encode(), bytes(path), None,
+                                       ctypes.c_ulong(_MS_BIND), None))
+    except OSError:
+        for cover in reversed(covered):  # all or nothing: its own directories stay where they were
+            _libc.umount2(bytes(cover), 2)  # MNT_DETACH, with the binds beneath
+        return 0
+    finally:
+        for handle in handles.values():
+            os.close(handle)
+    return len(hidden)
+
+
+def _landlock(policy: Policy, readable: list[Path], private_shm: bool = False, hidden: int = 0
+              ) -> tuple[str, str]:
     """Filesystem (and from ABI 4, TCP) rules; returns the filesystem line and the TCP line ('' if none)."""
     try:
         abi = _landlock_abi()
@@ -256,12 +348,17 @@ def _landlock(policy: Policy, readable: list[Path]) -> tuple[str, str]:
     handled = (1 << 13) - 1 | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0) \
         | (_LL_IOCTL_DEV if abi >= 5 else 0)
     net = _LL_NET_TCP if abi >= 4 and not policy.network else 0
-    write = handled & ~(_LL_MAKE_CHAR | _LL_MAKE_BLOCK)  # a device node made in the workspace is a way out
+    # A device node made in the workspace is a way out; a unix socket bound there is a name another runner
+    # could connect to (Landlock does not govern connect).
+    write = handled & ~(_LL_MAKE_CHAR | _LL_MAKE_BLOCK | _LL_MAKE_SOCK)
     device = handled & (_LL_READ_FILE | _LL_WRITE_FILE | _LL_TRUNCATE | _LL_IOCTL_DEV)
     dev_paths = [Path(p) for pattern in _DEVICES for p in sorted(glob.glob(pattern))]
     rules = [(p, _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR) for p in readable]
-    rules += [(p, write) for p in policy.writable + [Path("/dev/shm")]]
+    rules += [(p, write) for p in policy.writable + ([Path("/dev/shm")] if private_shm else [])]
+    rules += [(p, handled & (_LL_READ_FILE | _LL_WRITE_FILE | _LL_TRUNCATE)) for p in policy.exchange]
     rules += [(Path("/dev"), _LL_READ_DIR)] + [(p, device) for p in dev_paths]
+    # Its own /proc/<pid> (/proc/self), no other: neither the listing of /proc nor another process's entries.
+    rules += [(Path(f"/proc/{os.getpid()}"), _LL_READ_FILE | _LL_READ_DIR)]
     # CUDA names its threads through /proc/<pid>/task/<tid>/comm; cuInit fails (error 304) when it cannot.
     rules += [(Path(f"/proc/{os.getpid()}/task"), handled & (_LL_READ_FILE | _LL_WRITE_FILE | _LL_TRUNCATE))]
     # The kernel takes the largest struct it knows and checks that the fields it does not know are zero.
@@ -278,8 +375,13 @@ def _landlock(policy: Policy, readable: list[Path]) -> tuple[str, str]:
     except OSError as error:
         return f"none: landlock abi {abi} failed ({error.strerror})", ""
     scoped = ", signals and abstract unix sockets scoped" if abi >= 6 else ""
-    return (f"landlock abi {abi}: write only in {_plural(len(policy.writable), 'path')} and /dev/shm, read only "
-            f"in {_plural(len(readable), 'path')} and {_plural(len(dev_paths), 'device')}{scoped}",
+    shm = "a private /dev/shm" if private_shm else "no /dev/shm"
+    if hidden:
+        shm += f", what lies beside its own directories hidden ({_plural(hidden, 'mount')})"
+    exchange = ", its exchange files" if policy.exchange else ""
+    return (f"landlock abi {abi}: write only in {_plural(len(policy.writable), 'path')}{exchange}, {shm}, read "
+            f"only in {_plural(len(readable), 'path')} and {_plural(len(dev_paths), 'device')}, /proc only its own"
+            f"{scoped}",
             "tcp denied (landlock)" if net else "")
 
 
@@ -333,14 +435,16 @@ def _seccomp(lib, policy: Policy) -> tuple[str, str]:
         # Nor may it move itself to other cores than judge gave it (the base has the same), nor pin, renice,
         # reschedule or re-limit another process (the base's runner is one).
         deny("sched_setaffinity")
-        for name in ("sched_setscheduler", "sched_setparam", "sched_setattr", "prlimit64"):
+        for name in ("sched_setscheduler", "sched_setparam", "sched_setattr", "prlimit64", *_OWN_PROCESS_ONLY):
             for arg in _outside(lib, [0, os.getpid()]):
                 deny(name, arg)
-        for name, who_index in (("setpriority", 1), ("ioprio_set", 1)):
+        for name, who_index in (("setpriority", 1), ("ioprio_set", 1), ("getpriority", 1), ("ioprio_get", 1)):
             for arg in _outside(lib, [0, os.getpid()], who_index):
                 deny(name, arg)
-        deny("setpriority", lib.Arg(0, lib.NE, 0))  # PRIO_PGRP and PRIO_USER reach other processes
-        deny("ioprio_set", lib.Arg(0, lib.NE, 1))  # only IOPRIO_WHO_PROCESS
+        for name in ("setpriority", "getpriority"):
+            deny(name, lib.Arg(0, lib.NE, 0))  # PRIO_PGRP and PRIO_USER reach other processes
+        for name in ("ioprio_set", "ioprio_get"):
+            deny(name, lib.Arg(0, lib.NE, 1))  # only IOPRIO_WHO_PROCESS
         for flag in _NAMESPACE_FLAGS:
             deny("clone", lib.Arg(0, lib.MASKED_EQ, flag, flag))
         deny("clone3", action=lib.ERRNO(errno.ENOSYS))  # its flags are out of reach; glibc falls back to clone
@@ -351,8 +455,8 @@ def _seccomp(lib, policy: Policy) -> tuple[str, str]:
     except OSError as error:
         return f"not confined: seccomp filter failed ({error.strerror})", ""
     missed = f"; unknown to libseccomp, so allowed: {', '.join(unknown)}" if unknown else ""
-    return ("seccomp: ptrace, process_vm_*, changing its own cores, signals to, scheduling and limits of other "
-            "processes, non-unix sockets, setsid, "
+    return ("seccomp: ptrace, process_vm_*, changing its own cores, signals to, scheduling, limits and "
+            "whereabouts of other processes, System V IPC, message queues, non-unix sockets, setsid, "
             "namespaces, mount, chroot, bpf, perf_event_open, keys, io_uring, userfaultfd, modules, reboot, "
             f"kexec, swap, clock setting denied{missed}",
             "" if policy.network else "non-unix sockets denied (seccomp)")
@@ -417,7 +521,7 @@ def _drop_blocker(policy: Policy, readable: list[Path]) -> str:
     for path in readable:
         if path.exists() and (reason := _unreadable_reason(path)):
             return reason
-    for path in policy.writable:
+    for path in policy.writable + policy.exchange:
         if reason := _unreadable_reason(path.parent, search_only=True):
             return reason
     return ""

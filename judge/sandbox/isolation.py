@@ -136,7 +136,8 @@ def child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_d
     if policy is not None:
         from . import confine
 
-        policy = confine.Policy(writable=[*policy.writable, tmp_dir], readable=policy.readable, network=policy.network)
+        policy = confine.Policy(writable=[*policy.writable, tmp_dir], readable=policy.readable, network=policy.network,
+                                exchange=policy.exchange)
         confine.prepare(policy)
         child_env = confine.child_env(policy, child_env)
         policy_json = policy_to_json(policy)
@@ -153,14 +154,14 @@ def child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_d
 
 def policy_to_json(policy: "Policy") -> dict:
     return {"writable": [str(p) for p in policy.writable], "readable": [str(p) for p in policy.readable],
-            "network": policy.network}
+            "network": policy.network, "exchange": [str(p) for p in policy.exchange]}
 
 
 def policy_from_json(data: dict) -> "Policy":
     from .confine import Policy
 
     return Policy(writable=[Path(p) for p in data["writable"]], readable=[Path(p) for p in data["readable"]],
-                  network=bool(data["network"]))
+                  network=bool(data["network"]), exchange=[Path(p) for p in data.get("exchange", [])])
 
 
 def _dump_stacks(process: subprocess.Popen) -> None:

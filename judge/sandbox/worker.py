@@ -112,6 +112,7 @@ class Worker:
         sleeps until it comes (POLL_S on GPU targets)."""
         self.role = role
         self.poll_s = poll_s
+        self.exchange: Path | None = None  # a runner's host files' directory (judge.stages.evaluation)
         self.home = Path(cwd)  # where it started: a spare's scratch directories (TMPDIR, caches) lie under it
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

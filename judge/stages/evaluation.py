@@ -265,7 +265,8 @@ class Evaluator:
         the oracle: the oldest spare when there is one (new spares start loading behind it), else a cold start.
         A `timed` runner (a timed pair's) writes only in a scratch directory of its own (`_runner_setup`)."""
         workspace = Path(workspace).resolve()
-        init, policy, env, scratch = self._runner_setup(workspace, timed)
+        exchange = self.exchange_dir()
+        init, policy, env, scratch = self._runner_setup(workspace, exchange, timed)
         log_path = self._log_path(workspace, log_name, scratch)
         worker = None
         while worker is None and self._pool:
@@ -280,6 +281,7 @@ class Evaluator:
                             poll_s=self.poll_s)
         if scratch is not None:
             self._scratch[worker.pid] = scratch
+        worker.exchange = exchange
         if self.warm:
             self._top_up()
         self._attach(worker, workspace)
@@ -306,7 +308,8 @@ class Evaluator:
         ready = self._ready_spares()[:count]
         for spare in ready:
             self._pool.remove(spare)
-            init, policy, env, scratch = self._runner_setup(workspace, timed=True)
+            spare.exchange = self.exchange_dir()
+            init, policy, env, scratch = self._runner_setup(workspace, spare.exchange, timed=True)
             log = self._log_path(workspace, f"{prefix}-{spare.pid}.log", scratch)
             if scratch is not None:
                 self._scratch[spare.pid] = scratch
@@ -359,6 +362,8 @@ class Evaluator:
                 self.ask("detach", runner=worker.pid)
             except JudgeError:
                 pass
+        if worker.exchange is not None:
+            shutil.rmtree(worker.exchange, ignore_errors=True)
         self._drop_scratch(worker.pid)
 
     def _drop_scratch(self, pid: int) -> None:
@@ -371,15 +376,35 @@ class Evaluator:
         if self._oracle is not None:
             self.ask("collect")
 
+    def exchange_dir(self) -> Path:
+        """A new, empty directory for one runner's host files, judge's own and under judge's root, where no
+        kernel can write (its confinement lets it open the files the oracle makes there, nothing else), its
+        name drawn so that no kernel can guess it. Issue 39: in the workspace, a kernel that planted files or a
+        link where its next runners' directories would be made the oracle fail the round or write elsewhere."""
+        parent = self.root / "exchange"
+        parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        directory = parent / secrets.token_hex(8)
+        directory.mkdir(mode=0o755)
+        os.chmod(directory, 0o755)  # searchable by a runner that dropped to uid nobody, whatever the umask
+        return directory
+
     def _attach(self, worker: Worker, workspace: Path) -> None:
-        """The runner's own directory of host files, made by the oracle and owned by the runner's user."""
-        directory = workspace / ".judge" / "x" / str(worker.pid)
-        directory.mkdir(parents=True, exist_ok=True)
-        owner = workspace.stat()
-        if os.geteuid() == 0 and owner.st_uid != 0:
-            for path in (directory.parent, directory):
-                os.chown(path, owner.st_uid, owner.st_gid)
-        self.ask("attach", runner=worker.pid, directory=str(directory))
+        """Have the oracle make the runner's host files in the runner's exchange directory, owned by the user the
+        runner runs as (its workspace's owner). A failure there is the runner's verdict, never the round's: the
+        runner is closed and raises WorkerError (`tampered` where the oracle found the directory or a file in it
+        not as judge made it)."""
+        directory = worker.exchange if worker.exchange is not None else self.exchange_dir()
+        worker.exchange = directory
+        try:
+            self.oracle.call("attach", ORACLE_LIMIT_S, runner=worker.pid, directory=str(directory),
+                             owner=workspace.stat().st_uid)
+        except CommandFailed as error:
+            self.close_runner(worker)
+            status = "tampered" if error.error.startswith("ExchangeError") else "crashed"
+            raise WorkerError(status, f"its exchange files could not be made: {error.error}", worker.log_tail())
+        except WorkerError as error:
+            raise JudgeError(f"{self.target.path}: the oracle failed (attach): {error.message}; "
+                             f"see {self.root / 'oracle.log'}") from None
 
     def pin_timing(self, *workers: Worker) -> None:
         """Put the runners of a timed pair on the same cores (their threads too), the same for base and
@@ -428,10 +453,11 @@ class Evaluator:
                 spare.close()
                 self._pool.remove(spare)
 
-    def _runner_setup(self, workspace: Path, timed: bool = False) -> tuple[dict, dict | None, dict[str, str],
-                                                                         Path | None]:
+    def _runner_setup(self, workspace: Path, exchange: Path, timed: bool = False
+                      ) -> tuple[dict, dict | None, dict[str, str], Path | None]:
         """What a runner for `workspace` is given, cold or bound from a spare: its init, its confinement policy
-        (JSON, None when unconfined), its environment and, for a timed runner, its scratch directory.
+        (JSON, None when unconfined), its environment and, for a timed runner, its scratch directory; `exchange`
+        is its host files' directory.
 
         A timed runner may read its workspace and write only in a new scratch directory of its own (its HOME,
         TMPDIR and caches, which start as a copy of the workspace's caches, so that what its correctness runner
@@ -440,7 +466,7 @@ class Evaluator:
         from ..sandbox.isolation import policy_to_json
 
         scratch = self._new_scratch(workspace) if timed and self.confine else None
-        rules, env = self._rules(workspace, scratch)
+        rules, env = self._rules(workspace, exchange, scratch)
         init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file}
         return init, policy_to_json(rules) if rules else None, env, scratch
 
@@ -453,16 +479,17 @@ class Evaluator:
                             dirs_exist_ok=True)
         return scratch
 
-    def _rules(self, workspace: Path, scratch: Path | None = None):
+    def _rules(self, workspace: Path, exchange: Path | None = None, scratch: Path | None = None):
         """The confinement of a runner in `workspace` (None when unconfined) and its environment: it writes in
-        its workspace, or only in `scratch` and reads the workspace."""
+        its workspace, or only in `scratch` and reads the workspace; `exchange` holds its host files."""
         from ..sandbox.confine import Policy, child_env, prepare
 
         env = self.env()
         if not self.confine:
             return None, env
-        rules = Policy(writable=[workspace], readable=[]) if scratch is None else \
-            Policy(writable=[scratch, workspace / ".judge" / "x"], readable=[workspace])
+        exchanges = [exchange] if exchange else []
+        rules = Policy(writable=[workspace], readable=[], exchange=exchanges) if scratch is None else \
+            Policy(writable=[scratch], readable=[workspace], exchange=exchanges)
         prepare(rules)
         return rules, child_env(rules, env)
 
@@ -470,7 +497,8 @@ class Evaluator:
         """A spare forked from the template (its cores are the template's), or one that imports torch itself
         where there is no template or it has ended: a broken template is judge's loss, never a kernel's."""
         self._started += 1
-        home = fresh(self.root / "spares" / str(self._started))
+        # a name no kernel can guess: a runner bound from this spare may write here (spare_policy)
+        home = fresh(self.root / "spares" / f"{self._started}-{secrets.token_hex(8)}")
         _, env = self._rules(home)
         forks = self._template()
         if forks is not None:
