@@ -61,8 +61,10 @@ def _say_waiting(ledger: Ledger) -> None:
 
 def emit_json(data) -> None:
     """`--json` output: contestant text in it without escapes or control characters, each field capped
-    (judge/contain.py json_safe)."""
-    click.echo(json.dumps(json_safe(json.loads(json.dumps(data, default=str))), indent=2))
+    (judge/contain.py json_safe); values in their declared JSON forms (judge.wire.jsonable), as the server sends them."""
+    from ..wire import jsonable
+
+    click.echo(json.dumps(json_safe(jsonable(data)), indent=2))
 
 
 def fail(message: str, code: int, as_json: bool):

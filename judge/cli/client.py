@@ -18,6 +18,7 @@ from ..actions import CastVote
 from ..errors import JudgeError
 from ..ledger import Submitted
 from ..records import Proposal, Shark, Vote
+from ..wire import JobAnswer
 
 POLL_S = 0.5  # how often `judge run` asks the server for a round's progress
 
@@ -118,21 +119,24 @@ class Remote:
             timing_budget: Optional[float], on_event, out_dir: Path) -> list[dict]:
         """Start the round on the server, show its events as they come, and write its report here once it is done."""
         body = {"round": round, "target": target, "again": again, "workers": workers, "timing_budget": timing_budget}
-        job = self._call("POST", "/api/rounds", body)
-        seen = 0
+        job = JobAnswer.read(self._call("POST", "/api/rounds", body))
+        return self.follow(job, on_event, out_dir, target)
+
+    def follow(self, job: JobAnswer, on_event, out_dir: Path, target: Optional[str] = None) -> list[dict]:
+        """A round job's events, each handed to `on_event(kind, **fields)` as a local run's are, until it ends; then
+        its report written here, and its summaries (each naming that report) returned, or its error raised."""
         while True:
-            for event in job["events"]:
-                on_event(event.pop("kind"), **event)
-            seen = job["next"]
-            if job["state"] != "running":
+            for event in job.events:
+                on_event(event.kind, **event.fields())
+            if job.state != "running":
                 break
             time.sleep(POLL_S)
-            job = self._call("GET", f"/api/jobs/{job['job']}", since=seen)
-        if job["state"] == "failed":
-            raise RemoteError(job["error"]["error"], job["error"]["exit"])
-        summaries = job["summaries"]
+            job = JobAnswer.read(self._call("GET", f"/api/jobs/{job.job}", since=job.next))
+        if job.state == "failed":
+            raise RemoteError(job.error.error, job.error.exit)
+        summaries = job.summaries
         if summaries:
-            path, _, _ = self.write_report(job["round"], target, False, out_dir)
+            path, _, _ = self.write_report(job.round, target, False, out_dir)
             for summary in summaries:
                 summary["report"] = str(path)
         return summaries

@@ -25,8 +25,10 @@ from .state import State, answer
 from .bodies import items_of, proposal_schema, shark_schema, vote_schema
 from .jobs import round_work
 from .limits import check_quota, read_body
+from ..wire import ErrorAnswer, JobAnswer, WhoAmI
 
-router = APIRouter(prefix="/api")
+# Every error is the CLI's error object (judge.wire.ErrorAnswer), whatever the status.
+router = APIRouter(prefix="/api", responses={"4XX": {"model": ErrorAnswer}, "5XX": {"model": ErrorAnswer}})
 
 
 def _state(request: Request) -> State:
@@ -63,7 +65,7 @@ def _format(data: dict, format: str, key: Optional[str] = None) -> Response:
 # who, and the ledger -------------------------------------------------------------------------------------------
 
 
-@router.get("/whoami", summary="The participant this token belongs to")
+@router.get("/whoami", summary="The participant this token belongs to", responses={200: {"model": WhoAmI}})
 def whoami(request: Request):
     return _read(request, lambda ledger, who: answer({"name": who.name, "role": who.role}))
 
@@ -193,7 +195,7 @@ def _start_round(state: State, ledger, who, data: Any) -> Response:
 
 
 @router.post("/rounds", status_code=202, summary="Run a round in the background, organizer only (judge run)",
-             openapi_extra={"requestBody": {"content": {"application/json": {"schema": RunRequest.model_json_schema()}}}})
+             responses={202: {"model": JobAnswer}}, openapi_extra={"requestBody": {"content": {"application/json": {"schema": RunRequest.model_json_schema()}}}})
 async def run_round(request: Request):
     """Answers 202 with the job; read its progress and, once done, its summaries at /api/jobs/{job}."""
     return await _write(request, _start_round)
@@ -202,7 +204,8 @@ async def run_round(request: Request):
 # A running round's events name its proposals before they are judged: jobs are the organizers' to read.
 
 
-@router.get("/jobs", summary="The rounds this server ran or runs, organizer only")
+@router.get("/jobs", summary="The rounds this server ran or runs, organizer only",
+            responses={200: {"model": list[JobAnswer]}})
 def jobs(request: Request):
     def work(ledger, who):
         who.require_organizer("read the rounds' jobs")
@@ -211,7 +214,8 @@ def jobs(request: Request):
     return _read(request, work)
 
 
-@router.get("/jobs/{job_id}", summary="A round's progress (events from `since` on) and, once done, its summaries, organizer only")
+@router.get("/jobs/{job_id}", summary="A round's progress (events from `since` on) and, once done, its summaries, organizer only",
+            responses={200: {"model": JobAnswer}})
 def job(request: Request, job_id: int, since: int = 0):
     def work(ledger, who):
         who.require_organizer("read the rounds' jobs")

@@ -4,7 +4,6 @@ read while it runs (`GET /api/jobs/ID?since=N`) and its answer once it is done."
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from typing import Callable, Optional
 from .. import actions
 from ..errors import JudgeError, NotFound
 from ..ledger import Ledger, now
+from ..wire import EndEvent, ErrorAnswer, Event, JobAnswer, jsonable, make_event
 
 log = logging.getLogger("judge.server")
 
@@ -30,18 +30,19 @@ class Job:
     started_at: str
     state: str = "running"  # running | done | failed
     finished_at: Optional[str] = None
-    events: list[dict] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     summaries: Optional[list[dict]] = None
-    error: Optional[dict] = None  # the CLI's error object: {"error": ..., "exit": ...}
+    error: Optional[ErrorAnswer] = None  # the CLI's error object: {"error": ..., "exit": ...}
 
     def event(self, kind: str, **info) -> None:
-        # Through JSON at once, so a reader never sees an event that cannot be sent.
-        self.events.append(json.loads(json.dumps({"kind": kind, **info}, default=str)))
+        # Made into its wire model at once, so a reader never sees an event that cannot be sent.
+        self.events.append(make_event(len(self.events), kind, info))
 
-    def answer(self, since: int = 0) -> dict:
-        return {"job": self.id, "round": self.round, "target": self.target, "by": self.by, "state": self.state,
-                "started_at": self.started_at, "finished_at": self.finished_at, "events": self.events[since:],
-                "next": len(self.events), "summaries": self.summaries, "error": self.error}
+    def answer(self, since: int = 0) -> JobAnswer:
+        events = self.events[since:]  # one read of the list: a round's thread appends to it meanwhile
+        return JobAnswer(job=self.id, round=self.round, target=self.target, by=self.by, state=self.state,
+                         started_at=self.started_at, finished_at=self.finished_at, events=events,
+                         next=since + len(events), summaries=self.summaries, error=self.error)
 
 
 class Jobs:
@@ -73,19 +74,23 @@ class Jobs:
 
     def _run(self, job: Job, work: Callable[[Ledger, Job], list[dict]]) -> None:
         ledger = None
+        state, error = "failed", None
         try:
             ledger = self.open_ledger()
-            job.summaries = json.loads(json.dumps(work(ledger, job), default=str))
-            job.state = "done"
-        except JudgeError as error:
-            job.error, job.state = {"error": error.message, "exit": 2}, "failed"
-        except Exception as error:  # a bug of judge's: the run fails, the server stays up, the log has it
+            job.summaries = jsonable(work(ledger, job))
+            state = "done"
+        except JudgeError as failure:
+            error = ErrorAnswer(error=failure.message, exit=getattr(failure, "exit", 2))
+        except Exception as failure:  # a bug of judge's: the run fails, the server stays up, the log has it
             log.exception("round job %s failed", job.id)
-            job.error, job.state = {"error": f"internal error: {type(error).__name__}: {error}", "exit": 1}, "failed"
+            error = ErrorAnswer(error=f"internal error: {type(failure).__name__}: {failure}", exit=1)
         finally:
-            job.finished_at = now()
             if ledger is not None:
                 ledger.close()
+            # The end event first, then the state: a reader that sees the job ended has every event it had.
+            job.error, job.finished_at = error, now()
+            job.event("end", state=state, error=error)
+            job.state = state
 
     def get(self, job_id: int) -> Job:
         job = self.jobs.get(job_id)

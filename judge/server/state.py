@@ -17,6 +17,7 @@ from starlette.responses import Response
 from ..contain import json_safe
 from ..ledger import Ledger
 from ..ledger.visible import VisibleLedger
+from ..wire import jsonable
 from ..participants import HIDDEN, Participant, access, authenticate, token_sha256
 from .jobs import Jobs
 from .limits import RateLimiter
@@ -39,7 +40,7 @@ class Config:
 
 
 def answer(data: Any, status: int = 200) -> Response:
-    """JSON as the CLI's `--json` has it once parsed (non-JSON values as str, key order kept), every string without
+    """JSON as the CLI's `--json` has it once parsed (judge.wire.jsonable: declared forms only, key order kept), every string without
     escapes, control or format characters (bidi overrides, zero-width spaces), as everywhere judge shows text: not
     capped (judge.contain.json_safe)."""
     return Response(_dumps(data), status_code=status, media_type="application/json")
@@ -51,7 +52,7 @@ def error_answer(message: str, status: int, code: int = 2, headers: Optional[dic
 
 
 def _dumps(data: Any) -> str:
-    return json.dumps(json_safe(json.loads(json.dumps(data, default=str)), capped=False))
+    return json.dumps(json_safe(jsonable(data), capped=False))
 
 
 class State:
