@@ -87,23 +87,29 @@ def _reports(root: Path) -> dict[str, bytes]:
 
 
 READS = [("list",), ("list", "--round", "1"), ("show", "fast"), ("show", "idea"), ("status",), ("brief",),
-         ("brief", "--round", "1"), ("shark", "list"), ("report", "--round", "1"), ("report", "--leaderboard"), ("report",)]
+         ("brief", "--round", "1"), ("shark", "list"), ("report", "--round", "1"), ("report", "--leaderboard"), ("report",),
+         ("base",), ("base", "--round", "1"), ("base", "--round", "2", "--out", "kernel.py")]
 
 
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
 def test_the_cli_against_the_server_prints_the_same_bytes_as_on_the_ledger(served, as_json):
     server, tokens, root = served
     _ran_round(root, tokens)
+    charts = set()
     for args in READS:
         args = args + (("--json",) if as_json else ())
         local = judge(*args, root=root)
-        assert local.exit_code == 0 and local.stdout, (args, local.output)
+        assert local.exit_code == 0 and local.output, (args, local.output)
         written = _reports(root)
+        kernel = (root / "kernel.py").read_bytes() if "--out" in args else None
         # every proposal is judged: a contestant reads what the ledger's holder reads, but where the ledger lies
         remote = judge(*args, server=server.url, token=tokens["boss" if args[0] == "status" else "bob"])
         assert (remote.exit_code, remote.stdout, remote.stderr) == (local.exit_code, local.stdout, local.stderr), args
         assert _reports(root) == written, args
-    assert any(name.endswith(".svg") for name in written)  # the last report had its charts, written here too
+        if kernel is not None:
+            assert (root / "kernel.py").read_bytes() == kernel and b"# tuned" in kernel  # the winner's patch applied
+        charts |= {name for name in written if name.endswith(".svg")}
+    assert charts  # the reports had their charts, written here too
     status = judge("status", "--json", server=server.url, token=tokens["bob"])
     assert json.loads(status.stdout)["ledger"] == "ledger.db"
 

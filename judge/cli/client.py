@@ -18,7 +18,7 @@ from ..actions import CastVote
 from ..errors import JudgeError
 from ..ledger import Submitted
 from ..records import Proposal, Shark, Vote
-from ..wire import JobAnswer
+from ..wire import BaseAnswer, JobAnswer
 
 POLL_S = 0.5  # how often `judge run` asks the server for a round's progress
 
@@ -102,6 +102,10 @@ class Remote:
     def clear_evaluation(self, evaluation_id: int, note: str, cleared_by: str) -> dict:
         """Cleared by the organizer whose token this is (the server records its name, not `cleared_by`)."""
         return self._call("POST", f"/api/evaluations/{evaluation_id}/clear", {"note": note})
+
+    def base(self, kernels_dir: Path, target: Optional[str], round: Optional[int]) -> dict:
+        """The round's base as the server's ledger and targets make it, the same fields `judge base` reads locally."""
+        return BaseAnswer.model_validate(self._call("GET", "/api/base", target=target, round=round)).model_dump()
 
     def brief(self, kernels_dir: Path, target: Optional[str], round: Optional[int], out_dir: Path) -> tuple[Path, dict]:
         data = self._call("GET", "/api/brief", target=target, round=round)

@@ -190,10 +190,8 @@ def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
 @click.option("--out", "out_file", type=click.Path(path_type=Path), help="Write the source to this file instead.")
 def base_cmd(ctx: Context, target, round_, out_file, as_json: bool):
     """Print a round's base kernel, the exact source whose sha256 the brief names: the file a patch for that round
-    is made against (needs an existing ledger)."""
-    if ctx.remote is not None:
-        raise JudgeError("judge base reads a local ledger: the server's briefs name each base and its sha256")
-    data = round_actions.base(ctx.ledger, ctx.kernels, target, round_)
+    is made against (needs an existing ledger, or a server)."""
+    data = ctx.call(round_actions.base, ctx.kernels, target, round_)
     if out_file is not None:
         round_actions.write_base(data, out_file)
     if as_json:

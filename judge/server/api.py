@@ -25,7 +25,7 @@ from .state import State, answer
 from .bodies import items_of, proposal_schema, shark_schema, vote_schema
 from .jobs import round_work
 from .limits import check_quota, read_body
-from ..wire import ErrorAnswer, JobAnswer, WhoAmI
+from ..wire import BaseAnswer, ErrorAnswer, JobAnswer, WhoAmI
 
 # Every error is the CLI's error object (judge.wire.ErrorAnswer), whatever the status.
 router = APIRouter(prefix="/api", responses={"4XX": {"model": ErrorAnswer}, "5XX": {"model": ErrorAnswer}})
@@ -97,6 +97,15 @@ def list_proposals(request: Request, round: Optional[int] = None, format: str = 
 @router.get("/proposals/{proposal_id}", summary="One proposal: revisions, evaluations, votes (judge show --json)")
 def show_proposal(request: Request, proposal_id: str, format: str = "json"):
     return _read(request, lambda ledger, who: _lookup(actions.show_proposal(ledger, proposal_id), "show.md.j2", format))
+
+
+@router.get("/base", summary="A round's base kernel: the exact source a patch for it is made against (judge base --json)",
+            responses={200: {"model": BaseAnswer}})
+def base(request: Request, target: Optional[str] = None, round: Optional[int] = None):
+    """Default: the target's open round, the one that takes proposals; `target` is needed where the ledger has
+    several. The source is the file byte for byte; its sha256 is the one the brief names."""
+    kernels = _state(request).config.kernels
+    return _read(request, lambda ledger, who: answer(BaseAnswer(**round_actions.base(ledger, kernels, target, round))))
 
 
 @router.get("/sharks", summary="Sharks and their rubrics (judge shark list --json)")
