@@ -226,13 +226,3 @@ def base(ledger: Ledger, kernels_dir: Path, target_name: Optional[str], round: O
     return {"target": target.name, "round": round, "kernel_file": target.kernel_file, "origin": origin,
             "sha256": sha256(source), "lines": len(source.splitlines()), "source": source}
 
-
-def write_base(data: dict, path: Path) -> None:
-    """Write a base's source byte for byte (no newline translation), refusing a directory."""
-    if path.is_dir():
-        raise JudgeError(f"{path}: is a directory (name the file to write, e.g. {path / data['kernel_file']})")
-    try:
-        with open(path, "w", encoding="utf-8", newline="") as handle:
-            handle.write(data["source"])
-    except OSError as error:
-        raise JudgeError(f"{path}: cannot write the base ({error.strerror})") from None

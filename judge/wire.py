@@ -1,5 +1,6 @@
 """What crosses the network between `judge serve` and the CLI as its client: declared pydantic models, shared by
-both ends, and `jsonable`, the one way any value becomes JSON (the server's answers and `--json` alike).
+both ends, and judge.jsonform's `jsonable`, the one way any value becomes JSON (the server's answers and `--json`
+alike).
 
 Nothing is turned into a string because JSON cannot hold it (`json.dumps(default=str)` sent the noise floor as a
 Python repr, and a client that read it as the floor crashed a round's progress): a value judge does not know how to
@@ -12,38 +13,11 @@ a server."""
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-from pathlib import PurePath
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny
 
-
-def jsonable(value: Any) -> Any:
-    """`value` as JSON's types: dicts (keys as str), lists, str, int, float, bool, None; dataclasses, pydantic models,
-    paths, enums and the noise floor by their declared forms. Anything else is a TypeError naming its type."""
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if isinstance(value, dict):
-        return {str(k) if not isinstance(k, str) else k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    from .noise import Floor
-
-    if isinstance(value, Floor):
-        return WireFloor.of(value).model_dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return jsonable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
-    if isinstance(value, enum.Enum):
-        return jsonable(value.value)
-    if isinstance(value, PurePath):
-        return str(value)
-    if isinstance(value, (set, frozenset)):
-        return [jsonable(v) for v in sorted(value)]
-    raise TypeError(f"{type(value).__module__}.{type(value).__qualname__} has no declared JSON form (judge.wire)")
+from .jsonform import jsonable  # noqa: F401 (the wire's one way to JSON, here for the server and the client)
 
 
 class Wire(BaseModel):

@@ -193,7 +193,7 @@ def test_a_missing_token_or_an_unreachable_server_is_one_line(served):
         2, "no token: send 'Authorization: Bearer TOKEN' (the judge CLI sends JUDGE_TOKEN); the organizer gives each "
            "participant one with 'judge participant add'")
     gone = judge("status", server="http://127.0.0.1:9", token="x")
-    assert gone.exit_code == 2 and gone.stderr.startswith("error: http://127.0.0.1:9: cannot reach the judge server (ConnectError: ")
+    assert gone.exit_code == 2 and gone.stderr.startswith("error: http://127.0.0.1:9: cannot reach the judge server (ConnectionRefusedError: ")
 
 
 def _agent(args: list[str], cwd: Path, env: dict, input: str | None = None) -> dict | list:
@@ -233,3 +233,27 @@ def test_an_agents_loop_runs_through_judge_server_alone(served, tmp_path_factory
     assert card["round"]["targets"][0]["winner"]["proposal_id"] == "one-pass"
     assert "| 1 | one-pass r1 (winner) | alice | faster | 1.300x [1.294, 1.307] | - | none | #3 |" in (home / card["path"]).read_text()
     assert sorted(p.name for p in home.iterdir()) == ["reports"] and status["rounds"][0]["target"] == "axpy"
+
+
+HEAVY = ("sqlite_utils", "pydantic", "httpx", "numpy", "torch", "jinja2", "judge.ledger", "judge.records",
+         "judge.actions", "judge.rounds", "judge.round_actions", "judge.stages", "judge.report", "judge.wire")
+
+
+def _imported(args: list[str], env: dict) -> set[str]:
+    """The modules `judge ARGS` imports, read from python -X importtime (every module, each once)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "judge.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_a_client_command_imports_nothing_heavy(served):
+    """judge --version and judge status through a server answer at once: no ledger, no pydantic, no httpx, no
+    library behind the command (the served contest of 2026-11-27: 0.68 s for --version, 0.66 s of imports)."""
+    server, tokens, root = served
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGE_")}
+    env["PYTHONPATH"] = str(Path(__file__).parent.parent)
+    for args, extra in ((["--version"], {}), (["status", "--json"], {"JUDGE_SERVER": server.url, "JUDGE_TOKEN": tokens["bob"]})):
+        loaded = _imported(args, {**env, **extra})
+        assert "judge.cli.main" in loaded and not {m for m in loaded if m.split(".")[0] in HEAVY or
+                                                   any(m == h or m.startswith(h + ".") for h in HEAVY)}, args

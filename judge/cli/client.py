@@ -5,20 +5,21 @@ here, under `--out`, as `judge report` and `judge brief` would write them."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
-from urllib.parse import quote
-
-import httpx
+from typing import TYPE_CHECKING, Any, Optional
+from urllib.parse import quote, urlencode, urlsplit
 
 from .. import __version__
-from ..actions import CastVote
 from ..errors import JudgeError
-from ..ledger import Submitted
-from ..records import Proposal, Shark, Vote
-from ..wire import BaseAnswer, JobAnswer
+
+if TYPE_CHECKING:  # imported where a call needs them: a read through the server loads no ledger and no pydantic
+    from ..actions import CastVote
+    from ..ledger import Submitted
+    from ..records import Proposal, Shark, Vote
+    from ..wire import JobAnswer
 
 POLL_S = 0.5  # how often `judge run` asks the server for a round's progress
 
@@ -36,27 +37,55 @@ class Remote:
 
     def __init__(self, url: str, token: Optional[str], timeout_s: float = 300.0):
         self.url = url.rstrip("/")
-        headers = {"User-Agent": f"judge/{__version__}"}
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise JudgeError(f"--server '{url}': expected http://HOST[:PORT] or https://HOST[:PORT]")
+        self.parts, self.timeout_s = parts, timeout_s
+        self.headers = {"User-Agent": f"judge/{__version__}", "Accept": "application/json"}
         if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+            self.headers["Authorization"] = f"Bearer {_token(token)}"
+        self.connection = None
+
+    def _connect(self):
+        """One keep-alive connection (http.client: it loads in a fraction of httpx's time, and a command makes a
+        few requests at most)."""
+        if self.connection is None:
+            kind = http.client.HTTPSConnection if self.parts.scheme == "https" else http.client.HTTPConnection
+            self.connection = kind(self.parts.hostname, self.parts.port, timeout=self.timeout_s)
+        return self.connection
+
+    def _request(self, method: str, target: str, content: Optional[bytes]) -> tuple[int, str]:
+        headers = dict(self.headers)
+        if content is not None:
+            headers["Content-Type"] = "application/json"
+        for attempt in (0, 1):  # a kept-alive connection the server closed meanwhile is opened again, once
+            connection = self._connect()
+            try:
+                connection.request(method, target, body=content, headers=headers)
+                response = connection.getresponse()
+                return response.status, response.read().decode("utf-8", "replace")
+            except (OSError, http.client.HTTPException) as error:
+                connection.close()
+                self.connection = None
+                if attempt or not _stale(error):
+                    raise
 
     def _call(self, method: str, path: str, body: Any = None, **params) -> Any:
         params = {k: v for k, v in params.items() if v is not None}
         content = None if body is None else json.dumps(body, ensure_ascii=False).encode()
+        target = (self.parts.path.rstrip("/") + path) + (f"?{urlencode(params)}" if params else "")
         try:
-            response = self.http.request(method, path, params=params, content=content,
-                                         headers={"Content-Type": "application/json"} if content is not None else None)
-        except httpx.HTTPError as error:
+            status, text = self._request(method, target, content)
+        except (OSError, http.client.HTTPException) as error:
             raise JudgeError(f"{self.url}: cannot reach the judge server ({type(error).__name__}: {error})") from None
         try:
-            data = json.loads(response.text)
+            data = json.loads(text)
         except json.JSONDecodeError:
-            raise JudgeError(f"{self.url}{path}: not a judge server's answer (HTTP {response.status_code})") from None
-        if response.status_code >= 400:
+            raise JudgeError(f"{self.url}{path}: not a judge server's answer (HTTP {status})") from None
+        if status >= 400:
             if isinstance(data, dict) and isinstance(data.get("error"), str):
                 raise RemoteError(data["error"], int(data.get("exit", 2)))
-            raise JudgeError(f"{self.url}{path}: HTTP {response.status_code}")
+            raise JudgeError(f"{self.url}{path}: HTTP {status}")
         return data
 
     # the commands' calls ---------------------------------------------------------------------------------------
@@ -76,6 +105,8 @@ class Remote:
         return json.dumps({**data, "author": self._call("GET", "/api/whoami")["name"]})
 
     def submit(self, items: list[tuple[Proposal, str]], kernels_dir: Path) -> list[Submitted]:
+        from ..ledger import Submitted
+
         body = {"submissions": [{"source": source, "proposal": p.model_dump(mode="json")} for p, source in items]}
         return [Submitted(**row) for row in self._call("POST", "/api/proposals", body)]
 
@@ -87,6 +118,8 @@ class Remote:
         return self._call("GET", "/api/sharks")
 
     def cast_votes(self, items: list[tuple[Vote, str]]) -> list[CastVote]:
+        from ..actions import CastVote
+
         body = {"submissions": [{"source": source, "vote": v.model_dump(mode="json")} for v, source in items]}
         return [CastVote(**row) for row in self._call("POST", "/api/votes", body)]
 
@@ -105,6 +138,8 @@ class Remote:
 
     def base(self, kernels_dir: Path, target: Optional[str], round: Optional[int]) -> dict:
         """The round's base as the server's ledger and targets make it, the same fields `judge base` reads locally."""
+        from ..wire import BaseAnswer
+
         return BaseAnswer.model_validate(self._call("GET", "/api/base", target=target, round=round)).model_dump()
 
     def brief(self, kernels_dir: Path, target: Optional[str], round: Optional[int], out_dir: Path) -> tuple[Path, dict]:
@@ -122,6 +157,8 @@ class Remote:
     def run(self, round: Optional[int], target: Optional[str], again: bool, workers: Optional[int],
             timing_budget: Optional[float], on_event, out_dir: Path) -> list[dict]:
         """Start the round on the server, show its events as they come, and write its report here once it is done."""
+        from ..wire import JobAnswer
+
         body = {"round": round, "target": target, "again": again, "workers": workers, "timing_budget": timing_budget}
         job = JobAnswer.read(self._call("POST", "/api/rounds", body))
         return self.follow(job, on_event, out_dir, target)
@@ -129,6 +166,8 @@ class Remote:
     def follow(self, job: JobAnswer, on_event, out_dir: Path, target: Optional[str] = None) -> list[dict]:
         """A round job's events, each handed to `on_event(kind, **fields)` as a local run's are, until it ends; then
         its report written here, and its summaries (each naming that report) returned, or its error raised."""
+        from ..wire import JobAnswer
+
         while True:
             for event in job.events:
                 on_event(event.kind, **event.fields())
@@ -155,6 +194,21 @@ class Remote:
 
     def revoke_participant(self, name: str) -> dict:
         return self._call("DELETE", f"/api/participants/{quote(name, safe='')}")
+
+
+def _token(token: str) -> str:
+    """JUDGE_TOKEN as sent: surrounding whitespace (a pasted newline or space) left out; a token with other
+    characters a header cannot carry is refused without being printed."""
+    token = token.strip()
+    if not token or any(ord(c) < 33 or ord(c) > 126 for c in token):
+        raise JudgeError("JUDGE_TOKEN holds characters a token never has (spaces, control or non-ASCII characters): "
+                         "set it to the token 'judge participant add' printed, alone")
+    return token
+
+
+def _stale(error: Exception) -> bool:
+    """Whether a request failed because a kept-alive connection was closed by the server (worth one retry)."""
+    return isinstance(error, (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected))
 
 
 def _write(out_dir: Path, name: str, markdown: str, charts: dict[str, str]) -> Path:

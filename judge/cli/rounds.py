@@ -6,16 +6,10 @@ import sys
 from pathlib import Path
 
 import click
-from rich.table import Table
 
-from rich.text import Text
-
-from .. import round_actions
 from .app import Context, command, emit_json, err, fail, main, out
 from ..contain import terminal
 from ..errors import JudgeError
-from .progress import RunProgress
-from ..targets import find_target
 
 
 @command(main, "run")
@@ -41,8 +35,7 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
     A round runs only after the target's previous round finished a run, and never once the next one has started.
     Refused while another judge process runs the same round. Needs an existing ledger, except with --target
     (which evaluates the target's base even without proposals), where it creates a missing one."""
-    from ..dispatch import parse_gpus
-    from ..rounds import Settings
+    from .progress import RunProgress
 
     if ctx.remote is not None:
         if ray_address is not None or gpus:
@@ -50,6 +43,11 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
         with RunProgress(err, enabled=not as_json) as progress:
             summaries = ctx.remote.run(round_, target, again, workers, timing_budget, progress.event, out_dir)
         return _print_runs(summaries, as_json)
+    from .. import round_actions
+    from ..dispatch import parse_gpus
+    from ..rounds import Settings
+    from ..targets import find_target
+
     explicit = find_target(target, ctx.kernels) if target else None
     if explicit is not None and round_ not in (None, 1) and not ctx.ledger_path.exists():
         raise JudgeError(f"round {round_} of {explicit.name} cannot run: no round has started, so the next is round 1")
@@ -82,6 +80,9 @@ def _print_summary(s: dict) -> None:
     """One target's round on the terminal: its verdicts, the winner or why none, the held results, the time. Cells
     are rich Text, each capped: a contestant's `[bold]` is text, not markup, and rich folds a long cell in time
     that grows with the square of its length (a 16 MiB reason kept `judge run` busy for minutes)."""
+    from rich.table import Table
+    from rich.text import Text
+
     title = f"round {s['round']} · {terminal(s['target'])} · base: {terminal(s['base_origin'])}"
     table = Table(title=Text(title), title_justify="left")
     for column in ("proposal", "rev", "outcome", "eval", "reason"):
@@ -176,7 +177,7 @@ def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool
 def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
     """Write the brief for a round: the base (and how to get it), its times against the speed of light, its
     resources, what was tried, what is open, the rules; print its path (needs an existing ledger)."""
-    path, view = ctx.call(round_actions.brief, ctx.kernels, target, round_, out_dir)
+    path, view = ctx.call("round_actions.brief", ctx.kernels, target, round_, out_dir)
     if as_json:
         emit_json({"path": str(path), "brief": view})
     else:
@@ -191,9 +192,9 @@ def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
 def base_cmd(ctx: Context, target, round_, out_file, as_json: bool):
     """Print a round's base kernel, the exact source whose sha256 the brief names: the file a patch for that round
     is made against (needs an existing ledger, or a server)."""
-    data = ctx.call(round_actions.base, ctx.kernels, target, round_)
+    data = ctx.call("round_actions.base", ctx.kernels, target, round_)
     if out_file is not None:
-        round_actions.write_base(data, out_file)
+        write_base(data, out_file)
     if as_json:
         emit_json({k: v for k, v in data.items() if k != "source" or out_file is None}
                   | ({"path": str(out_file)} if out_file is not None else {}))
@@ -203,6 +204,17 @@ def base_cmd(ctx: Context, target, round_, out_file, as_json: bool):
     else:
         sys.stdout.write(data["source"])
         sys.stdout.flush()
+
+
+def write_base(data: dict, path: Path) -> None:
+    """Write a base's source byte for byte (no newline translation), refusing a directory."""
+    if path.is_dir():
+        raise JudgeError(f"{path}: is a directory (name the file to write, e.g. {path / data['kernel_file']})")
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            handle.write(data["source"])
+    except OSError as error:
+        raise JudgeError(f"{path}: cannot write the base ({error.strerror})") from None
 
 
 @command(main, "clear")
@@ -219,6 +231,8 @@ def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, out_
     if ctx.remote is not None:
         result = ctx.remote.clear_evaluation(evaluation_id, note, cleared_by)
     else:
+        from .. import round_actions
+
         ledger = ctx.ledger
         result = round_actions.clear_evaluation(ledger, evaluation_id, note, cleared_by, ctx.kernels)
         result["reports"] = [str(p) for p in round_actions.refresh_reports(ledger, ctx.kernels, result["target"],

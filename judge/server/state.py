@@ -17,7 +17,7 @@ from starlette.responses import Response
 from ..contain import json_safe
 from ..ledger import Ledger
 from ..ledger.visible import VisibleLedger
-from ..wire import jsonable
+from ..jsonform import jsonable
 from ..participants import HIDDEN, Participant, access, authenticate, token_sha256
 from .jobs import Jobs
 from .limits import RateLimiter
@@ -40,7 +40,7 @@ class Config:
 
 
 def answer(data: Any, status: int = 200) -> Response:
-    """JSON as the CLI's `--json` has it once parsed (judge.wire.jsonable: declared forms only, key order kept), every string without
+    """JSON as the CLI's `--json` has it once parsed (judge.jsonform.jsonable: declared forms only, key order kept), every string without
     escapes, control or format characters (bidi overrides, zero-width spaces), as everywhere judge shows text: not
     capped (judge.contain.json_safe)."""
     return Response(_dumps(data), status_code=status, media_type="application/json")
