@@ -21,15 +21,16 @@ if TYPE_CHECKING:  # imported where a call needs them: a read through the server
     from ..records import Proposal, Shark, Vote
     from ..wire import JobAnswer
 
-POLL_S = 0.5  # how often `judge run` asks the server for a round's progress
+WAIT_S = 25.0  # how long one request of `judge run` and `judge watch` waits on the server for a round's next event
 
 
 class RemoteError(JudgeError):
-    """The server's error object, with the exit code it says."""
+    """The server's error object, with the exit code it says (and the HTTP status it came with)."""
 
-    def __init__(self, message: str, exit: int = 2):
+    def __init__(self, message: str, exit: int = 2, status: int = 0):
         super().__init__(message)
         self.exit = exit
+        self.status = status
 
 
 class Remote:
@@ -84,7 +85,7 @@ class Remote:
             raise JudgeError(f"{self.url}{path}: not a judge server's answer (HTTP {status})") from None
         if status >= 400:
             if isinstance(data, dict) and isinstance(data.get("error"), str):
-                raise RemoteError(data["error"], int(data.get("exit", 2)))
+                raise RemoteError(data["error"], int(data.get("exit", 2)), status)
             raise JudgeError(f"{self.url}{path}: HTTP {status}")
         return data
 
@@ -155,34 +156,48 @@ class Remote:
         return _write(Path(out_dir), data["name"], data["markdown"], data["charts"]), "round", data["round"]
 
     def run(self, round: Optional[int], target: Optional[str], again: bool, workers: Optional[int],
-            timing_budget: Optional[float], on_event, out_dir: Path) -> list[dict]:
-        """Start the round on the server, show its events as they come, and write its report here once it is done."""
+            timing_budget: Optional[float], on_event, out_dir: Path, follow: bool = False) -> list[dict]:
+        """Start the round on the server, show its events as they come, and write its report here once it is done.
+        `follow`: where the server runs a round already, attach to that one instead of being refused."""
         from ..wire import JobAnswer
 
         body = {"round": round, "target": target, "again": again, "workers": workers, "timing_budget": timing_budget}
-        job = JobAnswer.read(self._call("POST", "/api/rounds", body))
-        return self.follow(job, on_event, out_dir, target)
+        try:
+            job = JobAnswer.read(self._call("POST", "/api/rounds", body))
+        except RemoteError as refused:
+            if not (follow and refused.status == 409):
+                raise
+            job = self.job(None)
+        summaries = self.follow(job, on_event)
+        self._report(job, summaries, out_dir)
+        return summaries or []
 
-    def follow(self, job: JobAnswer, on_event, out_dir: Path, target: Optional[str] = None) -> list[dict]:
-        """A round job's events, each handed to `on_event(kind, **fields)` as a local run's are, until it ends; then
-        its report written here, and its summaries (each naming that report) returned, or its error raised."""
+    def job(self, job_id: Optional[int], since: int = 0, wait: float = 0) -> "JobAnswer":
+        """A round job as this participant may read it (None: the running one, else the last one started)."""
         from ..wire import JobAnswer
 
+        where = "latest" if job_id is None else str(job_id)
+        return JobAnswer.read(self._call("GET", f"/api/jobs/{where}", since=since, wait=wait or None))
+
+    def follow(self, job: "JobAnswer", on_event) -> Optional[list[dict]]:
+        """A round job's events, each handed to `on_event(kind, **fields)` as a local run's are, as they land (a long
+        poll of WAIT_S at a time), until it ends; then its summaries (an organizer's) returned, or its error raised."""
         while True:
             for event in job.events:
                 on_event(event.kind, **event.fields())
             if job.state != "running":
                 break
-            time.sleep(POLL_S)
-            job = JobAnswer.read(self._call("GET", f"/api/jobs/{job.job}", since=job.next))
+            job = self.job(job.job, since=job.next, wait=WAIT_S)
         if job.state == "failed":
             raise RemoteError(job.error.error, job.error.exit)
-        summaries = job.summaries
+        return job.summaries
+
+    def _report(self, job: "JobAnswer", summaries: Optional[list[dict]], out_dir: Path) -> None:
+        """The round's report written here, as a local run writes it; each summary names it."""
         if summaries:
-            path, _, _ = self.write_report(job.round, target, False, out_dir)
+            path, _, _ = self.write_report(job.round, job.target, False, out_dir)
             for summary in summaries:
                 summary["report"] = str(path)
-        return summaries
 
     # participants ------------------------------------------------------------------------------------------------
 

@@ -29,8 +29,10 @@ from ..errors import JudgeError
                    "ADDRESS as ray.init takes it, none: the cluster this machine knows, or a local one.")
 @click.option("--gpus", help="Correctness and timing on these GPUs of this machine, one at a time each, through a "
                              "local Ray: 'all' or a list such as 0,1.")
+@click.option("--follow", is_flag=True, help="Through a server: where it runs a round already, follow that one to its "
+                                             "end (and write its report here) instead of being refused.")
 def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_dir, cache_dir, out_dir, ray_address,
-            gpus, as_json: bool):
+            gpus, follow, as_json: bool):
     """Evaluate a round: patch, compile, check and time every proposal with a patch, then write the round's report.
     A round runs only after the target's previous round finished a run, and never once the next one has started.
     Refused while another judge process runs the same round. Needs an existing ledger, except with --target
@@ -41,8 +43,11 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
         if ray_address is not None or gpus:
             raise JudgeError("--ray and --gpus are the server's to choose (judge serve --ray, --gpus)")
         with RunProgress(err, enabled=not as_json) as progress:
-            summaries = ctx.remote.run(round_, target, again, workers, timing_budget, progress.event, out_dir)
+            summaries = ctx.remote.run(round_, target, again, workers, timing_budget, progress.event, out_dir, follow)
         return _print_runs(summaries, as_json)
+    if follow:
+        raise JudgeError("--follow follows a round a server runs (JUDGE_SERVER); a local judge run shows its own "
+                         "progress, and another process's round cannot be followed")
     from .. import round_actions
     from ..dispatch import parse_gpus
     from ..rounds import Settings
@@ -122,6 +127,38 @@ def _no_winner(verdicts: list[dict], held: list[dict]) -> str:
     if not any(v["outcome"] in timed for v in verdicts):
         return "none (nothing was timed in this round)"
     return "none (no proposal was significantly faster than the base)"
+
+
+@command(main, "watch")
+@click.option("--job", "job_id", type=int, help="The server's job to follow (default: the round it runs now, else "
+                                                "the last one it started).")
+def watch_cmd(ctx: Context, job_id, as_json: bool):
+    """Follow a round the server runs, from its start to its end, as its events land: each verdict you may read
+    (a contestant: its own as soon as its candidate is judged) on a line of its own; with --json, each event as one
+    JSON object per line. Re-attaches to a round already running; exit 0 once it ends, its error's code if it failed."""
+    import json
+
+    if ctx.remote is None:
+        raise JudgeError("judge watch follows a round a server runs: set JUDGE_SERVER (or --server) and JUDGE_TOKEN")
+    job = ctx.remote.job(job_id)
+
+    def show(kind: str, **fields) -> None:
+        if as_json:
+            from ..jsonform import jsonable
+
+            click.echo(json.dumps(jsonable({"kind": kind, **fields})))
+        elif kind == "verdict":
+            where = f" [{fields['where']}]" if fields.get("where") else ""
+            out.print(f"{terminal(fields['proposal'])}: {fields['outcome']} ({terminal(fields.get('reason') or '')}){where}",
+                      markup=False)
+        elif kind == "floor":
+            out.print(f"noise floor of {terminal(fields['target'])}: {fields['floor'].words()}", markup=False)
+        elif kind == "end":
+            what = f"round {job.round}" if job.round is not None else "the rounds"
+            out.print(f"job {job.job} ({what}{' of ' + terminal(job.target) if job.target else ''}): {fields['state']}",
+                      markup=False)
+
+    ctx.remote.follow(job, show)
 
 
 @command(main, "report")

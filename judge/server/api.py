@@ -25,7 +25,7 @@ from .state import State, answer
 from .bodies import items_of, proposal_schema, shark_schema, vote_schema
 from .jobs import round_work
 from .limits import check_quota, read_body
-from ..wire import BaseAnswer, ErrorAnswer, JobAnswer, WhoAmI
+from ..wire import BaseAnswer, ErrorAnswer, Event, JobAnswer, WhoAmI
 
 # Every error is the CLI's error object (judge.wire.ErrorAnswer), whatever the status.
 router = APIRouter(prefix="/api", responses={"4XX": {"model": ErrorAnswer}, "5XX": {"model": ErrorAnswer}})
@@ -210,27 +210,66 @@ async def run_round(request: Request):
     return await _write(request, _start_round)
 
 
-# A running round's events name its proposals before they are judged: jobs are the organizers' to read.
+# A running round's events name its proposals before they are judged: an organizer reads them all, any other
+# participant those about the round itself and about the proposals it may read now (judge.participants.access,
+# through the request's VisibleLedger): its own as they are judged, another's once judged, and never the
+# round's summaries (they name every proposal, pitches included), which it reads in the scorecard instead.
+
+ROUND_EVENTS = {"probe", "cpu", "floor", "end"}  # about the round and its machine: they name no proposal
+JUDGES_OWN = {"(base)", "(control)", "(peer)"}  # what judge times beside the proposals
+LONGEST_WAIT_S = 30.0
 
 
-@router.get("/jobs", summary="The rounds this server ran or runs, organizer only",
+def _reader_filter(ledger, who) -> Optional[Callable[[Event], bool]]:
+    if who.role == "organizer":
+        return None
+    seen: dict[str, bool] = {}
+
+    def shown(event: Event) -> bool:
+        proposal = getattr(event, "proposal", None)
+        if not isinstance(proposal, str):
+            return event.kind in ROUND_EVENTS  # a kind without a proposal that this judge does not know: left out
+        if proposal in JUDGES_OWN:
+            return True
+        if proposal not in seen:
+            seen[proposal] = ledger.latest_revision(proposal) is not None
+        return seen[proposal]
+
+    return shown
+
+
+def _job_answer(ledger, who, job, since: int) -> JobAnswer:
+    return job.answer(max(0, since), _reader_filter(ledger, who), summaries=who.role == "organizer")
+
+
+@router.get("/jobs", summary="The rounds this server ran or runs, each with the events its reader may read",
             responses={200: {"model": list[JobAnswer]}})
 def jobs(request: Request):
-    def work(ledger, who):
-        who.require_organizer("read the rounds' jobs")
-        return answer([j.answer(len(j.events)) for j in _state(request).jobs.jobs.values()])
-
-    return _read(request, work)
+    return _read(request, lambda ledger, who: answer(
+        [_job_answer(ledger, who, j, 0) for j in _state(request).jobs.jobs.values()]))
 
 
-@router.get("/jobs/{job_id}", summary="A round's progress (events from `since` on) and, once done, its summaries, organizer only",
+def _job(request: Request, find: Callable, since: int, wait: float) -> Response:
+    """A job's answer from event `since` on; with `wait`, held up to that many seconds (30 at most) until it has an
+    event past `since` or has ended: a long poll, so that a follower hears each event as it lands."""
+    with _state(request).session(request):
+        job = find(_state(request).jobs)  # the token checked first; the ledger is not held during the wait
+    if wait > 0:
+        job.wait(max(0, since), min(wait, LONGEST_WAIT_S))
+    return _read(request, lambda ledger, who: answer(_job_answer(ledger, who, job, since)))
+
+
+@router.get("/jobs/latest", summary="The running round, else the last one started; its events as /api/jobs/{job_id}",
             responses={200: {"model": JobAnswer}})
-def job(request: Request, job_id: int, since: int = 0):
-    def work(ledger, who):
-        who.require_organizer("read the rounds' jobs")
-        return answer(_state(request).jobs.get(job_id).answer(max(0, since)))
+def latest_job(request: Request, since: int = 0, wait: float = 0):
+    return _job(request, lambda jobs: jobs.latest(), since, wait)
 
-    return _read(request, work)
+
+@router.get("/jobs/{job_id}", summary="A round's progress (its events from `since` on, those its reader may read; "
+                                      "`wait` seconds for the next) and, once done, its summaries (organizers)",
+            responses={200: {"model": JobAnswer}})
+def job(request: Request, job_id: int, since: int = 0, wait: float = 0):
+    return _job(request, lambda jobs: jobs.get(job_id), since, wait)
 
 
 def _clear(evaluation_id: int) -> Callable:

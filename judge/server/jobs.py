@@ -33,16 +33,27 @@ class Job:
     events: list[Event] = field(default_factory=list)
     summaries: Optional[list[dict]] = None
     error: Optional[ErrorAnswer] = None  # the CLI's error object: {"error": ..., "exit": ...}
+    changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     def event(self, kind: str, **info) -> None:
         # Made into its wire model at once, so a reader never sees an event that cannot be sent.
-        self.events.append(make_event(len(self.events), kind, info))
+        with self.changed:
+            self.events.append(make_event(len(self.events), kind, info))
+            self.changed.notify_all()
 
-    def answer(self, since: int = 0) -> JobAnswer:
+    def wait(self, since: int, timeout_s: float) -> None:
+        """Until the job has an event past `since` or has ended, at most `timeout_s` (a long poll's wait)."""
+        with self.changed:
+            self.changed.wait_for(lambda: len(self.events) > since or self.state != "running", timeout=timeout_s)
+
+    def answer(self, since: int = 0, shown: Optional[Callable[[Event], bool]] = None, summaries: bool = True) -> JobAnswer:
+        """The job from event `since` on; `shown` picks the events its reader may read (all: None); `summaries`,
+        whether the reader reads its summaries (they name every proposal of the round)."""
         events = self.events[since:]  # one read of the list: a round's thread appends to it meanwhile
+        kept = events if shown is None else [e for e in events if shown(e)]
         return JobAnswer(job=self.id, round=self.round, target=self.target, by=self.by, state=self.state,
-                         started_at=self.started_at, finished_at=self.finished_at, events=events,
-                         next=since + len(events), summaries=self.summaries, error=self.error)
+                         started_at=self.started_at, finished_at=self.finished_at, events=kept,
+                         next=since + len(events), summaries=self.summaries if summaries else None, error=self.error)
 
 
 class Jobs:
@@ -90,7 +101,19 @@ class Jobs:
             # The end event first, then the state: a reader that sees the job ended has every event it had.
             job.error, job.finished_at = error, now()
             job.event("end", state=state, error=error)
-            job.state = state
+            with job.changed:
+                job.state = state
+                job.changed.notify_all()
+
+    def latest(self) -> Job:
+        """The running job, else the last one started."""
+        running = [j for j in self.jobs.values() if j.state == "running"]
+        if running:
+            return running[-1]
+        if not self.jobs:
+            raise NotFound("no round has been run by this server since it started (the organizer starts one with "
+                           "'judge run')")
+        return self.jobs[max(self.jobs)]
 
     def get(self, job_id: int) -> Job:
         job = self.jobs.get(job_id)
