@@ -114,6 +114,27 @@ def test_the_cli_against_the_server_prints_the_same_bytes_as_on_the_ledger(serve
     assert json.loads(status.stdout)["ledger"] == "ledger.db"
 
 
+ROLE_READS = [("list",), ("show", "fast"), ("status",), ("brief",), ("base",), ("base", "--round", "1"), ("shark", "list")]
+
+
+def test_every_role_reads_through_the_server_what_the_ledger_prints(served):
+    """The matrix's other axis: the organizer, a contestant (author or not) and a shark read, once the round has
+    judged everything, the same bytes as the local ledger prints; only where the ledger lies is the organizer's."""
+    server, tokens, root = served
+    _ran_round(root, tokens)
+    for role in ("boss", "alice", "oracle"):
+        for args in ROLE_READS:
+            for as_json in (("--json",), ()):
+                local = judge(*args, *as_json, root=root)
+                _reports(root)
+                remote = judge(*args, *as_json, server=server.url, token=tokens[role])
+                _reports(root)
+                expected = local.stdout
+                if args == ("status",) and role != "boss":
+                    expected = expected.replace(str(root / "ledger.db"), "ledger.db")
+                assert (remote.exit_code, remote.stdout, remote.stderr) == (0, expected, local.stderr), (role, args)
+
+
 def test_errors_through_the_server_are_the_same_line_with_the_same_exit(served):
     server, tokens, root = served
     _ran_round(root, tokens)
