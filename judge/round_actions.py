@@ -199,8 +199,14 @@ def pick_target(ledger: Ledger, kernels_dir: Path, target_name: Optional[str]) -
     """The named target, or the ledger's only one."""
     if target_name is None:
         names = sorted({r["target"] for r in ledger.rounds()} | {r["target"] for r in ledger.current_revisions()})
+        where = "the ledger has"
+        if not names:  # nothing submitted or run yet: the targets a proposal could name
+            names = sorted(p.name for p in Path(kernels_dir).iterdir() if (p / "task.yml").is_file()) \
+                if Path(kernels_dir).is_dir() else []
+            where = f"no proposal or round names a target yet, and {kernels_dir} has"
         if len(names) != 1:
-            raise JudgeError(f"the ledger has {len(names)} targets ({', '.join(names) or 'none'}): name one with --target")
+            pick = f": name one with --target, e.g. --target {names[0]}" if names else ""
+            raise JudgeError(f"{where} {len(names)} targets ({', '.join(names) or 'none'}){pick}")
         target_name = names[0]
     return find_target(target_name, kernels_dir)
 

@@ -133,7 +133,7 @@ def test_the_brief_needs_a_target_when_the_ledger_has_several(tmp_path):
         ledger.submit(Proposal(id=f"p-{target.replace('_', '-')}", title="t", author="x", round=1, target=target, pitch="why"), "test")
     result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "brief"])
     assert (result.exit_code, result.output) == (
-        2, "error: the ledger has 2 targets (axpy, vecadd_cpu): name one with --target\n")
+        2, "error: the ledger has 2 targets (axpy, vecadd_cpu): name one with --target, e.g. --target axpy\n")
 
 
 def test_the_brief_lists_the_calls_a_patch_may_not_add(tmp_path):

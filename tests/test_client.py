@@ -278,3 +278,20 @@ def test_a_client_command_imports_nothing_heavy(served):
         loaded = _imported(args, {**env, **extra})
         assert "judge.cli.main" in loaded and not {m for m in loaded if m.split(".")[0] in HEAVY or
                                                    any(m == h or m.startswith(h + ".") for h in HEAVY)}, args
+
+
+def test_a_contestants_folder_proposal_without_author_and_a_token_with_a_trailing_space(served):
+    """The token names the author, as it does for JSON on stdin; a pasted token's trailing space or newline is no
+    error, and a token with characters no token has is refused without being printed."""
+    server, tokens, root = served
+    proposal_dir(root, "mine", "alice", knob_patch())
+    toml = root / "proposals" / "mine" / "proposal.toml"
+    toml.write_text(toml.read_text().replace('author = "alice"\n', ""))
+    sent = judge("submit", "proposals/mine", "--json", server=server.url, token=tokens["alice"] + " \n")
+    assert (sent.exit_code, json.loads(sent.stdout)) == (0, [{"proposal_id": "mine", "revision": 1, "revision_id": 1,
+                                                              "status": "new"}])
+    assert Ledger(root / "ledger.db").latest_revision("mine")["author"] == "alice"
+    odd = judge("status", server=server.url, token="judge_sec ret")
+    assert (odd.exit_code, "sec" in odd.output) == (2, False)
+    assert odd.stderr == ("error: JUDGE_TOKEN holds characters a token never has (spaces, control or non-ASCII "
+                          "characters): set it to the token 'judge participant add' printed, alone\n")

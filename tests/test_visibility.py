@@ -110,6 +110,8 @@ PROBES = [
     ("the contest's page", None, "/pages/index.html", {}, 200),
     ("the round page", None, "/pages/round-1.html", {}, 200),
     ("the leaderboard page", None, "/pages/leaderboard.html", {}, 200),
+    ("an unjudged proposal's page", None, "/pages/proposal-hush-warp.html", {}, 404),
+    ("a judged proposal's page", None, "/pages/proposal-judged.html", {}, 200),
 ]
 
 

@@ -38,14 +38,17 @@ class Remote:
 
     def __init__(self, url: str, token: Optional[str], timeout_s: float = 300.0):
         self.url = url.rstrip("/")
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise JudgeError(f"--server '{url}': expected http://HOST[:PORT] or https://HOST[:PORT]")
-        self.parts, self.timeout_s = parts, timeout_s
+        self.parts, self.timeout_s = urlsplit(self.url), timeout_s
         self.headers = {"User-Agent": f"judge/{__version__}", "Accept": "application/json"}
-        if token:
-            self.headers["Authorization"] = f"Bearer {_token(token)}"
+        self.token = token
         self.connection = None
+
+    def _check(self) -> None:
+        """The server's address and the token, checked at the first call (where a command's errors are one line)."""
+        if self.parts.scheme not in ("http", "https") or not self.parts.hostname:
+            raise JudgeError(f"--server '{self.url}': expected http://HOST[:PORT] or https://HOST[:PORT]")
+        if self.token and "Authorization" not in self.headers:
+            self.headers["Authorization"] = f"Bearer {_token(self.token)}"
 
     def _connect(self):
         """One keep-alive connection (http.client: it loads in a fraction of httpx's time, and a command makes a
@@ -72,6 +75,7 @@ class Remote:
                     raise
 
     def _call(self, method: str, path: str, body: Any = None, **params) -> Any:
+        self._check()
         params = {k: v for k, v in params.items() if v is not None}
         content = None if body is None else json.dumps(body, ensure_ascii=False).encode()
         target = (self.parts.path.rstrip("/") + path) + (f"?{urlencode(params)}" if params else "")
@@ -94,16 +98,22 @@ class Remote:
     def ledger_info(self) -> dict:
         return self._call("GET", "/api/ledger")
 
-    def with_author(self, text: str) -> str:
-        """A proposal on stdin that leaves `author` out gets this token's participant name, as the server would give
-        it; anything else is left as it is, for the local reading to accept or refuse as it always does."""
+    def default_author(self) -> Optional[str]:
+        """The author a proposal that leaves it out gets: the participant a contestant's token names, as the server
+        would fill it in (an organizer submits for others, and names them)."""
+        me = self._call("GET", "/api/whoami")
+        return me["name"] if me.get("role") == "contestant" else None
+
+    def with_author(self, text: str, author: Optional[str]) -> str:
+        """A proposal on stdin that leaves `author` out gets `author`; anything else is left as it is, for the local
+        reading to accept or refuse as it always does."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError:
             return text
-        if not isinstance(data, dict) or "author" in data:
+        if author is None or not isinstance(data, dict) or "author" in data:
             return text
-        return json.dumps({**data, "author": self._call("GET", "/api/whoami")["name"]})
+        return json.dumps({**data, "author": author})
 
     def submit(self, items: list[tuple[Proposal, str]], kernels_dir: Path) -> list[Submitted]:
         from ..ledger import Submitted

@@ -38,10 +38,11 @@ def submit_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
     from ..ledger import Ledger
 
     stdin_text = inputs.read_stdin() if "-" in paths else None
-    if ctx.remote is not None and stdin_text is not None:
-        stdin_text = ctx.remote.with_author(stdin_text)
+    author = ctx.remote.default_author() if ctx.remote is not None else None
+    if author is not None and stdin_text is not None:
+        stdin_text = ctx.remote.with_author(stdin_text, author)
     errors: list[str] = []
-    items = actions.load_submissions(list(paths), stdin_text, errors)
+    items = actions.load_submissions(list(paths), stdin_text, errors, author)
     if ctx.remote is not None:
         if errors:
             raise JudgeError("\n".join(errors))

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from ..contain import json_safe
 from ..ledger import Ledger
 from ..ledger.visible import VisibleLedger
+from ..inputs import SERVED
 from ..jsonform import jsonable
 from ..participants import HIDDEN, Participant, access, authenticate, token_sha256
 from .jobs import Jobs
@@ -74,6 +75,7 @@ class State:
         """The ledger, opened for this request, and the participant its token names (refused: no token, an unknown
         or revoked one, or one past its rate)."""
         ledger = self.open_ledger()
+        served = SERVED.set(True)
         try:
             who = authenticate(ledger, bearer(request))
             if who.role != "organizer":
@@ -85,6 +87,7 @@ class State:
                 raise
             raise explained from None
         finally:
+            SERVED.reset(served)
             ledger.close()
 
     @contextlib.contextmanager
