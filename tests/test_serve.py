@@ -113,7 +113,7 @@ def test_progress_is_readable_while_a_round_runs(tmp_path, monkeypatch):
         now = boss.get(f"/api/jobs/{job['job']}").json()
         assert now["state"] == "running" and now["events"][0]["kind"] == "probe" and now["summaries"] is None
         second = boss.post("/api/rounds", json={"round": 1})
-        assert (second.status_code, second.json()["error"]) == (409, f"round 1 is already being run by this server (job 1, started {job['started_at']} by 'boss'): wait for it to finish")
+        assert (second.status_code, second.json()["error"]) == (409, f"round 1 is already being run by this server (job 1, started {job['started_at']} by 'boss'): follow it with 'judge watch' (or 'judge run --follow'), or wait for it to finish")
         assert wait_for_job(boss, now)["state"] == "done"
     finally:
         server.stop()

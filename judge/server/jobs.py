@@ -71,7 +71,7 @@ class Jobs:
         if running is not None:
             what = f"round {running.round}" if running.round is not None else "a round of each target"
             raise Busy(f"{what} is already being run by this server (job {running.id}, started {running.started_at} "
-                       f"by '{running.by}'): wait for it to finish")
+                       f"by '{running.by}'): follow it with 'judge watch' (or 'judge run --follow'), or wait for it to finish")
 
     def start(self, round: Optional[int], target: Optional[str], by: str,
               work: Callable[[Ledger, Job], list[dict]]) -> Job:
