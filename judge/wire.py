@@ -178,3 +178,109 @@ class BaseAnswer(Wire):
 class WhoAmI(Wire):
     name: str
     role: str
+
+
+# what the other endpoints answer ---------------------------------------------------------------------------------
+#
+# Declared for the OpenAPI document and checked against the server's answers in tests/test_wire.py; fields judge
+# adds later pass (extra="allow"), so that an older client reads a newer server. The CLI reads these answers as the
+# library's own values (judge.cli.client), which print the same bytes as a local ledger's.
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class LedgerAnswer(Answer):
+    ledger: str
+    migrations: list[str]
+
+
+class SubmittedAnswer(Answer):
+    proposal_id: str
+    revision: int
+    revision_id: int
+    status: Literal["new", "revised", "unchanged"]
+
+
+class VoteAnswer(Answer):
+    vote_id: int
+    status: str
+    shark: str
+    proposal: str
+    revision: int
+    computed_total: str
+    stated_total: Optional[str] = None
+    flag: Optional[str] = None
+    fund: bool
+
+
+class ProposalRow(Answer):
+    """A proposal's latest revision the reader may read, with its latest verdict (`judge list --json`)."""
+
+    id: str
+    revision: int
+    round: int
+    target: str
+    author: str
+    title: str
+    claim: Optional[list[float]] = None
+    has_patch: bool
+    outcome: str
+    cleared: bool
+    reason: Optional[str] = None
+    geomean_speedup: Optional[float] = None
+    evaluation_id: Optional[int] = None
+
+
+class ProposalAnswer(Answer):
+    """One proposal: its revisions the reader may read, each with its evaluations and stages, and its votes."""
+
+    id: str
+    revisions: list[dict[str, Any]]
+    votes: list[dict[str, Any]]
+
+
+class RoundStatus(Answer):
+    target: str
+    round: int
+    base_origin: str
+    outcomes: dict[str, int]
+    winner: Optional[str] = None
+    held: list[dict[str, Any]] = []
+    closed: bool
+
+
+class StatusAnswer(Answer):
+    ledger: str
+    counts: dict[str, int]
+    rounds: list[RoundStatus]
+    targets: list[dict[str, Any]]
+
+
+class DocumentAnswer(Answer):
+    """A document the server rendered: its file name, its Markdown, its charts (SVG by file name) and its view (under
+    `round`, `leaderboard` or `brief`)."""
+
+    name: str
+    markdown: str
+    charts: dict[str, str] = {}
+
+
+class ClearAnswer(Answer):
+    clearance_id: int
+    evaluation_id: int
+    target: str
+    round: int
+    outcome: str
+    reason: str
+    round_winner: Optional[str] = None
+    reports: list[str] = []
+
+
+class ParticipantAnswer(Answer):
+    name: str
+    role: Literal["contestant", "shark", "organizer"]
+    created_at: str
+    token: Optional[str] = None  # only in the answer that added it
+    revoked_at: Optional[str] = None

@@ -295,3 +295,39 @@ def test_a_contestants_folder_proposal_without_author_and_a_token_with_a_trailin
     assert (odd.exit_code, "sec" in odd.output) == (2, False)
     assert odd.stderr == ("error: JUDGE_TOKEN holds characters a token never has (spaces, control or non-ASCII "
                           "characters): set it to the token 'judge participant add' printed, alone\n")
+
+
+def test_every_answer_is_the_model_the_openapi_document_declares_for_it(served):
+    """An agent in any language reads the schema: each JSON answer validates against the model /openapi.json names
+    for its route and status (judge.wire), errors included."""
+    from pydantic import TypeAdapter
+
+    from judge import wire
+
+    server, tokens, root = served
+    _ran_round(root, tokens)
+    boss = server.client(tokens["boss"])
+    document = boss.get("/openapi.json").json()
+
+    def model(path: str, method: str, status: int):
+        responses = document["paths"][path][method]["responses"]
+        schema = (responses.get(str(status)) or responses[f"{str(status)[0]}XX"])["content"]["application/json"]["schema"]
+        if schema.get("type") == "array":
+            return list[getattr(wire, schema["items"]["$ref"].rsplit("/", 1)[1])]
+        return getattr(wire, schema["$ref"].rsplit("/", 1)[1])
+
+    vote = {"shark": "critic", "proposal": "fast", "scores": {"feasibility": 4}}
+    calls = [("get", "/api/whoami", "/api/whoami", None), ("get", "/api/ledger", "/api/ledger", None),
+             ("get", "/api/status", "/api/status", None), ("get", "/api/proposals", "/api/proposals", None),
+             ("get", "/api/proposals/fast", "/api/proposals/{proposal_id}", None),
+             ("get", "/api/base?round=2", "/api/base", None), ("get", "/api/brief", "/api/brief", None),
+             ("get", "/api/scorecards?round=1", "/api/scorecards", None), ("get", "/api/leaderboard", "/api/leaderboard", None),
+             ("get", "/api/jobs", "/api/jobs", None), ("get", "/api/participants", "/api/participants", None),
+             ("post", "/api/votes", "/api/votes", vote), ("post", "/api/participants", "/api/participants",
+                                                          {"name": "dora", "role": "contestant"}),
+             ("delete", "/api/participants/dora", "/api/participants/{name}", None),
+             ("get", "/api/proposals/nope", "/api/proposals/{proposal_id}", None),
+             ("post", "/api/rounds", "/api/rounds", {"round": 7})]
+    for method, url, route, body in calls:
+        response = boss.request(method.upper(), url, json=body)
+        TypeAdapter(model(route, method, response.status_code)).validate_python(response.json())

@@ -25,7 +25,8 @@ from .state import State, answer
 from .bodies import items_of, proposal_schema, shark_schema, vote_schema
 from .jobs import round_work
 from .limits import check_quota, read_body
-from ..wire import BaseAnswer, ErrorAnswer, Event, JobAnswer, WhoAmI
+from ..wire import (BaseAnswer, ClearAnswer, DocumentAnswer, ErrorAnswer, Event, JobAnswer, LedgerAnswer,
+                    ParticipantAnswer, ProposalAnswer, ProposalRow, StatusAnswer, SubmittedAnswer, VoteAnswer, WhoAmI)
 
 # Every error is the CLI's error object (judge.wire.ErrorAnswer), whatever the status.
 router = APIRouter(prefix="/api", responses={"4XX": {"model": ErrorAnswer}, "5XX": {"model": ErrorAnswer}})
@@ -70,7 +71,7 @@ def whoami(request: Request):
     return _read(request, lambda ledger, who: answer({"name": who.name, "role": who.role}))
 
 
-@router.get("/ledger", summary="The ledger served and its schema (judge init --json)")
+@router.get("/ledger", summary="The ledger served and its schema (judge init --json)", responses={200: {"model": LedgerAnswer}})
 def ledger_info(request: Request):
     return _read(request, lambda ledger, who: answer({"ledger": str(ledger.path), "migrations": applied(ledger.db)}))
 
@@ -84,17 +85,17 @@ def _lookup(view: Any, template: str, format: str) -> Response:
     return answer(view)
 
 
-@router.get("/status", summary="Counts and where each round stands (judge status --json)")
+@router.get("/status", summary="Counts and where each round stands (judge status --json)", responses={200: {"model": StatusAnswer}})
 def status(request: Request, format: str = "json"):
     return _read(request, lambda ledger, who: _lookup(actions.status(ledger), "status.md.j2", format))
 
 
-@router.get("/proposals", summary="Proposals, latest revisions, latest verdicts (judge list --json)")
+@router.get("/proposals", summary="Proposals, latest revisions, latest verdicts (judge list --json)", responses={200: {"model": list[ProposalRow]}})
 def list_proposals(request: Request, round: Optional[int] = None, format: str = "json"):
     return _read(request, lambda ledger, who: _lookup(actions.list_proposals(ledger, round), "list.md.j2", format))
 
 
-@router.get("/proposals/{proposal_id}", summary="One proposal: revisions, evaluations, votes (judge show --json)")
+@router.get("/proposals/{proposal_id}", summary="One proposal: revisions, evaluations, votes (judge show --json)", responses={200: {"model": ProposalAnswer}})
 def show_proposal(request: Request, proposal_id: str, format: str = "json"):
     return _read(request, lambda ledger, who: _lookup(actions.show_proposal(ledger, proposal_id), "show.md.j2", format))
 
@@ -134,7 +135,7 @@ def _submit(state: State, ledger, who, data: Any) -> Response:
         return answer([asdict(r) for r in actions.submit(ledger, items, state.config.kernels)])
 
 
-@router.post("/proposals", summary="Submit proposals or revisions (judge submit --json)", openapi_extra=proposal_schema())
+@router.post("/proposals", summary="Submit proposals or revisions (judge submit --json)", openapi_extra=proposal_schema(), responses={200: {"model": list[SubmittedAnswer]}})
 async def submit(request: Request):
     """The body: one proposal as `judge submit -` reads it, a list of them (all or none are recorded), or
     {"submissions": [{"source": NAME, "proposal": {...}}]}. A contestant's author is its own name."""
@@ -152,7 +153,7 @@ def _vote(state: State, ledger, who, data: Any) -> Response:
         return answer([asdict(c) for c in actions.cast_votes(ledger, items)])
 
 
-@router.post("/votes", summary="Record votes (judge vote --json)", openapi_extra=vote_schema())
+@router.post("/votes", summary="Record votes (judge vote --json)", openapi_extra=vote_schema(), responses={200: {"model": list[VoteAnswer]}})
 async def vote(request: Request):
     """The body: votes as `judge vote -` reads them, or {"submissions": [{"source": NAME, "vote": {...}}]}.
     A shark votes only as itself."""
@@ -287,7 +288,7 @@ def _clear(evaluation_id: int) -> Callable:
     return work
 
 
-@router.post("/evaluations/{evaluation_id}/clear", summary="Clear an implausible result, organizer only (judge clear)")
+@router.post("/evaluations/{evaluation_id}/clear", summary="Clear an implausible result, organizer only (judge clear)", responses={200: {"model": ClearAnswer}})
 async def clear(request: Request, evaluation_id: int):
     """The body: {"note": "why the result is real"}; the clearance is recorded as the organizer's."""
     return await _write(request, _clear(evaluation_id))
@@ -304,12 +305,13 @@ def _add_participant(state: State, ledger, who, data: Any) -> Response:
         return answer(participants.add_participant(ledger, data["name"], data["role"]), 201)
 
 
-@router.post("/participants", status_code=201, summary="Add a participant, organizer only; its token is in the answer, once")
+@router.post("/participants", status_code=201, summary="Add a participant, organizer only; its token is in the answer, once",
+             responses={201: {"model": ParticipantAnswer}})
 async def add_participant(request: Request):
     return await _write(request, _add_participant)
 
 
-@router.get("/participants", summary="Every participant, revoked ones too, organizer only")
+@router.get("/participants", summary="Every participant, revoked ones too, organizer only", responses={200: {"model": list[ParticipantAnswer]}})
 def participant_list(request: Request):
     def work(ledger, who):
         who.require_organizer("list participants")
@@ -318,7 +320,7 @@ def participant_list(request: Request):
     return _read(request, work)
 
 
-@router.delete("/participants/{name}", summary="Revoke a participant's token, organizer only")
+@router.delete("/participants/{name}", summary="Revoke a participant's token, organizer only", responses={200: {"model": ParticipantAnswer}})
 def revoke_participant(request: Request, name: str):
     def work(ledger, who):
         who.require_organizer("revoke participants")
@@ -336,17 +338,17 @@ def _document(request: Request, make: Callable, format: str) -> Response:
     return _read(request, lambda ledger, who: _format(make(ledger), format))
 
 
-@router.get("/scorecards", summary="A round's scorecard: view, Markdown, charts (judge report --round)")
+@router.get("/scorecards", summary="A round's scorecard: view, Markdown, charts (judge report --round)", responses={200: {"model": DocumentAnswer}})
 def scorecard(request: Request, round: Optional[int] = None, target: Optional[str] = None, format: str = "json"):
     return _document(request, lambda ledger: documents.scorecard(ledger, round, target), format)
 
 
-@router.get("/leaderboard", summary="The leaderboard: view, Markdown, charts (judge report --leaderboard)")
+@router.get("/leaderboard", summary="The leaderboard: view, Markdown, charts (judge report --leaderboard)", responses={200: {"model": DocumentAnswer}})
 def leaderboard(request: Request, format: str = "json"):
     return _document(request, documents.leaderboard, format)
 
 
-@router.get("/brief", summary="A round's brief: view and Markdown (judge brief)")
+@router.get("/brief", summary="A round's brief: view and Markdown (judge brief)", responses={200: {"model": DocumentAnswer}})
 def brief(request: Request, round: Optional[int] = None, target: Optional[str] = None, format: str = "json"):
     kernels = _state(request).config.kernels
     return _document(request, lambda ledger: documents.brief(ledger, kernels, target, round), format)
