@@ -250,27 +250,32 @@ def jobs(request: Request):
         [_job_answer(ledger, who, j, 0) for j in _state(request).jobs.jobs.values()]))
 
 
-def _job(request: Request, find: Callable, since: int, wait: float) -> Response:
+async def _job(request: Request, find: Callable, since: int, wait: float) -> Response:
     """A job's answer from event `since` on; with `wait`, held up to that many seconds (30 at most) until it has an
-    event past `since` or has ended: a long poll, so that a follower hears each event as it lands."""
-    with _state(request).session(request):
-        job = find(_state(request).jobs)  # the token checked first; the ledger is not held during the wait
+    event past `since` or has ended: a long poll, so that a follower hears each event as it lands. The token is
+    checked first; the wait holds no ledger and no thread."""
+
+    def found():
+        with _state(request).session(request):
+            return find(_state(request).jobs)
+
+    job = await run_in_threadpool(found)
     if wait > 0:
-        job.wait(max(0, since), min(wait, LONGEST_WAIT_S))
-    return _read(request, lambda ledger, who: answer(_job_answer(ledger, who, job, since)))
+        await job.wait(max(0, since), min(wait, LONGEST_WAIT_S))
+    return await run_in_threadpool(_read, request, lambda ledger, who: answer(_job_answer(ledger, who, job, since)))
 
 
 @router.get("/jobs/latest", summary="The running round, else the last one started; its events as /api/jobs/{job_id}",
             responses={200: {"model": JobAnswer}})
-def latest_job(request: Request, since: int = 0, wait: float = 0):
-    return _job(request, lambda jobs: jobs.latest(), since, wait)
+async def latest_job(request: Request, since: int = 0, wait: float = 0):
+    return await _job(request, lambda jobs: jobs.latest(), since, wait)
 
 
 @router.get("/jobs/{job_id}", summary="A round's progress (its events from `since` on, those its reader may read; "
                                       "`wait` seconds for the next) and, once done, its summaries (organizers)",
             responses={200: {"model": JobAnswer}})
-def job(request: Request, job_id: int, since: int = 0, wait: float = 0):
-    return _job(request, lambda jobs: jobs.get(job_id), since, wait)
+async def job(request: Request, job_id: int, since: int = 0, wait: float = 0):
+    return await _job(request, lambda jobs: jobs.get(job_id), since, wait)
 
 
 def _clear(evaluation_id: int) -> Callable:

@@ -3,9 +3,11 @@ read while it runs (`GET /api/jobs/ID?since=N`) and its answer once it is done."
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -15,6 +17,8 @@ from ..ledger import Ledger, now
 from ..wire import EndEvent, ErrorAnswer, Event, JobAnswer, jsonable, make_event
 
 log = logging.getLogger("judge.server")
+
+WAKE_S = 0.1  # how often a long poll looks for a job's next event
 
 
 class Busy(JudgeError):
@@ -33,18 +37,17 @@ class Job:
     events: list[Event] = field(default_factory=list)
     summaries: Optional[list[dict]] = None
     error: Optional[ErrorAnswer] = None  # the CLI's error object: {"error": ..., "exit": ...}
-    changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
 
     def event(self, kind: str, **info) -> None:
         # Made into its wire model at once, so a reader never sees an event that cannot be sent.
-        with self.changed:
-            self.events.append(make_event(len(self.events), kind, info))
-            self.changed.notify_all()
+        self.events.append(make_event(len(self.events), kind, info))
 
-    def wait(self, since: int, timeout_s: float) -> None:
-        """Until the job has an event past `since` or has ended, at most `timeout_s` (a long poll's wait)."""
-        with self.changed:
-            self.changed.wait_for(lambda: len(self.events) > since or self.state != "running", timeout=timeout_s)
+    async def wait(self, since: int, timeout_s: float) -> None:
+        """Until the job has an event past `since` or has ended, at most `timeout_s`: a long poll's wait, on the
+        server's event loop (a thread held per waiting reader would starve the other requests of the pool)."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.events) <= since and self.state == "running" and time.monotonic() < deadline:
+            await asyncio.sleep(WAKE_S)
 
     def answer(self, since: int = 0, shown: Optional[Callable[[Event], bool]] = None, summaries: bool = True) -> JobAnswer:
         """The job from event `since` on; `shown` picks the events its reader may read (all: None); `summaries`,
@@ -101,9 +104,7 @@ class Jobs:
             # The end event first, then the state: a reader that sees the job ended has every event it had.
             job.error, job.finished_at = error, now()
             job.event("end", state=state, error=error)
-            with job.changed:
-                job.state = state
-                job.changed.notify_all()
+            job.state = state
 
     def latest(self) -> Job:
         """The running job, else the last one started."""
