@@ -331,3 +331,36 @@ def test_every_answer_is_the_model_the_openapi_document_declares_for_it(served):
     for method, url, route, body in calls:
         response = boss.request(method.upper(), url, json=body)
         TypeAdapter(model(route, method, response.status_code)).validate_python(response.json())
+
+
+def test_the_organizers_run_and_clear_print_the_same_through_the_server(served, tmp_path_factory):
+    """The matrix's organizer commands on two identical contests, one local and one served: `judge run` and
+    `judge clear` of a result held as implausible print the same (but the seconds a run took and where each ledger's
+    targets lie), and the clearance's reports are rendered again where the command ran."""
+    server, tokens, root = served
+    twin = tmp_path_factory.mktemp("twin")
+    contest(twin)
+    away = tmp_path_factory.mktemp("organizer")
+    for where in (root, twin):
+        proposal_dir(where, "fast", "alice", knob_patch("speedup 1.25"))
+        proposal_dir(where, "wild", "bob", knob_patch("speedup 30"))
+        assert judge("submit", "proposals", root=where).exit_code == 0
+
+    def same(text: str) -> str:
+        kept = [line for line in text.splitlines() if not line.startswith("time: ")]
+        return "\n".join(kept).replace(str(root), "ROOT").replace(str(twin), "ROOT")
+
+    os.chdir(twin)
+    local = judge("run", root=twin)
+    os.chdir(away)
+    remote = judge("run", server=server.url, token=tokens["boss"])
+    assert (remote.exit_code, same(remote.stdout)) == (local.exit_code, same(local.stdout)) and local.exit_code == 0
+    assert "held: wild r1 (evaluation #" in local.stdout
+    held = int(local.stdout.split("held: wild r1 (evaluation #")[1].split(")")[0])
+    os.chdir(twin)
+    local = judge("clear", str(held), "--note", "checked by hand", root=twin)
+    os.chdir(away)
+    remote = judge("clear", str(held), "--note", "checked by hand", server=server.url, token=tokens["boss"])
+    assert (remote.exit_code, same(remote.stdout), remote.stderr) == (local.exit_code, same(local.stdout), local.stderr)
+    assert local.exit_code == 0 and "rendered again: reports/round-1.md" in local.stdout
+    assert (away / "reports" / "leaderboard.md").read_text().count("wild") == (twin / "reports" / "leaderboard.md").read_text().count("wild")

@@ -153,6 +153,21 @@ class Remote:
 
         return BaseAnswer.model_validate(self._call("GET", "/api/base", target=target, round=round)).model_dump()
 
+    def refresh_reports(self, target: str, round: int, out_dir: Path) -> list[Path]:
+        """What a clearance changed, rendered again here from the server's views, as judge.round_actions.refresh_reports
+        renders it on a local ledger: the round's report (each file of it that exists in `out_dir`, else the target's
+        own), the leaderboard, and the next round's brief where one was written."""
+        out_dir = Path(out_dir)
+        paths = []
+        if (out_dir / f"round-{round}.md").exists():
+            paths.append(self.write_report(round, None, False, out_dir)[0])
+        if (out_dir / f"round-{round}-{target}.md").exists() or not paths:
+            paths.append(self.write_report(round, target, False, out_dir)[0])
+        paths.append(self.write_report(None, None, True, out_dir)[0])
+        if (out_dir / f"brief-round-{round + 1}-{target}.md").exists():
+            paths.append(self.brief(out_dir, target, round + 1, out_dir)[0])
+        return list(dict.fromkeys(paths))
+
     def brief(self, kernels_dir: Path, target: Optional[str], round: Optional[int], out_dir: Path) -> tuple[Path, dict]:
         data = self._call("GET", "/api/brief", target=target, round=round)
         return _write(Path(out_dir), data["name"], data["markdown"], {}), data["brief"]

@@ -267,6 +267,8 @@ def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, out_
     (its base would change under it). Needs an existing ledger."""
     if ctx.remote is not None:
         result = ctx.remote.clear_evaluation(evaluation_id, note, cleared_by)
+        # the reports it changed, rendered again here, where this organizer's copies are (the server's are its own)
+        result["reports"] = [str(p) for p in ctx.remote.refresh_reports(result["target"], result["round"], out_dir)]
     else:
         from .. import round_actions
 
