@@ -364,3 +364,19 @@ def test_the_organizers_run_and_clear_print_the_same_through_the_server(served, 
     assert (remote.exit_code, same(remote.stdout), remote.stderr) == (local.exit_code, same(local.stdout), local.stderr)
     assert local.exit_code == 0 and "rendered again: reports/round-1.md" in local.stdout
     assert (away / "reports" / "leaderboard.md").read_text().count("wild") == (twin / "reports" / "leaderboard.md").read_text().count("wild")
+
+
+def test_the_client_goes_through_the_proxy_the_environment_names(monkeypatch):
+    from urllib.parse import urlsplit
+
+    from judge.cli.client import _proxy
+
+    server = urlsplit("https://judge.example.org")
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert _proxy(server) is None
+    monkeypatch.setenv("https_proxy", "http://proxy.internal:3128")
+    assert (_proxy(server).hostname, _proxy(server).port) == ("proxy.internal", 3128)
+    assert _proxy(urlsplit("http://judge.example.org")) is None  # no proxy for plain http named
+    monkeypatch.setenv("no_proxy", "example.org")
+    assert _proxy(server) is None

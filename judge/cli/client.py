@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
@@ -52,17 +53,22 @@ class Remote:
 
     def _connect(self):
         """One keep-alive connection (http.client: it loads in a fraction of httpx's time, and a command makes a
-        few requests at most)."""
+        few requests at most), through the proxy the environment names for the server's scheme, if any."""
         if self.connection is None:
             kind = http.client.HTTPSConnection if self.parts.scheme == "https" else http.client.HTTPConnection
-            self.connection = kind(self.parts.hostname, self.parts.port, timeout=self.timeout_s)
+            proxy = _proxy(self.parts)
+            if proxy is None:
+                self.connection = kind(self.parts.hostname, self.parts.port, timeout=self.timeout_s)
+            else:  # a tunnel (CONNECT) through the proxy, for http and https alike
+                self.connection = kind(proxy.hostname, proxy.port, timeout=self.timeout_s)
+                self.connection.set_tunnel(self.parts.hostname, self.parts.port)
         return self.connection
 
     def _request(self, method: str, target: str, content: Optional[bytes]) -> tuple[int, str]:
         headers = dict(self.headers)
         if content is not None:
             headers["Content-Type"] = "application/json"
-        for attempt in (0, 1):  # a kept-alive connection the server closed meanwhile is opened again, once
+        for attempt in (0, 1):  # a kept-alive connection the server closed meanwhile is opened again, once (a read)
             connection = self._connect()
             try:
                 connection.request(method, target, body=content, headers=headers)
@@ -71,7 +77,7 @@ class Remote:
             except (OSError, http.client.HTTPException) as error:
                 connection.close()
                 self.connection = None
-                if attempt or not _stale(error):
+                if attempt or method != "GET" or not _stale(error):
                     raise
 
     def _call(self, method: str, path: str, body: Any = None, **params) -> Any:
@@ -244,6 +250,23 @@ def _token(token: str) -> str:
         raise JudgeError("JUDGE_TOKEN holds characters a token never has (spaces, control or non-ASCII characters): "
                          "set it to the token 'judge participant add' printed, alone")
     return token
+
+
+def _proxy(server):
+    """The proxy (urlsplit) the environment names for `server`'s scheme (http_proxy, https_proxy, all_proxy), unless
+    no_proxy covers its host; None where none is set (then urllib is not even imported)."""
+    if not any(k.lower() in ("http_proxy", "https_proxy", "all_proxy") for k in os.environ):
+        return None
+    import urllib.request
+
+    if urllib.request.proxy_bypass_environment(server.hostname):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(server.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return parts if parts.hostname else None
 
 
 def _stale(error: Exception) -> bool:

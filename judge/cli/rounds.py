@@ -143,10 +143,11 @@ def watch_cmd(ctx: Context, job_id, as_json: bool):
     job = ctx.remote.job(job_id)
 
     def show(kind: str, **fields) -> None:
-        if as_json:
+        if as_json:  # one line per event, contained as --json is (judge.contain.json_safe)
+            from ..contain import json_safe
             from ..jsonform import jsonable
 
-            click.echo(json.dumps(jsonable({"kind": kind, **fields})))
+            click.echo(json.dumps(json_safe(jsonable({"kind": kind, **fields}))))
         elif kind == "verdict":
             where = f" [{fields['where']}]" if fields.get("where") else ""
             out.print(f"{terminal(fields['proposal'])}: {fields['outcome']} ({terminal(fields.get('reason') or '')}){where}",
