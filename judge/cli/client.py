@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import quote, urlencode, urlsplit

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from .. import actions
 from ..errors import JudgeError, NotFound
 from ..ledger import Ledger, now
-from ..wire import EndEvent, ErrorAnswer, Event, JobAnswer, jsonable, make_event
+from ..wire import ErrorAnswer, Event, JobAnswer, jsonable, make_event
 
 log = logging.getLogger("judge.server")
 
