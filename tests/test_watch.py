@@ -96,3 +96,24 @@ def test_a_contestant_reads_its_own_verdict_as_it_lands_and_nothing_of_anothers_
     refused = judge("run", server=server.url, token=tokens["alice"])
     assert (refused.exit_code, refused.stderr) == (2, "error: only the organizer may run a round: participant 'alice' "
                                                       "is a contestant\n")
+
+
+def test_a_long_poll_wakes_for_what_its_reader_may_read_and_at_the_end():
+    import asyncio
+
+    from judge.server.jobs import Job
+
+    job = Job(1, 1, None, "boss", "2026-11-27T10:00:00")
+    mine = lambda event: getattr(event, "proposal", None) == "mine"  # noqa: E731
+
+    async def waited(since: int, timeout_s: float, wakes=None) -> float:
+        started = time.monotonic()
+        await job.wait(since, timeout_s, wakes)
+        return time.monotonic() - started
+
+    job.event("stage", proposal="theirs", stage="static")
+    assert asyncio.run(waited(0, 0.3, mine)) >= 0.3  # another's progress: the wait runs out
+    job.event("stage", proposal="mine", stage="static")
+    assert asyncio.run(waited(0, 5, mine)) < 1 and asyncio.run(waited(1, 5)) < 1
+    job.state = "done"
+    assert asyncio.run(waited(2, 5, mine)) < 1  # an ended job answers at once

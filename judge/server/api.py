@@ -250,18 +250,34 @@ def jobs(request: Request):
         [_job_answer(ledger, who, j, 0) for j in _state(request).jobs.jobs.values()]))
 
 
+def _wakes(ledger, who) -> Optional[Callable[[Event], bool]]:
+    """What wakes a reader's long poll, judged without the ledger while it waits: an event about the round, or about
+    a proposal it could read when the wait began, or a verdict (it may make another's proposal readable). The answer
+    is then filtered as every answer is (`_reader_filter`); the others' progress does not wake it, so that a
+    contestant following a busy round does not spend its rate on answers with nothing in them."""
+    if who.role == "organizer":
+        return None
+    readable = {r["proposal_id"] for r in ledger.current_revisions()} | JUDGES_OWN
+
+    def wakes(event: Event) -> bool:
+        proposal = getattr(event, "proposal", None)
+        return event.kind in ROUND_EVENTS or event.kind == "verdict" or proposal in readable
+
+    return wakes
+
+
 async def _job(request: Request, find: Callable, since: int, wait: float) -> Response:
-    """A job's answer from event `since` on; with `wait`, held up to that many seconds (30 at most) until it has an
-    event past `since` or has ended: a long poll, so that a follower hears each event as it lands. The token is
-    checked first; the wait holds no ledger and no thread."""
+    """A job's answer from event `since` on; with `wait`, held up to that many seconds (30 at most) until an event
+    its reader may read lands past `since` or the job ends: a long poll, so that a follower hears each event as it
+    lands. The token is checked first; the wait holds no ledger and no thread."""
 
     def found():
-        with _state(request).session(request):
-            return find(_state(request).jobs)
+        with _state(request).session(request) as (ledger, who):
+            return find(_state(request).jobs), (_wakes(ledger, who) if wait > 0 else None)
 
-    job = await run_in_threadpool(found)
+    job, wakes = await run_in_threadpool(found)
     if wait > 0:
-        await job.wait(max(0, since), min(wait, LONGEST_WAIT_S))
+        await job.wait(max(0, since), min(wait, LONGEST_WAIT_S), wakes)
     return await run_in_threadpool(_read, request, lambda ledger, who: answer(_job_answer(ledger, who, job, since)))
 
 

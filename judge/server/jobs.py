@@ -42,11 +42,17 @@ class Job:
         # Made into its wire model at once, so a reader never sees an event that cannot be sent.
         self.events.append(make_event(len(self.events), kind, info))
 
-    async def wait(self, since: int, timeout_s: float) -> None:
-        """Until the job has an event past `since` or has ended, at most `timeout_s`: a long poll's wait, on the
-        server's event loop (a thread held per waiting reader would starve the other requests of the pool)."""
+    async def wait(self, since: int, timeout_s: float, wakes: Optional[Callable[[Event], bool]] = None) -> None:
+        """Until the job has an event past `since` that `wakes` its reader (any, where None) or has ended, at most
+        `timeout_s`: a long poll's wait, on the server's event loop (a thread held per waiting reader would starve
+        the other requests of the pool)."""
         deadline = time.monotonic() + timeout_s
-        while len(self.events) <= since and self.state == "running" and time.monotonic() < deadline:
+        looked = since
+        while self.state == "running" and time.monotonic() < deadline:
+            events = self.events[looked:]
+            if any(wakes is None or wakes(e) for e in events):
+                return
+            looked += len(events)
             await asyncio.sleep(WAKE_S)
 
     def answer(self, since: int = 0, shown: Optional[Callable[[Event], bool]] = None, summaries: bool = True) -> JobAnswer:
