@@ -13,7 +13,7 @@ a server."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, SerializeAsAny
 
@@ -146,7 +146,7 @@ class JobAnswer(Wire):
     state: Literal["running", "done", "failed"]
     started_at: str
     finished_at: Optional[str] = None
-    events: list[SerializeAsAny[Event]] = []
+    events: list[Union[FloorEvent, VerdictEvent, EndEvent, SerializeAsAny[Event]]] = []  # each by its kind's model
     next: int = 0
     summaries: Optional[list[dict[str, Any]]] = None
     error: Optional[ErrorAnswer] = None
