@@ -93,6 +93,17 @@ def test_a_contestant_reads_its_own_verdict_as_it_lands_and_nothing_of_anothers_
         ("a-fast", "faster"), ("b-held", "unchanged")]
     assert watch.exit_code == 0 and watch.stdout.splitlines()[-1] == "job 1 (round 1): done"
     assert "a-fast: faster (" in watch.stdout and "b-held: unchanged (" in watch.stdout  # judged: now anyone's to read
+    # the same events as server-sent events, for curl -N: a reconnect resumes after its Last-Event-ID
+    with alice.stream("GET", f"/api/jobs/{job['job']}/events") as stream:
+        lines = list(stream.iter_lines())
+    assert stream.headers["content-type"].startswith("text/event-stream")
+    kinds = [line[len("event: "):] for line in lines if line.startswith("event: ")]
+    assert kinds[-1] == "end" and kinds.count("verdict") == 2  # both judged by now: both readable
+    data = [json.loads(line[len("data: "):]) for line in lines if line.startswith("data: ")]
+    last = data[-2]["seq"]
+    with alice.stream("GET", f"/api/jobs/{job['job']}/events", headers={"Last-Event-ID": str(last)}) as stream:
+        again = [json.loads(line[len("data: "):]) for line in stream.iter_lines() if line.startswith("data: ")]
+    assert again == data[-1:]
     refused = judge("run", server=server.url, token=tokens["alice"])
     assert (refused.exit_code, refused.stderr) == (2, "error: only the organizer may run a round: participant 'alice' "
                                                       "is a contestant\n")

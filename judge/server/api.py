@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from .. import actions, round_actions, participants
 from ..errors import JudgeError
@@ -21,7 +21,7 @@ from ..report.rendering import render_text
 from ..rounds import Settings
 from ..targets import find_target
 from . import documents
-from .state import State, answer
+from .state import State, answer, json_text
 from .bodies import items_of, proposal_schema, shark_schema, vote_schema
 from .jobs import round_work
 from .limits import check_quota, read_body
@@ -292,6 +292,49 @@ async def latest_job(request: Request, since: int = 0, wait: float = 0):
             responses={200: {"model": JobAnswer}})
 async def job(request: Request, job_id: int, since: int = 0, wait: float = 0):
     return await _job(request, lambda jobs: jobs.get(job_id), since, wait)
+
+
+@router.get("/jobs/{job_id}/events", summary="A round's events as server-sent events, as they land, until it ends "
+                                             "(the same events /api/jobs/{job_id} gives its reader)",
+            response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                             "description": "'id: SEQ', 'event: KIND' and 'data: EVENT' (JSON, as in JobAnswer.events) "
+                                           "per event; a comment line every 30 s while nothing lands; the stream ends "
+                                           "after the event 'end'. Resumes after the Last-Event-ID header's event."}})
+async def job_events(request: Request, job_id: int, since: int = 0):
+    """For `curl -N` and any language's SSE client: no polling, and a reconnect resumes where it left off."""
+    state = _state(request)
+    resume = request.headers.get("last-event-id", "")
+    since = int(resume) + 1 if resume.isdigit() else max(0, since)
+
+    def found():
+        with state.session(request) as (ledger, who):
+            return state.jobs.get(job_id), who, _wakes(ledger, who)
+
+    job, who, wakes = await run_in_threadpool(found)
+
+    def page(at: int) -> JobAnswer:
+        ledger = state.open_ledger()  # one connection per batch, counted against no rate: the stream was admitted
+        try:
+            return _job_answer(state.as_read_by(ledger, who), who, job, at)
+        finally:
+            ledger.close()
+
+    async def stream():
+        at = since
+        while True:
+            await job.wait(at, LONGEST_WAIT_S, wakes)
+            ended = job.state != "running"
+            answer_ = await run_in_threadpool(page, at)
+            for event in answer_.events:
+                yield f"id: {event.seq}\nevent: {event.kind}\ndata: {json_text(event)}\n\n"
+            if at == answer_.next and not ended:
+                yield ": nothing new\n\n"
+            at = answer_.next
+            if ended and at >= len(job.events):
+                return
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
 
 def _clear(evaluation_id: int) -> Callable:

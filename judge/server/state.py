@@ -44,15 +44,16 @@ def answer(data: Any, status: int = 200) -> Response:
     """JSON as the CLI's `--json` has it once parsed (judge.jsonform.jsonable: declared forms only, key order kept), every string without
     escapes, control or format characters (bidi overrides, zero-width spaces), as everywhere judge shows text: not
     capped (judge.contain.json_safe)."""
-    return Response(_dumps(data), status_code=status, media_type="application/json")
+    return Response(json_text(data), status_code=status, media_type="application/json")
 
 
 def error_answer(message: str, status: int, code: int = 2, headers: Optional[dict] = None) -> Response:
-    return Response(_dumps({"error": message, "exit": code}), status_code=status, media_type="application/json",
+    return Response(json_text({"error": message, "exit": code}), status_code=status, media_type="application/json",
                     headers=headers)
 
 
-def _dumps(data: Any) -> str:
+def json_text(data: Any) -> str:
+    """The JSON text of every answer (and of each server-sent event)."""
     return json.dumps(json_safe(jsonable(data), capped=False))
 
 
