@@ -61,10 +61,11 @@ def submit(ledger: Ledger, items: list[tuple[Proposal, str]], kernels_dir: Path,
         return [ledger.submit(proposal, source) for proposal, source in items]
 
 
-def load_submissions(paths: list[str], stdin_text: Optional[str],
-                     errors: Optional[list[str]] = None) -> list[tuple[Proposal, str]]:
+def load_submissions(paths: list[str], stdin_text: Optional[str], errors: Optional[list[str]] = None,
+                     author: Optional[str] = None) -> list[tuple[Proposal, str]]:
     """Every proposal the paths hold. With `errors`, a proposal that cannot be read is added there (so that a
-    folder's every bad proposal is named) instead of stopping the reading."""
+    folder's every bad proposal is named) instead of stopping the reading. `author`: the author of a proposal
+    directory that names none (through a server, the contestant the token belongs to)."""
     items: list[tuple[Proposal, str]] = []
     for raw in paths:
         if raw == "-":
@@ -72,7 +73,7 @@ def load_submissions(paths: list[str], stdin_text: Optional[str],
             continue
         for directory in proposal_dirs([Path(raw)]):
             try:
-                items.append((load_proposal_dir(directory), str(directory / PROPOSAL_FILE)))
+                items.append((load_proposal_dir(directory, author), str(directory / PROPOSAL_FILE)))
             except JudgeError as error:
                 if errors is None:
                     raise

@@ -12,7 +12,7 @@ from .stages.result import StageResult
 from .workspaces import fresh
 from .ledger import now, sha256
 from .ledger.noise import CONTROL
-from .noise import Floor, device_name, floor_from, target_minimum
+from .noise import Floor, controls_floor, device_name, target_minimum
 from .records import Outcome
 from .verdicts import decide
 
@@ -61,8 +61,4 @@ def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object
 
 def round_floor(run) -> Floor:
     """The floor this round's verdicts clear: from every control of this target on this device so far."""
-    from .stages.timing.stage import MIN_PAIRS
-
-    device = device_name(run.device)
-    samples = run.ledger.control_samples(run.target.name, device)
-    return floor_from(samples, target_minimum(run.target), MIN_PAIRS, device)
+    return controls_floor(run.ledger, run.target.name, target_minimum(run.target), device_name(run.device))

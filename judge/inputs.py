@@ -8,6 +8,7 @@ strictly, each with a one-line error naming the file.
 from __future__ import annotations
 
 import errno
+import contextvars
 import os
 import stat
 from dataclasses import dataclass
@@ -37,7 +38,14 @@ class Limit:
     def check(self, size: int, where: str) -> None:
         limit = self.bytes()
         if size > limit:
-            raise JudgeError(f"{where}: {size} bytes, over the limit of {_size(limit)} for {self.what} (set {self.env} to change it)")
+            change = (f"set {self.env} to change it" if not SERVED.get() else
+                      f"this server's limit: its organizer sets {self.env} where judge serve runs")
+            raise JudgeError(f"{where}: {size} bytes, over the limit of {_size(limit)} for {self.what} ({change})")
+
+
+# Whether a limit is checked for a request to judge serve: the client cannot change the server's environment, so
+# the error names whose limit it is rather than a variable to set (judge.server.state sets it per request).
+SERVED: contextvars.ContextVar[bool] = contextvars.ContextVar("judge_served", default=False)
 
 
 PITCH = Limit("a pitch", "JUDGE_MAX_PITCH_BYTES", 1 * MIB)

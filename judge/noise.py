@@ -126,6 +126,10 @@ def recorded_floor(detail, default: Optional[Floor] = None) -> Floor:
 # Simulated (tests/test_stats.py), 4,000 comparisons of identical kernels with per-process offsets, order
 # effects and a bias gave no verdict, and 2% slowdowns were found where a process's offset is 0.3% or less.
 
+MIN_PAIRS = 3
+"""The fewest process pairs a timing verdict rests on (judge.stages.timing.stage stops no sooner): the floor is
+sized for an estimate over this many."""
+
 FLOOR_SIGMAS = 4.0
 SIGMA_BOUND = 0.1  # the lower tail of chi-square that bounds the standard deviation from above
 FLOOR_HISTORY = 20  # the most recent controls of a target and device that set its floor
@@ -169,3 +173,30 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "CPU"
+
+
+# ---- the floor a verdict will use ---------------------------------------------------------------------------
+
+
+def controls_floor(ledger, target_name: str, minimum: float, device: str) -> Floor:
+    """The floor that every A/A control and calibration of `target_name` on `device` in the ledger sets: what a
+    round's verdicts clear once its own control is in (judge.control.round_floor), and what the next round's will
+    clear as far as the ledger can tell before that control has run."""
+    return floor_from(ledger.control_samples(target_name, device), minimum, MIN_PAIRS, device)
+
+
+def next_floor(ledger, target_name: str, minimum: float) -> Floor:
+    """The floor the next verdict on `target_name` will use, as the ledger knows it: from its controls on the
+    device the latest of them ran on; the target's minimum where none has run. The next round's own control, run
+    first, adds one more sample (it may raise or lower this)."""
+    device = ledger.latest_control_device(target_name)
+    if device is None:
+        return Floor(effect=minimum, min_effect=minimum)
+    return controls_floor(ledger, target_name, minimum, device)
+
+
+def round_floor(ledger, target_name: str, round_id, minimum: float) -> Floor:
+    """The floor of a round's verdicts: the one its timed verdicts recorded once it has run, else (a round still
+    to run) `next_floor`."""
+    recorded = Floor.from_json(ledger.verdict_floor(round_id)) if round_id is not None else None
+    return recorded or next_floor(ledger, target_name, minimum)

@@ -12,10 +12,13 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .errors import JudgeError, NotFound
-from .ledger import Ledger
-from .records import SLUG, Proposal, Vote
+
+if TYPE_CHECKING:  # the CLI reads ROLES and JUDGED_VISIBLE_TO from here without loading the ledger
+    from .ledger import Ledger
+    from .records import Proposal, Vote
 
 ROLES = ("contestant", "shark", "organizer")
 TOKEN_PREFIX = "judge_"
@@ -108,6 +111,8 @@ def access(reader: "Participant | None", author: str, judged: bool, judged_visib
 
 def add_participant(ledger: Ledger, name: str, role: str) -> dict:
     """Add a participant; the answer holds its token, which is never shown again (the ledger keeps its sha256)."""
+    from .records import SLUG
+
     if not SLUG.match(name):
         raise JudgeError(f"participant name '{name}': must be a slug: lowercase letters, digits and hyphens "
                          "(it is the author of a contestant's proposals, the name of a shark)")

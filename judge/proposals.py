@@ -10,7 +10,7 @@ import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from .errors import JudgeError
 from .inputs import FIELDS, PATCH, PITCH, check_text_field, decode, read_bytes, read_text
@@ -39,7 +39,9 @@ def parse_json(text: str, source: str) -> Any:
         raise JudgeError(f"{source}: not valid JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
 
 
-def load_proposal_dir(path: Path) -> Proposal:
+def load_proposal_dir(path: Path, author: Optional[str] = None) -> Proposal:
+    """A proposal directory; `author`: the author where proposal.toml names none (a client's token's
+    contestant; locally none, so it is required)."""
     path = Path(path)
     if not path.is_dir():
         raise JudgeError(f"{path}: not a proposal directory (expected {PROPOSAL_FILE}, {PITCH_FILE}, optional {PATCH_FILE})")
@@ -53,6 +55,8 @@ def load_proposal_dir(path: Path) -> Proposal:
     pitch_path, patch_path = path / PITCH_FILE, path / PATCH_FILE
     if not os.path.lexists(pitch_path):
         raise JudgeError(f"{pitch_path}: not found (every proposal needs a pitch)")
+    if author is not None and "author" not in data:
+        data["author"] = author
     data["pitch"] = read_text(pitch_path, PITCH)
     if os.path.lexists(patch_path):
         raw = read_bytes(patch_path, PATCH)

@@ -199,8 +199,14 @@ def pick_target(ledger: Ledger, kernels_dir: Path, target_name: Optional[str]) -
     """The named target, or the ledger's only one."""
     if target_name is None:
         names = sorted({r["target"] for r in ledger.rounds()} | {r["target"] for r in ledger.current_revisions()})
+        where = "the ledger has"
+        if not names:  # nothing submitted or run yet: the targets a proposal could name
+            names = sorted(p.name for p in Path(kernels_dir).iterdir() if (p / "task.yml").is_file()) \
+                if Path(kernels_dir).is_dir() else []
+            where = f"no proposal or round names a target yet, and {kernels_dir} has"
         if len(names) != 1:
-            raise JudgeError(f"the ledger has {len(names)} targets ({', '.join(names) or 'none'}): name one with --target")
+            pick = f": name one with --target, e.g. --target {names[0]}" if names else ""
+            raise JudgeError(f"{where} {len(names)} targets ({', '.join(names) or 'none'}){pick}")
         target_name = names[0]
     return find_target(target_name, kernels_dir)
 
@@ -226,13 +232,3 @@ def base(ledger: Ledger, kernels_dir: Path, target_name: Optional[str], round: O
     return {"target": target.name, "round": round, "kernel_file": target.kernel_file, "origin": origin,
             "sha256": sha256(source), "lines": len(source.splitlines()), "source": source}
 
-
-def write_base(data: dict, path: Path) -> None:
-    """Write a base's source byte for byte (no newline translation), refusing a directory."""
-    if path.is_dir():
-        raise JudgeError(f"{path}: is a directory (name the file to write, e.g. {path / data['kernel_file']})")
-    try:
-        with open(path, "w", encoding="utf-8", newline="") as handle:
-            handle.write(data["source"])
-    except OSError as error:
-        raise JudgeError(f"{path}: cannot write the base ({error.strerror})") from None

@@ -28,7 +28,8 @@ MODULE_SECONDS = {
     "test_forkserver.py": 72, "test_compile_workers.py": 44, "test_compile_pipeline.py": 22, "test_worker.py": 19,
     "test_example_round.py": 19, "test_serve.py": 16, "kernels/test_layout_checks.py": 15, "test_compile.py": 15,
     "test_visibility.py": 15,  # measured alone (2026-11-27), not in the run above
-    "test_client.py": 13, "test_history.py": 9, "report/test_report.py": 8, "test_isolation.py": 8,
+    "test_client.py": 20,  # measured alone (2026-11-27) once the local/served matrix grew
+    "test_history.py": 9, "report/test_report.py": 8, "test_isolation.py": 8,
     "test_screening.py": 6, "test_cli.py": 5, "test_charts.py": 5, "kernels/test_fp8_group_gemm_sm90.py": 4,
 }
 # Modules whose tests share no costly fixture (no module-scoped one): handed out one test at a time, so that the

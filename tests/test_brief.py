@@ -4,6 +4,7 @@ exact lines of the base, its times against the speed of light, what was tried, w
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 import os
 from pathlib import Path
@@ -105,7 +106,7 @@ def test_the_brief_for_round_4_in_markdown(three_rounds):
         "that it is refused as late, and proposals go to round 5",
         "- Architecture any; the verdict's clock: gpu; faster needs a geomean of 1.010x or more and slower 0.990x or "
         "less, with its 95% interval clear of 1: the noise floor is 1.0%, the target's minimum effect (no A/A control "
-        "has raised it)",
+        "has raised it) (from the target's controls so far; the round's own A/A control, run first, adds one more)",
         "- Correctness: every test twice and every benchmark shape once, on secret seeds, rtol 1e-05, atol 1e-06",
         "- Time limits: compile 300 s, correctness 300 s, timing 600 s",
         "- A geomean past 10.0x, or a time below the speed of light, is held as implausible until a person clears it "
@@ -132,7 +133,7 @@ def test_the_brief_needs_a_target_when_the_ledger_has_several(tmp_path):
         ledger.submit(Proposal(id=f"p-{target.replace('_', '-')}", title="t", author="x", round=1, target=target, pitch="why"), "test")
     result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "brief"])
     assert (result.exit_code, result.output) == (
-        2, "error: the ledger has 2 targets (axpy, vecadd_cpu): name one with --target\n")
+        2, "error: the ledger has 2 targets (axpy, vecadd_cpu): name one with --target, e.g. --target axpy\n")
 
 
 def test_the_brief_lists_the_calls_a_patch_may_not_add(tmp_path):
@@ -206,3 +207,33 @@ def test_one_noise_floor_in_the_brief_its_json_and_the_scorecard(tmp_path):
         f"- Meaning: {brief['rules']['outcomes']['unchanged']}", f"- Meaning: {brief['rules']['outcomes']['faster']}"]
     assert f"- noise floor of axpy: {words}: faster from 1.350x, slower from 0.741x." in card
     assert not [line for line in card + markdown.splitlines() if "1%" in line or "1.01x" in line or "1.0%" in line]
+
+
+def test_the_briefs_threshold_is_the_floor_the_next_verdict_will_use(tmp_path):
+    """Not the target's minimum where the target's A/A controls raised it: the served contest of 2026-11-27 read
+    'faster needs 1.010x' while its round's control had set 23.2%. The same number (judge.noise.next_floor) as the
+    one a round recomputes from those controls (judge.control.round_floor)."""
+    from judge.noise import MIN_PAIRS, controls_floor, floor_from, next_floor
+
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    os.symlink(FIXTURE, kernels / "axpy")
+    ledger = Ledger(tmp_path / "ledger.db")
+    assert next_floor(ledger, "axpy", 0.01).words() == "1.0%, the target's minimum effect (no A/A control has raised it)"
+    logs = [[0.20, -0.15, 0.05], [0.02, 0.01, -0.01]]
+    for device, pairs in (("Old CPU", [[0.001, 0.0, -0.001]]), ("Wild CPU", logs)):
+        ledger.record_calibration("axpy", device, None, "sha", {"controls": [
+            {"pair_geomeans": [math.exp(x) for x in p]} for p in pairs]}, ["judge", "calibrate"])
+    expected = floor_from(logs, 0.01, MIN_PAIRS, "Wild CPU")
+    assert next_floor(ledger, "axpy", 0.01) == controls_floor(ledger, "axpy", 0.01, "Wild CPU") == expected
+    assert expected.source == "controls" and expected.effect > 0.2
+    result = CliRunner().invoke(main, ["--ledger", str(tmp_path / "ledger.db"), "--kernels", str(kernels), "brief",
+                                       "--target", "axpy", "--json", "--out", str(tmp_path / "reports")],
+                           catch_exceptions=False)
+    rules = json.loads(result.stdout)["brief"]["rules"]
+    assert (rules["floor"]["words"], rules["floor"]["faster_at"]) == (expected.words(), expected.faster_at)
+    assert rules["outcomes"]["faster"].endswith(f"{expected.faster_at:.3f}x or more (the noise floor, {expected.percent()})")
+    text = Path(json.loads(result.stdout)["path"]).read_text()
+    assert (f"faster needs a geomean of {expected.faster_at:.3f}x or more and slower {expected.slower_at:.3f}x or less, "
+            f"with its 95% interval clear of 1: the noise floor is {expected.words()} (from the target's controls so far; "
+            "the round's own A/A control, run first, adds one more)") in text

@@ -87,25 +87,52 @@ def _reports(root: Path) -> dict[str, bytes]:
 
 
 READS = [("list",), ("list", "--round", "1"), ("show", "fast"), ("show", "idea"), ("status",), ("brief",),
-         ("brief", "--round", "1"), ("shark", "list"), ("report", "--round", "1"), ("report", "--leaderboard"), ("report",)]
+         ("brief", "--round", "1"), ("shark", "list"), ("report", "--round", "1"), ("report", "--leaderboard"), ("report",),
+         ("base",), ("base", "--round", "1"), ("base", "--round", "2", "--out", "kernel.py")]
 
 
 @pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
 def test_the_cli_against_the_server_prints_the_same_bytes_as_on_the_ledger(served, as_json):
     server, tokens, root = served
     _ran_round(root, tokens)
+    charts = set()
     for args in READS:
         args = args + (("--json",) if as_json else ())
         local = judge(*args, root=root)
-        assert local.exit_code == 0 and local.stdout, (args, local.output)
+        assert local.exit_code == 0 and local.output, (args, local.output)
         written = _reports(root)
+        kernel = (root / "kernel.py").read_bytes() if "--out" in args else None
         # every proposal is judged: a contestant reads what the ledger's holder reads, but where the ledger lies
         remote = judge(*args, server=server.url, token=tokens["boss" if args[0] == "status" else "bob"])
         assert (remote.exit_code, remote.stdout, remote.stderr) == (local.exit_code, local.stdout, local.stderr), args
         assert _reports(root) == written, args
-    assert any(name.endswith(".svg") for name in written)  # the last report had its charts, written here too
+        if kernel is not None:
+            assert (root / "kernel.py").read_bytes() == kernel and b"# tuned" in kernel  # the winner's patch applied
+        charts |= {name for name in written if name.endswith(".svg")}
+    assert charts  # the reports had their charts, written here too
     status = judge("status", "--json", server=server.url, token=tokens["bob"])
     assert json.loads(status.stdout)["ledger"] == "ledger.db"
+
+
+ROLE_READS = [("list",), ("show", "fast"), ("status",), ("brief",), ("base",), ("base", "--round", "1"), ("shark", "list")]
+
+
+def test_every_role_reads_through_the_server_what_the_ledger_prints(served):
+    """The matrix's other axis: the organizer, a contestant (author or not) and a shark read, once the round has
+    judged everything, the same bytes as the local ledger prints; only where the ledger lies is the organizer's."""
+    server, tokens, root = served
+    _ran_round(root, tokens)
+    for role in ("boss", "alice", "oracle"):
+        for args in ROLE_READS:
+            for as_json in (("--json",), ()):
+                local = judge(*args, *as_json, root=root)
+                _reports(root)
+                remote = judge(*args, *as_json, server=server.url, token=tokens[role])
+                _reports(root)
+                expected = local.stdout
+                if args == ("status",) and role != "boss":
+                    expected = expected.replace(str(root / "ledger.db"), "ledger.db")
+                assert (remote.exit_code, remote.stdout, remote.stderr) == (0, expected, local.stderr), (role, args)
 
 
 def test_errors_through_the_server_are_the_same_line_with_the_same_exit(served):
@@ -187,7 +214,7 @@ def test_a_missing_token_or_an_unreachable_server_is_one_line(served):
         2, "no token: send 'Authorization: Bearer TOKEN' (the judge CLI sends JUDGE_TOKEN); the organizer gives each "
            "participant one with 'judge participant add'")
     gone = judge("status", server="http://127.0.0.1:9", token="x")
-    assert gone.exit_code == 2 and gone.stderr.startswith("error: http://127.0.0.1:9: cannot reach the judge server (ConnectError: ")
+    assert gone.exit_code == 2 and gone.stderr.startswith("error: http://127.0.0.1:9: cannot reach the judge server (ConnectionRefusedError: ")
 
 
 def _agent(args: list[str], cwd: Path, env: dict, input: str | None = None) -> dict | list:
@@ -227,3 +254,129 @@ def test_an_agents_loop_runs_through_judge_server_alone(served, tmp_path_factory
     assert card["round"]["targets"][0]["winner"]["proposal_id"] == "one-pass"
     assert "| 1 | one-pass r1 (winner) | alice | faster | 1.300x [1.294, 1.307] | - | none | #3 |" in (home / card["path"]).read_text()
     assert sorted(p.name for p in home.iterdir()) == ["reports"] and status["rounds"][0]["target"] == "axpy"
+
+
+HEAVY = ("sqlite_utils", "pydantic", "httpx", "numpy", "torch", "jinja2", "judge.ledger", "judge.records",
+         "judge.actions", "judge.rounds", "judge.round_actions", "judge.stages", "judge.report", "judge.wire")
+
+
+def _imported(args: list[str], env: dict) -> set[str]:
+    """The modules `judge ARGS` imports, read from python -X importtime (every module, each once)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "judge.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_a_client_command_imports_nothing_heavy(served):
+    """judge --version and judge status through a server answer at once: no ledger, no pydantic, no httpx, no
+    library behind the command (the served contest of 2026-11-27: 0.68 s for --version, 0.66 s of imports)."""
+    server, tokens, root = served
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGE_")}
+    env["PYTHONPATH"] = str(Path(__file__).parent.parent)
+    for args, extra in ((["--version"], {}), (["status", "--json"], {"JUDGE_SERVER": server.url, "JUDGE_TOKEN": tokens["bob"]})):
+        loaded = _imported(args, {**env, **extra})
+        assert "judge.cli.main" in loaded and not {m for m in loaded if m.split(".")[0] in HEAVY or
+                                                   any(m == h or m.startswith(h + ".") for h in HEAVY)}, args
+
+
+def test_a_contestants_folder_proposal_without_author_and_a_token_with_a_trailing_space(served):
+    """The token names the author, as it does for JSON on stdin; a pasted token's trailing space or newline is no
+    error, and a token with characters no token has is refused without being printed."""
+    server, tokens, root = served
+    proposal_dir(root, "mine", "alice", knob_patch())
+    toml = root / "proposals" / "mine" / "proposal.toml"
+    toml.write_text(toml.read_text().replace('author = "alice"\n', ""))
+    sent = judge("submit", "proposals/mine", "--json", server=server.url, token=tokens["alice"] + " \n")
+    assert (sent.exit_code, json.loads(sent.stdout)) == (0, [{"proposal_id": "mine", "revision": 1, "revision_id": 1,
+                                                              "status": "new"}])
+    assert Ledger(root / "ledger.db").latest_revision("mine")["author"] == "alice"
+    odd = judge("status", server=server.url, token="judge_sec ret")
+    assert (odd.exit_code, "sec" in odd.output) == (2, False)
+    assert odd.stderr == ("error: JUDGE_TOKEN holds characters a token never has (spaces, control or non-ASCII "
+                          "characters): set it to the token 'judge participant add' printed, alone\n")
+
+
+def test_every_answer_is_the_model_the_openapi_document_declares_for_it(served):
+    """An agent in any language reads the schema: each JSON answer validates against the model /openapi.json names
+    for its route and status (judge.wire), errors included."""
+    from pydantic import TypeAdapter
+
+    from judge import wire
+
+    server, tokens, root = served
+    _ran_round(root, tokens)
+    boss = server.client(tokens["boss"])
+    document = boss.get("/openapi.json").json()
+
+    def model(path: str, method: str, status: int):
+        responses = document["paths"][path][method]["responses"]
+        schema = (responses.get(str(status)) or responses[f"{str(status)[0]}XX"])["content"]["application/json"]["schema"]
+        if schema.get("type") == "array":
+            return list[getattr(wire, schema["items"]["$ref"].rsplit("/", 1)[1])]
+        return getattr(wire, schema["$ref"].rsplit("/", 1)[1])
+
+    vote = {"shark": "critic", "proposal": "fast", "scores": {"feasibility": 4}}
+    calls = [("get", "/api/whoami", "/api/whoami", None), ("get", "/api/ledger", "/api/ledger", None),
+             ("get", "/api/status", "/api/status", None), ("get", "/api/proposals", "/api/proposals", None),
+             ("get", "/api/proposals/fast", "/api/proposals/{proposal_id}", None),
+             ("get", "/api/base?round=2", "/api/base", None), ("get", "/api/brief", "/api/brief", None),
+             ("get", "/api/scorecards?round=1", "/api/scorecards", None), ("get", "/api/leaderboard", "/api/leaderboard", None),
+             ("get", "/api/jobs", "/api/jobs", None), ("get", "/api/participants", "/api/participants", None),
+             ("post", "/api/votes", "/api/votes", vote), ("post", "/api/participants", "/api/participants",
+                                                          {"name": "dora", "role": "contestant"}),
+             ("delete", "/api/participants/dora", "/api/participants/{name}", None),
+             ("get", "/api/proposals/nope", "/api/proposals/{proposal_id}", None),
+             ("post", "/api/rounds", "/api/rounds", {"round": 7})]
+    for method, url, route, body in calls:
+        response = boss.request(method.upper(), url, json=body)
+        TypeAdapter(model(route, method, response.status_code)).validate_python(response.json())
+
+
+def test_the_organizers_run_and_clear_print_the_same_through_the_server(served, tmp_path_factory):
+    """The matrix's organizer commands on two identical contests, one local and one served: `judge run` and
+    `judge clear` of a result held as implausible print the same (but the seconds a run took and where each ledger's
+    targets lie), and the clearance's reports are rendered again where the command ran."""
+    server, tokens, root = served
+    twin = tmp_path_factory.mktemp("twin")
+    contest(twin)
+    away = tmp_path_factory.mktemp("organizer")
+    for where in (root, twin):
+        proposal_dir(where, "fast", "alice", knob_patch("speedup 1.25"))
+        proposal_dir(where, "wild", "bob", knob_patch("speedup 30"))
+        assert judge("submit", "proposals", root=where).exit_code == 0
+
+    def same(text: str) -> str:
+        kept = [line for line in text.splitlines() if not line.startswith("time: ")]
+        return "\n".join(kept).replace(str(root), "ROOT").replace(str(twin), "ROOT")
+
+    os.chdir(twin)
+    local = judge("run", root=twin)
+    os.chdir(away)
+    remote = judge("run", server=server.url, token=tokens["boss"])
+    assert (remote.exit_code, same(remote.stdout)) == (local.exit_code, same(local.stdout)) and local.exit_code == 0
+    assert "held: wild r1 (evaluation #" in local.stdout
+    held = int(local.stdout.split("held: wild r1 (evaluation #")[1].split(")")[0])
+    os.chdir(twin)
+    local = judge("clear", str(held), "--note", "checked by hand", root=twin)
+    os.chdir(away)
+    remote = judge("clear", str(held), "--note", "checked by hand", server=server.url, token=tokens["boss"])
+    assert (remote.exit_code, same(remote.stdout), remote.stderr) == (local.exit_code, same(local.stdout), local.stderr)
+    assert local.exit_code == 0 and "rendered again: reports/round-1.md" in local.stdout
+    assert (away / "reports" / "leaderboard.md").read_text().count("wild") == (twin / "reports" / "leaderboard.md").read_text().count("wild")
+
+
+def test_the_client_goes_through_the_proxy_the_environment_names(monkeypatch):
+    from urllib.parse import urlsplit
+
+    from judge.cli.client import _proxy
+
+    server = urlsplit("https://judge.example.org")
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert _proxy(server) is None
+    monkeypatch.setenv("https_proxy", "http://proxy.internal:3128")
+    assert (_proxy(server).hostname, _proxy(server).port) == ("proxy.internal", 3128)
+    assert _proxy(urlsplit("http://judge.example.org")) is None  # no proxy for plain http named
+    monkeypatch.setenv("no_proxy", "example.org")
+    assert _proxy(server) is None

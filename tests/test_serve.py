@@ -113,7 +113,7 @@ def test_progress_is_readable_while_a_round_runs(tmp_path, monkeypatch):
         now = boss.get(f"/api/jobs/{job['job']}").json()
         assert now["state"] == "running" and now["events"][0]["kind"] == "probe" and now["summaries"] is None
         second = boss.post("/api/rounds", json={"round": 1})
-        assert (second.status_code, second.json()["error"]) == (409, f"round 1 is already being run by this server (job 1, started {job['started_at']} by 'boss'): wait for it to finish")
+        assert (second.status_code, second.json()["error"]) == (409, f"round 1 is already being run by this server (job 1, started {job['started_at']} by 'boss'): follow it with 'judge watch' (or 'judge run --follow'), or wait for it to finish")
         assert wait_for_job(boss, now)["state"] == "done"
     finally:
         server.stop()
@@ -245,15 +245,15 @@ def test_a_body_over_the_json_limit_is_refused_before_it_is_read(served, monkeyp
     response = server.client(tokens["alice"]).post("/api/proposals", content=big)
     size = len(big)
     assert (response.status_code, response.json()["error"]) == (
-        413, f"request body: {size} bytes, over the limit of 1000 bytes for JSON or TOML input (set JUDGE_MAX_JSON_BYTES to change it)")
+        413, f"request body: {size} bytes, over the limit of 1000 bytes for JSON or TOML input (this server's limit: its organizer sets JUDGE_MAX_JSON_BYTES where judge serve runs)")
     chunked = server.client(tokens["alice"]).post("/api/proposals", content=iter([b"[" + b" " * 600, b" " * 600 + b"]"]))
     assert (chunked.status_code, chunked.json()["error"]) == (
-        413, "request body: 1001 bytes, over the limit of 1000 bytes for JSON or TOML input (set JUDGE_MAX_JSON_BYTES to change it)")
+        413, "request body: 1001 bytes, over the limit of 1000 bytes for JSON or TOML input (this server's limit: its organizer sets JUDGE_MAX_JSON_BYTES where judge serve runs)")
     monkeypatch.setenv("JUDGE_MAX_PITCH_BYTES", "10")
     monkeypatch.delenv("JUDGE_MAX_JSON_BYTES")
     pitch = server.client(tokens["alice"]).post("/api/proposals", json=proposal("long", pitch="y" * 11))
     assert pitch.json()["error"] == ("<request>: field 'pitch': 11 bytes, over the limit of 10 bytes for a pitch "
-                                     "(set JUDGE_MAX_PITCH_BYTES to change it)")
+                                     "(this server's limit: its organizer sets JUDGE_MAX_PITCH_BYTES where judge serve runs)")
     assert rows(root / "ledger.db") == before
 
 

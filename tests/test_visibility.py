@@ -103,13 +103,15 @@ PROBES = [
     ("status", "bob", "/api/status", {}, 200),
     ("leaderboard", "bob", "/api/leaderboard", {}, 200),
     ("scorecard", "bob", "/api/scorecards", {"round": 1}, 200),
-    ("jobs", "bob", "/api/jobs", {}, 403),
+    ("jobs", "bob", "/api/jobs", {}, 200),  # each job with the events its reader may read (test_watch.py)
     ("shark list", "bob", "/api/sharks", {}, 200),
     ("the API without a token", None, "/api/proposals/hush-warp", {}, 401),
     ("the brief page", None, "/pages/brief-axpy.html", {}, 200),
     ("the contest's page", None, "/pages/index.html", {}, 200),
     ("the round page", None, "/pages/round-1.html", {}, 200),
     ("the leaderboard page", None, "/pages/leaderboard.html", {}, 200),
+    ("an unjudged proposal's page", None, "/pages/proposal-hush-warp.html", {}, 404),
+    ("a judged proposal's page", None, "/pages/proposal-judged.html", {}, 200),
 ]
 
 
@@ -259,3 +261,10 @@ def test_serve_takes_the_limits_and_who_reads_judged_proposals(tmp_path, monkeyp
     assert (config.rate_limit, config.proposals_per_round, config.judged_visible_to) == (30, 5, "participants")
     assert Config(ledger=tmp_path).rate_limit == 120 and Config(ledger=tmp_path).proposals_per_round == 20
     assert os.path.exists(tmp_path / "ledger.db")
+
+
+def test_a_judged_proposal_has_a_page_of_its_own_at_a_stable_link(site):
+    server, tokens, root = site
+    page = _get(server, None, "/pages/proposal-judged.html")
+    assert page.status_code == 200 and "<h1>judged</h1>" in page.text
+    assert "JUDGED-PITCH" in page.text and "REVISED-PITCH" not in page.text  # its judged revision, not the later one

@@ -4,6 +4,7 @@ the command decorator. judge.cli.main and the other command modules register the
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import sqlite3
@@ -14,9 +15,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from .. import __version__
 from ..contain import LINE_CAP, json_safe, terminal
 from ..errors import JudgeError
-from ..ledger import Ledger
+
+# The CLI imports the library where a command calls it, never at the top of a command module: `judge --version`,
+# and every command sent to a server, import no ledger, no pydantic records, no stages (an agent polls with them).
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -35,15 +39,21 @@ class Context:
 
             self.remote = Remote(server, os.environ.get("JUDGE_TOKEN"))
 
-    def call(self, fn, *args):
-        """`fn(ledger, *args)` on the local ledger, or with --server the server's answer to the same call."""
+    def call(self, name: str, *args):
+        """The library call `name` ("module.function" under judge) as `function(ledger, *args)` on the local
+        ledger, or with --server the server's answer to the same call (the client's method of that name); the
+        module is imported only for a local call."""
+        module, function = name.rsplit(".", 1)
         if self.remote is not None:
-            return getattr(self.remote, fn.__name__)(*args)
-        return fn(self.ledger, *args)
+            return getattr(self.remote, function)(*args)
+        return getattr(importlib.import_module(f"judge.{module}"), function)(self.ledger, *args)
 
     @property
-    def ledger(self) -> Ledger:
+    def ledger(self):
+        """The local ledger (judge.ledger.Ledger), opened on first use."""
         if self._ledger is None:
+            from ..ledger import Ledger
+
             self._ledger = Ledger(self.ledger_path, create=self.creates)
             self._ledger.on_wait = _say_waiting
         return self._ledger
@@ -52,7 +62,7 @@ class Context:
         return self._ledger.explain(error) if self._ledger is not None else None
 
 
-def _say_waiting(ledger: Ledger) -> None:
+def _say_waiting(ledger) -> None:
     from ..ledger import BUSY_S
 
     err.print(f"waiting for {ledger.path}: another judge process is writing to it (judge waits up to {BUSY_S} s)",
@@ -61,8 +71,10 @@ def _say_waiting(ledger: Ledger) -> None:
 
 def emit_json(data) -> None:
     """`--json` output: contestant text in it without escapes or control characters, each field capped
-    (judge/contain.py json_safe)."""
-    click.echo(json.dumps(json_safe(json.loads(json.dumps(data, default=str))), indent=2))
+    (judge/contain.py json_safe); values in their declared JSON forms (judge.jsonform.jsonable), as the server sends them."""
+    from ..jsonform import jsonable
+
+    click.echo(json.dumps(json_safe(jsonable(data)), indent=2))
 
 
 def fail(message: str, code: int, as_json: bool):
@@ -138,7 +150,7 @@ LEDGER_HELP = ("The SQLite ledger. init, submit, shark add and run --target crea
               help="Send the command to a judge server (judge serve) instead of a local ledger, with the token in "
                    "JUDGE_TOKEN.")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON (also taken after the command).")
-@click.version_option(package_name="judge")
+@click.version_option(__version__, prog_name="judge")
 @click.pass_context
 def main(click_ctx, ledger_path: Path, kernels: Path, server: str | None, as_json: bool):
     """judge: the referee for GPU-kernel optimization contests."""

@@ -6,21 +6,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 import click
-from rich.table import Table
-from rich.text import Text
 
-from .. import actions, inputs
 from ..contain import terminal
 from ..errors import JudgeError
-from ..ledger import Ledger
-from ..ledger.migrations import applied
 from .app import Context, command, emit_json, main, out
 
 
 @command(main, "init", creates=True)
 def init_cmd(ctx: Context, as_json: bool):
     """Create the ledger (or bring its schema up to date)."""
-    info = ctx.call(ledger_info)
+    info = ctx.call("cli.main.ledger_info")
     names = info["migrations"]
     if as_json:
         emit_json(info)
@@ -28,7 +23,9 @@ def init_cmd(ctx: Context, as_json: bool):
         out.print(f"ledger {info['ledger']}: schema at {names[-1]} ({len(names)} migrations applied)", markup=False)
 
 
-def ledger_info(ledger: Ledger) -> dict:
+def ledger_info(ledger) -> dict:
+    from ..ledger.migrations import applied
+
     return {"ledger": str(ledger.path), "migrations": applied(ledger.db)}
 
 
@@ -37,11 +34,15 @@ def ledger_info(ledger: Ledger) -> dict:
 def submit_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
     """Submit proposal directories (or a folder of them), or one JSON object on stdin with '-'.
     Creates the ledger if it is missing."""
+    from .. import actions, inputs
+    from ..ledger import Ledger
+
     stdin_text = inputs.read_stdin() if "-" in paths else None
-    if ctx.remote is not None and stdin_text is not None:
-        stdin_text = ctx.remote.with_author(stdin_text)
+    author = ctx.remote.default_author() if ctx.remote is not None else None
+    if author is not None and stdin_text is not None:
+        stdin_text = ctx.remote.with_author(stdin_text, author)
     errors: list[str] = []
-    items = actions.load_submissions(list(paths), stdin_text, errors)
+    items = actions.load_submissions(list(paths), stdin_text, errors, author)
     if ctx.remote is not None:
         if errors:
             raise JudgeError("\n".join(errors))
@@ -66,8 +67,10 @@ def shark_group():
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def shark_add_cmd(ctx: Context, paths: tuple[Path, ...], as_json: bool):
     """Add sharks from TOML/JSON files; a changed rubric becomes a new version. Creates the ledger if it is missing."""
+    from .. import actions
+
     sharks = actions.load_sharks(list(paths))
-    results = ctx.call(actions.add_sharks, sharks)
+    results = ctx.call("actions.add_sharks", sharks)
     if as_json:
         emit_json(results)
         return
@@ -78,7 +81,7 @@ def shark_add_cmd(ctx: Context, paths: tuple[Path, ...], as_json: bool):
 @command(shark_group, "list")
 def shark_list_cmd(ctx: Context, as_json: bool):
     """List sharks and their rubrics (needs an existing ledger)."""
-    sharks = ctx.call(actions.shark_list)
+    sharks = ctx.call("actions.shark_list")
     if as_json:
         emit_json(sharks)
         return
@@ -92,9 +95,11 @@ def shark_list_cmd(ctx: Context, as_json: bool):
 def vote_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
     """Record votes from files or folders of TOML/JSON, or JSON on stdin with '-'; totals are recomputed.
     Needs an existing ledger with the sharks and the proposals voted on."""
+    from .. import actions, inputs
+
     stdin_text = inputs.read_stdin() if "-" in paths else None
     items = actions.load_vote_inputs(list(paths), stdin_text)
-    cast = ctx.call(actions.cast_votes, items)
+    cast = ctx.call("actions.cast_votes", items)
     if as_json:
         emit_json([asdict(c) for c in cast])
         return
@@ -108,7 +113,10 @@ def vote_cmd(ctx: Context, paths: tuple[str, ...], as_json: bool):
 @click.option("--round", "round_", type=int, help="Only this round.")
 def list_cmd(ctx: Context, round_, as_json: bool):
     """List proposals (latest revisions) with their latest verdicts (needs an existing ledger)."""
-    rows = ctx.call(actions.list_proposals, round_)
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = ctx.call("actions.list_proposals", round_)
     if as_json:
         emit_json(rows)
         return
@@ -145,7 +153,7 @@ def fitting(columns: tuple[str, ...], cells: list[dict], width: int) -> list[str
 @click.argument("proposal_id")
 def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
     """Everything about one proposal: revisions, evaluations, stages, votes (needs an existing ledger)."""
-    data = ctx.call(actions.show_proposal, proposal_id)
+    data = ctx.call("actions.show_proposal", proposal_id)
     if as_json:
         emit_json(data)
         return
@@ -172,7 +180,7 @@ def show_cmd(ctx: Context, proposal_id: str, as_json: bool):
 @command(main, "status")
 def status_cmd(ctx: Context, as_json: bool):
     """Counts of what the ledger holds and where each round stands (needs an existing ledger)."""
-    data = ctx.call(actions.status)
+    data = ctx.call("actions.status")
     if as_json:
         emit_json(data)
         return

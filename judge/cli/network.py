@@ -65,7 +65,7 @@ def participant_group():
 def participant_add_cmd(ctx: Context, name: str, role: str, as_json: bool):
     """Add a participant and print its token, this once: the ledger keeps only its sha256. Creates the ledger if
     it is missing."""
-    added = ctx.call(participants.add_participant, name, role)
+    added = ctx.call("participants.add_participant", name, role)
     if as_json:
         emit_json(added)
         return
@@ -77,7 +77,7 @@ def participant_add_cmd(ctx: Context, name: str, role: str, as_json: bool):
 @command(participant_group, "list")
 def participant_list_cmd(ctx: Context, as_json: bool):
     """Every participant, revoked ones too; never a token (needs an existing ledger)."""
-    rows = ctx.call(participants.participant_list)
+    rows = ctx.call("participants.participant_list")
     if as_json:
         emit_json(rows)
         return
@@ -90,7 +90,7 @@ def participant_list_cmd(ctx: Context, as_json: bool):
 @click.argument("name")
 def participant_revoke_cmd(ctx: Context, name: str, as_json: bool):
     """Revoke a participant's token at once; its proposals and votes stay (needs an existing ledger)."""
-    row = ctx.call(participants.revoke_participant, name)
+    row = ctx.call("participants.revoke_participant", name)
     if as_json:
         emit_json(row)
         return

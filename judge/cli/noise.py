@@ -6,14 +6,9 @@ import math
 from pathlib import Path
 
 import click
-from rich.table import Table
 
-from .. import actions
 from .app import Context, command, emit_json, err, main, out
 from ..errors import JudgeError
-from ..noise import Floor
-from .progress import RunProgress
-from ..targets import find_target
 
 
 @command(main, "calibrate", creates=True)
@@ -36,6 +31,13 @@ def calibrate_cmd(ctx: Context, target, aa, slowdowns, timing_budget, work_dir, 
         raise JudgeError(f"--slowdowns: '{slowdowns}': each slowdown is a percentage above 0 and below 100")
     if ctx.remote is not None:
         raise JudgeError("judge calibrate measures this machine: leave out --server and JUDGE_SERVER")
+    from rich.table import Table
+
+    from .. import actions
+    from ..noise import Floor
+    from ..targets import find_target
+    from .progress import RunProgress
+
     resolved = find_target(target, ctx.kernels)
     with RunProgress(err, enabled=not as_json) as progress:
         result = actions.calibrate(ctx.ledger, resolved, work_dir, aa=aa, slowdowns=fractions,

@@ -6,16 +6,10 @@ import sys
 from pathlib import Path
 
 import click
-from rich.table import Table
 
-from rich.text import Text
-
-from .. import round_actions
 from .app import Context, command, emit_json, err, fail, main, out
 from ..contain import terminal
 from ..errors import JudgeError
-from .progress import JsonEvents, RunProgress
-from ..targets import find_target
 
 
 @command(main, "run")
@@ -35,21 +29,28 @@ from ..targets import find_target
                    "ADDRESS as ray.init takes it, none: the cluster this machine knows, or a local one.")
 @click.option("--gpus", help="Correctness and timing on these GPUs of this machine, one at a time each, through a "
                              "local Ray: 'all' or a list such as 0,1.")
+@click.option("--follow", is_flag=True, help="Through a server: where it runs a round already, follow that one to its "
+                                             "end (and write its report here) instead of being refused.")
 def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_dir, cache_dir, out_dir, ray_address,
-            gpus, as_json: bool):
+            gpus, follow, as_json: bool):
     """Evaluate a round: patch, compile, check and time every proposal with a patch, then write the round's report.
     A round runs only after the target's previous round finished a run, and never once the next one has started.
     Refused while another judge process runs the same round. Needs an existing ledger, except with --target
     (which evaluates the target's base even without proposals), where it creates a missing one."""
-    from ..dispatch import parse_gpus
-    from ..rounds import Settings
-
     if ctx.remote is not None:
         if ray_address is not None or gpus:
             raise JudgeError("--ray and --gpus are the server's to choose (judge serve --ray, --gpus)")
         with _events(as_json) as progress:
-            summaries = ctx.remote.run(round_, target, again, workers, timing_budget, progress.event, out_dir)
+            summaries = ctx.remote.run(round_, target, again, workers, timing_budget, progress.event, out_dir, follow)
         return _print_runs(summaries, as_json)
+    if follow:
+        raise JudgeError("--follow follows a round a server runs (JUDGE_SERVER); a local judge run shows its own "
+                         "progress, and another process's round cannot be followed")
+    from .. import round_actions
+    from ..dispatch import parse_gpus
+    from ..rounds import Settings
+    from ..targets import find_target
+
     explicit = find_target(target, ctx.kernels) if target else None
     if explicit is not None and round_ not in (None, 1) and not ctx.ledger_path.exists():
         raise JudgeError(f"round {round_} of {explicit.name} cannot run: no round has started, so the next is round 1")
@@ -68,8 +69,11 @@ def run_cmd(ctx: Context, round_, target, again, workers, timing_budget, work_di
     _print_runs(summaries, as_json)
 
 
-def _events(as_json: bool) -> JsonEvents | RunProgress:
-    """Where a run's events go: JSON lines on stderr under --json, else rich progress (plain lines in a log)."""
+def _events(as_json: bool):
+    """Where a run's events go: JSON lines on stderr under --json, else rich progress (plain lines in a log). The
+    progress module is imported here: it loads the dispatch, which commands that only read need not pay for."""
+    from .progress import JsonEvents, RunProgress
+
     return JsonEvents() if as_json else RunProgress(err, enabled=True)
 
 
@@ -87,6 +91,9 @@ def _print_summary(s: dict) -> None:
     """One target's round on the terminal: its verdicts, the winner or why none, the held results, the time. Cells
     are rich Text, each capped: a contestant's `[bold]` is text, not markup, and rich folds a long cell in time
     that grows with the square of its length (a 16 MiB reason kept `judge run` busy for minutes)."""
+    from rich.table import Table
+    from rich.text import Text
+
     title = f"round {s['round']} · {terminal(s['target'])} · base: {terminal(s['base_origin'])}"
     table = Table(title=Text(title), title_justify="left")
     for column in ("proposal", "rev", "outcome", "eval", "reason"):
@@ -126,6 +133,39 @@ def _no_winner(verdicts: list[dict], held: list[dict]) -> str:
     if not any(v["outcome"] in timed for v in verdicts):
         return "none (nothing was timed in this round)"
     return "none (no proposal was significantly faster than the base)"
+
+
+@command(main, "watch")
+@click.option("--job", "job_id", type=int, help="The server's job to follow (default: the round it runs now, else "
+                                                "the last one it started).")
+def watch_cmd(ctx: Context, job_id, as_json: bool):
+    """Follow a round the server runs, from its start to its end, as its events land: each verdict you may read
+    (a contestant: its own as soon as its candidate is judged) on a line of its own; with --json, each event as one
+    JSON object per line. Re-attaches to a round already running; exit 0 once it ends, its error's code if it failed."""
+    import json
+
+    if ctx.remote is None:
+        raise JudgeError("judge watch follows a round a server runs: set JUDGE_SERVER (or --server) and JUDGE_TOKEN")
+    job = ctx.remote.job(job_id)
+
+    def show(kind: str, **fields) -> None:
+        if as_json:  # one line per event, contained as --json is (judge.contain.json_safe)
+            from ..contain import json_safe
+            from ..jsonform import jsonable
+
+            click.echo(json.dumps(json_safe(jsonable({"kind": kind, **fields}))))
+        elif kind == "verdict":
+            where = f" [{fields['where']}]" if fields.get("where") else ""
+            out.print(f"{terminal(fields['proposal'])}: {fields['outcome']} ({terminal(fields.get('reason') or '')}){where}",
+                      markup=False)
+        elif kind == "floor":
+            out.print(f"noise floor of {terminal(fields['target'])}: {fields['floor'].words()}", markup=False)
+        elif kind == "end":
+            what = f"round {job.round}" if job.round is not None else "the rounds"
+            out.print(f"job {job.job} ({what}{' of ' + terminal(job.target) if job.target else ''}): {fields['state']}",
+                      markup=False)
+
+    ctx.remote.follow(job, show)
 
 
 @command(main, "report")
@@ -181,7 +221,7 @@ def report_cmd(ctx: Context, round_, target, leaderboard, out_dir, as_json: bool
 def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
     """Write the brief for a round: the base (and how to get it), its times against the speed of light, its
     resources, what was tried, what is open, the rules; print its path (needs an existing ledger)."""
-    path, view = ctx.call(round_actions.brief, ctx.kernels, target, round_, out_dir)
+    path, view = ctx.call("round_actions.brief", ctx.kernels, target, round_, out_dir)
     if as_json:
         emit_json({"path": str(path), "brief": view})
     else:
@@ -195,12 +235,10 @@ def brief_cmd(ctx: Context, round_, target, out_dir, as_json: bool):
 @click.option("--out", "out_file", type=click.Path(path_type=Path), help="Write the source to this file instead.")
 def base_cmd(ctx: Context, target, round_, out_file, as_json: bool):
     """Print a round's base kernel, the exact source whose sha256 the brief names: the file a patch for that round
-    is made against (needs an existing ledger)."""
-    if ctx.remote is not None:
-        raise JudgeError("judge base reads a local ledger: the server's briefs name each base and its sha256")
-    data = round_actions.base(ctx.ledger, ctx.kernels, target, round_)
+    is made against (needs an existing ledger, or a server)."""
+    data = ctx.call("round_actions.base", ctx.kernels, target, round_)
     if out_file is not None:
-        round_actions.write_base(data, out_file)
+        write_base(data, out_file)
     if as_json:
         emit_json({k: v for k, v in data.items() if k != "source" or out_file is None}
                   | ({"path": str(out_file)} if out_file is not None else {}))
@@ -210,6 +248,17 @@ def base_cmd(ctx: Context, target, round_, out_file, as_json: bool):
     else:
         sys.stdout.write(data["source"])
         sys.stdout.flush()
+
+
+def write_base(data: dict, path: Path) -> None:
+    """Write a base's source byte for byte (no newline translation), refusing a directory."""
+    if path.is_dir():
+        raise JudgeError(f"{path}: is a directory (name the file to write, e.g. {path / data['kernel_file']})")
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            handle.write(data["source"])
+    except OSError as error:
+        raise JudgeError(f"{path}: cannot write the base ({error.strerror})") from None
 
 
 @command(main, "clear")
@@ -225,7 +274,11 @@ def clear_cmd(ctx: Context, evaluation_id: int, note: str, cleared_by: str, out_
     (its base would change under it). Needs an existing ledger."""
     if ctx.remote is not None:
         result = ctx.remote.clear_evaluation(evaluation_id, note, cleared_by)
+        # the reports it changed, rendered again here, where this organizer's copies are (the server's are its own)
+        result["reports"] = [str(p) for p in ctx.remote.refresh_reports(result["target"], result["round"], out_dir)]
     else:
+        from .. import round_actions
+
         ledger = ctx.ledger
         result = round_actions.clear_evaluation(ledger, evaluation_id, note, cleared_by, ctx.kernels)
         result["reports"] = [str(p) for p in round_actions.refresh_reports(ledger, ctx.kernels, result["target"],

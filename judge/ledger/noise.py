@@ -52,6 +52,19 @@ class NoiseRecords:
                     found.append((row["created_at"], logs))
         return [logs for _, logs in sorted(found, key=lambda item: item[0])]
 
+    def latest_control_device(self, target: str) -> str | None:
+        """The device (judge.noise.device_name) of `target`'s latest A/A control or calibration, or None."""
+        found = []
+        for row in self.query(
+                "select e.device_json, e.finished_at from evaluations e join rounds r on r.id = e.round_id "
+                "join stage_results s on s.evaluation_id = e.id and s.stage = 'timing' and s.status = 'passed' "
+                "where e.subject = ? and r.target = ? order by e.id desc limit 1", (CONTROL, target)):
+            found.append((row["finished_at"] or "", _device_name(row["device_json"])))
+        for row in self.query("select device, created_at from calibrations where target = ? order by id desc limit 1",
+                              (target,)):
+            found.append((row["created_at"] or "", row["device"]))
+        return max(found)[1] if found else None
+
     def record_calibration(self, target: str, device: str, device_facts: dict | None, base_sha256: str,
                            result: dict, argv: list[str]) -> int:
         """Keep one `judge calibrate` run: its A/A runs, its slowdowns, the floors it found."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..ledger import Ledger, sha256
-from ..noise import default_floor
+from ..noise import Floor, round_floor, target_minimum
 from ..records import Outcome, meaning
 from .rendering import write_template
 from ..schedule import base_for, clear_command
@@ -51,8 +51,15 @@ def brief_view(ledger: Ledger, target: Target, round: int) -> dict[str, Any]:
         "held": _held(ledger, previous) if previous and previous["round"] == round - 1 and not started else [],
         "tried": _tried(ledger, target, round),
         "open": _open(ledger, target, round),
-        "rules": _rules(target),
+        "rules": _rules(target, _floor(ledger, target, round)),
     }
+
+
+def _floor(ledger: Ledger, target: Target, round: int) -> Floor:
+    """The floor this round's verdicts use: recorded, once the round has judged; else the one its next verdict
+    will use as the target's controls so far set it (judge.noise.round_floor)."""
+    row = ledger.round_row(target.name, round)
+    return round_floor(ledger, target.name, row["id"] if row else None, target_minimum(target))
 
 
 def render_brief(view: dict[str, Any], out_dir: Path) -> Path:
@@ -136,8 +143,7 @@ def _open(ledger: Ledger, target: Target, round: int) -> list[dict]:
     return out
 
 
-def _rules(target: Target) -> dict[str, Any]:
-    floor = default_floor(target)
+def _rules(target: Target, floor: Floor) -> dict[str, Any]:
     return {
         "patch": PATCH_RULES,
         "arch": target.arch,

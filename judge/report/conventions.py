@@ -75,6 +75,12 @@ def floor_line(target: str, floors: list[dict]) -> str:
     return f"noise floor of {target}: {each}."
 
 
+def next_floor_line(target: str, floor: dict) -> str:
+    """The floor the target's next verdict will use, from its controls so far (judge.noise.next_floor)."""
+    return (f"the next verdict on {target} clears {floor['words']}: faster from {floor['faster_at']:.3f}x, slower "
+            f"from {floor['slower_at']:.3f}x (its round's own A/A control, run first, adds one more).")
+
+
 def conventions(shown: dict) -> list[str]:
     """The convention lines for what a report shows: `shown` says whether it holds speedups (and the noise floors
     their verdicts used, per target), timing tables (and on which clocks), compile resources, votes, and which
@@ -83,6 +89,7 @@ def conventions(shown: dict) -> list[str]:
     if shown["speedups"]:
         lines += SPEEDUPS
         lines += [floor_line(target, floors) for target, floors in sorted(shown["floors"].items()) if floors]
+        lines += [next_floor_line(target, floor) for target, floor in sorted(shown.get("next_floors", {}).items())]
     if shown["timing"]:
         clocks = shown["clocks"]
         if clocks - {"host"}:

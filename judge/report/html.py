@@ -26,7 +26,7 @@ from ..contain import one_line, strip_controls
 from .rendering import render_text
 
 # The pages judge serves beside each other (judge/server/pages.py): the only links a page keeps.
-PAGE = re.compile(r"(index|leaderboard|round-[0-9]+|brief-[A-Za-z0-9_.-]+)\.html")
+PAGE = re.compile(r"(index|leaderboard|round-[0-9]+|brief-[A-Za-z0-9_.-]+|proposal-[a-z0-9-]+)\.html")
 
 # Keys of the report, leaderboard and brief views whose strings come from contestants, sharks or a kernel's
 # own output (its errors, its compile signature), never judge's fixed words.
@@ -38,8 +38,8 @@ CONTESTANT_KEYS = frozenset({
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 80rem; padding: 0 1rem; line-height: 1.45; }
 nav { margin-bottom: 1.5rem; padding-bottom: .5rem; border-bottom: 1px solid #ccc; }
-table { border-collapse: collapse; margin: 1rem 0; }
-th, td { border: 1px solid #ccc; padding: .2rem .5rem; vertical-align: top; }
+table { border-collapse: collapse; margin: 1rem 0; display: block; max-width: 100%; overflow-x: auto; }
+th, td { border: 1px solid #ccc; padding: .2rem .5rem; vertical-align: top; overflow-wrap: anywhere; }
 code { background: #f4f4f4; padding: 0 .2rem; }
 img { max-width: 100%; }
 """

@@ -1,7 +1,9 @@
-"""The view of the leaderboard across rounds: per target, each round's base and winner, and each author's record."""
+"""The view of the leaderboard across rounds: per target, each round's base and winner, the standings (each
+contestant's best measured speedup over round 1's base, per device) and each author's record."""
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 from ..ledger import Ledger
@@ -48,6 +50,32 @@ def _record(records: dict, e: dict, round: int) -> None:
                               "round": round, "evaluation_id": e["id"]}
 
 
+def _stand(standings: dict, e: dict, round: int, base_speedup: float) -> None:
+    """One latest candidate evaluation against its author's best on its device: its geomean over its own round's
+    base, times that base's speedup over round 1's (the earlier winners compounded)."""
+    if ev.standing(e) not in ev.MEASURED or e["geomean_speedup"] is None:
+        return
+    from ..noise import device_name
+
+    device = device_name(json.loads(e["device_json"]) if e["device_json"] else None)
+    over_original = e["geomean_speedup"] * base_speedup
+    best = standings.get((e["author"], device))
+    if best is None or over_original > best["over_original"]:
+        standings[(e["author"], device)] = {
+            "author": e["author"], "device": device, "over_original": over_original, "geomean": e["geomean_speedup"],
+            "base_speedup": base_speedup, "proposal_id": e["proposal_id"], "revision": e["revision"], "round": round,
+            "evaluation_id": e["id"]}
+
+
+def _standings(standings: dict) -> list[dict]:
+    """Per device, each contestant's best, fastest first (ties: by name)."""
+    rows = sorted(standings.values(), key=lambda s: (s["device"], -s["over_original"], s["author"]))
+    for device in {r["device"] for r in rows}:
+        for place, row in enumerate((r for r in rows if r["device"] == device), start=1):
+            row["place"] = place
+    return rows
+
+
 def _authors(ledger: Ledger, target: str, records: dict) -> list[dict]:
     proposals: dict[str, set] = {}
     for row in ledger.proposal_authors(target):
@@ -64,6 +92,7 @@ def _target(ledger: Ledger, target: str) -> dict:
     rounds = []
     cumulative: Optional[float] = None
     records: dict[str, dict] = {}
+    standings: dict[tuple[str, str], dict] = {}
     for round_row in ledger.rounds(target):
         latest = ledger.latest_candidate_evaluations(round_row["id"])
         winner = ev.winner(ledger, round_row)
@@ -86,8 +115,10 @@ def _target(ledger: Ledger, target: str) -> dict:
         )
         for e in latest:
             _record(records, e, round_row["round"])
+            _stand(standings, e, round_row["round"], base_speedup)
     peer = next((r["peer"]["name"] for r in rounds if r["peer"]), None)
-    return {"target": target, "rounds": rounds, "authors": _authors(ledger, target, records), "peer": peer}
+    return {"target": target, "rounds": rounds, "standings": _standings(standings),
+            "authors": _authors(ledger, target, records), "peer": peer}
 
 
 def leaderboard_view(ledger: Ledger) -> dict:

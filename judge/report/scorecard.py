@@ -11,7 +11,7 @@ from typing import Optional
 
 from ..errors import JudgeError
 from ..ledger import Ledger
-from ..noise import recorded_floor
+from ..noise import next_floor, recorded_floor
 from ..records import Outcome
 from ..schedule import clear_command
 from ..stages.result import not_run_reason
@@ -372,7 +372,8 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
         "winner": winner,
         "verdict": _verdict(proposals, ranking, devices["gpu_reason"], next_round),
         "closed": next_round is not None,
-        "floors": _floors(ledger, history),
+        "floors": (floors := _floors(ledger, history)),
+        "next_floor": _next_floor(ledger, target, floors),
         "peer": peer_view(ledger, round_row, winner["geomean"] if winner else None),
         "control": control_view(ledger, round_row, round_floor(ledger, round_row["id"])),
         "graveyard": _graveyard(history, None if next_round else round),
@@ -397,6 +398,15 @@ def _floors(ledger: Ledger, history: list[tuple[dict, dict[int, dict]]]) -> list
     return list(floors.values())
 
 
+def _next_floor(ledger: Ledger, target: str, floors: list[dict]) -> dict | None:
+    """The floor the target's next verdict will use (judge.noise.next_floor), above the minimum its verdicts
+    recorded; None where none has recorded one."""
+    if not floors:
+        return None
+    floor = next_floor(ledger, target, floors[-1]["min_effect"])
+    return {**floor.to_json(), "words": floor.words(), "faster_at": floor.faster_at, "slower_at": floor.slower_at}
+
+
 def _shown(targets: list[dict]) -> dict:
     """What the report holds, for the conventions that apply to it."""
     evaluations = [p["evaluation"] for t in targets for p in t["proposals"] if p["evaluation"]]
@@ -409,6 +419,7 @@ def _shown(targets: list[dict]) -> dict:
         "speedups": any(g is not None for g in geomeans),
         "timing": any(e["benchmarks"] for e in evaluations),
         "floors": {t["target"]: t["floors"] for t in targets},
+        "next_floors": {t["target"]: t["next_floor"] for t in targets if t["next_floor"]},
         "clocks": {b["clock"] for e in evaluations for b in e["benchmarks"] if b["clock"]},
         "resources": any(e["resources"] for e in evaluations),
         "votes": bool(votes),

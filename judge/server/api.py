@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from .. import actions, round_actions, participants
 from ..errors import JudgeError
@@ -21,12 +21,15 @@ from ..report.rendering import render_text
 from ..rounds import Settings
 from ..targets import find_target
 from . import documents
-from .state import State, answer
+from .state import State, answer, json_text
 from .bodies import items_of, proposal_schema, shark_schema, vote_schema
 from .jobs import round_work
 from .limits import check_quota, read_body
+from ..wire import (BaseAnswer, ClearAnswer, DocumentAnswer, ErrorAnswer, Event, JobAnswer, LedgerAnswer,
+                    ParticipantAnswer, ProposalAnswer, ProposalRow, StatusAnswer, SubmittedAnswer, VoteAnswer, WhoAmI)
 
-router = APIRouter(prefix="/api")
+# Every error is the CLI's error object (judge.wire.ErrorAnswer), whatever the status.
+router = APIRouter(prefix="/api", responses={"4XX": {"model": ErrorAnswer}, "5XX": {"model": ErrorAnswer}})
 
 
 def _state(request: Request) -> State:
@@ -63,12 +66,12 @@ def _format(data: dict, format: str, key: Optional[str] = None) -> Response:
 # who, and the ledger -------------------------------------------------------------------------------------------
 
 
-@router.get("/whoami", summary="The participant this token belongs to")
+@router.get("/whoami", summary="The participant this token belongs to", responses={200: {"model": WhoAmI}})
 def whoami(request: Request):
     return _read(request, lambda ledger, who: answer({"name": who.name, "role": who.role}))
 
 
-@router.get("/ledger", summary="The ledger served and its schema (judge init --json)")
+@router.get("/ledger", summary="The ledger served and its schema (judge init --json)", responses={200: {"model": LedgerAnswer}})
 def ledger_info(request: Request):
     return _read(request, lambda ledger, who: answer({"ledger": str(ledger.path), "migrations": applied(ledger.db)}))
 
@@ -82,19 +85,28 @@ def _lookup(view: Any, template: str, format: str) -> Response:
     return answer(view)
 
 
-@router.get("/status", summary="Counts and where each round stands (judge status --json)")
+@router.get("/status", summary="Counts and where each round stands (judge status --json)", responses={200: {"model": StatusAnswer}})
 def status(request: Request, format: str = "json"):
     return _read(request, lambda ledger, who: _lookup(actions.status(ledger), "status.md.j2", format))
 
 
-@router.get("/proposals", summary="Proposals, latest revisions, latest verdicts (judge list --json)")
+@router.get("/proposals", summary="Proposals, latest revisions, latest verdicts (judge list --json)", responses={200: {"model": list[ProposalRow]}})
 def list_proposals(request: Request, round: Optional[int] = None, format: str = "json"):
     return _read(request, lambda ledger, who: _lookup(actions.list_proposals(ledger, round), "list.md.j2", format))
 
 
-@router.get("/proposals/{proposal_id}", summary="One proposal: revisions, evaluations, votes (judge show --json)")
+@router.get("/proposals/{proposal_id}", summary="One proposal: revisions, evaluations, votes (judge show --json)", responses={200: {"model": ProposalAnswer}})
 def show_proposal(request: Request, proposal_id: str, format: str = "json"):
     return _read(request, lambda ledger, who: _lookup(actions.show_proposal(ledger, proposal_id), "show.md.j2", format))
+
+
+@router.get("/base", summary="A round's base kernel: the exact source a patch for it is made against (judge base --json)",
+            responses={200: {"model": BaseAnswer}})
+def base(request: Request, target: Optional[str] = None, round: Optional[int] = None):
+    """Default: the target's open round, the one that takes proposals; `target` is needed where the ledger has
+    several. The source is the file byte for byte; its sha256 is the one the brief names."""
+    kernels = _state(request).config.kernels
+    return _read(request, lambda ledger, who: answer(BaseAnswer(**round_actions.base(ledger, kernels, target, round))))
 
 
 @router.get("/sharks", summary="Sharks and their rubrics (judge shark list --json)")
@@ -123,7 +135,7 @@ def _submit(state: State, ledger, who, data: Any) -> Response:
         return answer([asdict(r) for r in actions.submit(ledger, items, state.config.kernels)])
 
 
-@router.post("/proposals", summary="Submit proposals or revisions (judge submit --json)", openapi_extra=proposal_schema())
+@router.post("/proposals", summary="Submit proposals or revisions (judge submit --json)", openapi_extra=proposal_schema(), responses={200: {"model": list[SubmittedAnswer]}})
 async def submit(request: Request):
     """The body: one proposal as `judge submit -` reads it, a list of them (all or none are recorded), or
     {"submissions": [{"source": NAME, "proposal": {...}}]}. A contestant's author is its own name."""
@@ -141,7 +153,7 @@ def _vote(state: State, ledger, who, data: Any) -> Response:
         return answer([asdict(c) for c in actions.cast_votes(ledger, items)])
 
 
-@router.post("/votes", summary="Record votes (judge vote --json)", openapi_extra=vote_schema())
+@router.post("/votes", summary="Record votes (judge vote --json)", openapi_extra=vote_schema(), responses={200: {"model": list[VoteAnswer]}})
 async def vote(request: Request):
     """The body: votes as `judge vote -` reads them, or {"submissions": [{"source": NAME, "vote": {...}}]}.
     A shark votes only as itself."""
@@ -193,31 +205,136 @@ def _start_round(state: State, ledger, who, data: Any) -> Response:
 
 
 @router.post("/rounds", status_code=202, summary="Run a round in the background, organizer only (judge run)",
-             openapi_extra={"requestBody": {"content": {"application/json": {"schema": RunRequest.model_json_schema()}}}})
+             responses={202: {"model": JobAnswer}}, openapi_extra={"requestBody": {"content": {"application/json": {"schema": RunRequest.model_json_schema()}}}})
 async def run_round(request: Request):
     """Answers 202 with the job; read its progress and, once done, its summaries at /api/jobs/{job}."""
     return await _write(request, _start_round)
 
 
-# A running round's events name its proposals before they are judged: jobs are the organizers' to read.
+# A running round's events name its proposals before they are judged: an organizer reads them all, any other
+# participant those about the round itself and about the proposals it may read now (judge.participants.access,
+# through the request's VisibleLedger): its own as they are judged, another's once judged, and never the
+# round's summaries (they name every proposal, pitches included), which it reads in the scorecard instead.
+
+ROUND_EVENTS = {"probe", "cpu", "floor", "end"}  # about the round and its machine: they name no proposal
+JUDGES_OWN = {"(base)", "(control)", "(peer)"}  # what judge times beside the proposals
+LONGEST_WAIT_S = 30.0
 
 
-@router.get("/jobs", summary="The rounds this server ran or runs, organizer only")
+def _reader_filter(ledger, who) -> Optional[Callable[[Event], bool]]:
+    if who.role == "organizer":
+        return None
+    seen: dict[str, bool] = {}
+
+    def shown(event: Event) -> bool:
+        proposal = getattr(event, "proposal", None)
+        if not isinstance(proposal, str):
+            return event.kind in ROUND_EVENTS  # a kind without a proposal that this judge does not know: left out
+        if proposal in JUDGES_OWN:
+            return True
+        if proposal not in seen:
+            seen[proposal] = ledger.latest_revision(proposal) is not None
+        return seen[proposal]
+
+    return shown
+
+
+def _job_answer(ledger, who, job, since: int) -> JobAnswer:
+    return job.answer(max(0, since), _reader_filter(ledger, who), summaries=who.role == "organizer")
+
+
+@router.get("/jobs", summary="The rounds this server ran or runs, each with the events its reader may read",
+            responses={200: {"model": list[JobAnswer]}})
 def jobs(request: Request):
-    def work(ledger, who):
-        who.require_organizer("read the rounds' jobs")
-        return answer([j.answer(len(j.events)) for j in _state(request).jobs.jobs.values()])
-
-    return _read(request, work)
+    return _read(request, lambda ledger, who: answer(
+        [_job_answer(ledger, who, j, 0) for j in _state(request).jobs.jobs.values()]))
 
 
-@router.get("/jobs/{job_id}", summary="A round's progress (events from `since` on) and, once done, its summaries, organizer only")
-def job(request: Request, job_id: int, since: int = 0):
-    def work(ledger, who):
-        who.require_organizer("read the rounds' jobs")
-        return answer(_state(request).jobs.get(job_id).answer(max(0, since)))
+def _wakes(ledger, who) -> Optional[Callable[[Event], bool]]:
+    """What wakes a reader's long poll, judged without the ledger while it waits: an event about the round, or about
+    a proposal it could read when the wait began, or a verdict (it may make another's proposal readable). The answer
+    is then filtered as every answer is (`_reader_filter`); the others' progress does not wake it, so that a
+    contestant following a busy round does not spend its rate on answers with nothing in them."""
+    if who.role == "organizer":
+        return None
+    readable = {r["proposal_id"] for r in ledger.current_revisions()} | JUDGES_OWN
 
-    return _read(request, work)
+    def wakes(event: Event) -> bool:
+        proposal = getattr(event, "proposal", None)
+        return event.kind in ROUND_EVENTS or event.kind == "verdict" or proposal in readable
+
+    return wakes
+
+
+async def _job(request: Request, find: Callable, since: int, wait: float) -> Response:
+    """A job's answer from event `since` on; with `wait`, held up to that many seconds (30 at most) until an event
+    its reader may read lands past `since` or the job ends: a long poll, so that a follower hears each event as it
+    lands. The token is checked first; the wait holds no ledger and no thread."""
+
+    def found():
+        with _state(request).session(request) as (ledger, who):
+            return find(_state(request).jobs), (_wakes(ledger, who) if wait > 0 else None)
+
+    job, wakes = await run_in_threadpool(found)
+    if wait > 0:
+        await job.wait(max(0, since), min(wait, LONGEST_WAIT_S), wakes)
+    return await run_in_threadpool(_read, request, lambda ledger, who: answer(_job_answer(ledger, who, job, since)))
+
+
+@router.get("/jobs/latest", summary="The running round, else the last one started; its events as /api/jobs/{job_id}",
+            responses={200: {"model": JobAnswer}})
+async def latest_job(request: Request, since: int = 0, wait: float = 0):
+    return await _job(request, lambda jobs: jobs.latest(), since, wait)
+
+
+@router.get("/jobs/{job_id}", summary="A round's progress (its events from `since` on, those its reader may read; "
+                                      "`wait` seconds for the next) and, once done, its summaries (organizers)",
+            responses={200: {"model": JobAnswer}})
+async def job(request: Request, job_id: int, since: int = 0, wait: float = 0):
+    return await _job(request, lambda jobs: jobs.get(job_id), since, wait)
+
+
+@router.get("/jobs/{job_id}/events", summary="A round's events as server-sent events, as they land, until it ends "
+                                             "(the same events /api/jobs/{job_id} gives its reader)",
+            response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                             "description": "'id: SEQ', 'event: KIND' and 'data: EVENT' (JSON, as in JobAnswer.events) "
+                                           "per event; a comment line every 30 s while nothing lands; the stream ends "
+                                           "after the event 'end'. Resumes after the Last-Event-ID header's event."}})
+async def job_events(request: Request, job_id: int, since: int = 0):
+    """For `curl -N` and any language's SSE client: no polling, and a reconnect resumes where it left off."""
+    state = _state(request)
+    resume = request.headers.get("last-event-id", "")
+    since = int(resume) + 1 if resume.isdigit() else max(0, since)
+
+    def found():
+        with state.session(request) as (ledger, who):
+            return state.jobs.get(job_id), who, _wakes(ledger, who)
+
+    job, who, wakes = await run_in_threadpool(found)
+
+    def page(at: int) -> JobAnswer:
+        ledger = state.open_ledger()  # one connection per batch, counted against no rate: the stream was admitted
+        try:
+            return _job_answer(state.as_read_by(ledger, who), who, job, at)
+        finally:
+            ledger.close()
+
+    async def stream():
+        at = since
+        while True:
+            await job.wait(at, LONGEST_WAIT_S, wakes)
+            ended = job.state != "running"
+            answer_ = await run_in_threadpool(page, at)
+            for event in answer_.events:
+                yield f"id: {event.seq}\nevent: {event.kind}\ndata: {json_text(event)}\n\n"
+            if at == answer_.next and not ended:
+                yield ": nothing new\n\n"
+            at = answer_.next
+            if ended and at >= len(job.events):
+                return
+
+    return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
 
 def _clear(evaluation_id: int) -> Callable:
@@ -235,7 +352,7 @@ def _clear(evaluation_id: int) -> Callable:
     return work
 
 
-@router.post("/evaluations/{evaluation_id}/clear", summary="Clear an implausible result, organizer only (judge clear)")
+@router.post("/evaluations/{evaluation_id}/clear", summary="Clear an implausible result, organizer only (judge clear)", responses={200: {"model": ClearAnswer}})
 async def clear(request: Request, evaluation_id: int):
     """The body: {"note": "why the result is real"}; the clearance is recorded as the organizer's."""
     return await _write(request, _clear(evaluation_id))
@@ -252,12 +369,13 @@ def _add_participant(state: State, ledger, who, data: Any) -> Response:
         return answer(participants.add_participant(ledger, data["name"], data["role"]), 201)
 
 
-@router.post("/participants", status_code=201, summary="Add a participant, organizer only; its token is in the answer, once")
+@router.post("/participants", status_code=201, summary="Add a participant, organizer only; its token is in the answer, once",
+             responses={201: {"model": ParticipantAnswer}})
 async def add_participant(request: Request):
     return await _write(request, _add_participant)
 
 
-@router.get("/participants", summary="Every participant, revoked ones too, organizer only")
+@router.get("/participants", summary="Every participant, revoked ones too, organizer only", responses={200: {"model": list[ParticipantAnswer]}})
 def participant_list(request: Request):
     def work(ledger, who):
         who.require_organizer("list participants")
@@ -266,7 +384,7 @@ def participant_list(request: Request):
     return _read(request, work)
 
 
-@router.delete("/participants/{name}", summary="Revoke a participant's token, organizer only")
+@router.delete("/participants/{name}", summary="Revoke a participant's token, organizer only", responses={200: {"model": ParticipantAnswer}})
 def revoke_participant(request: Request, name: str):
     def work(ledger, who):
         who.require_organizer("revoke participants")
@@ -284,17 +402,17 @@ def _document(request: Request, make: Callable, format: str) -> Response:
     return _read(request, lambda ledger, who: _format(make(ledger), format))
 
 
-@router.get("/scorecards", summary="A round's scorecard: view, Markdown, charts (judge report --round)")
+@router.get("/scorecards", summary="A round's scorecard: view, Markdown, charts (judge report --round)", responses={200: {"model": DocumentAnswer}})
 def scorecard(request: Request, round: Optional[int] = None, target: Optional[str] = None, format: str = "json"):
     return _document(request, lambda ledger: documents.scorecard(ledger, round, target), format)
 
 
-@router.get("/leaderboard", summary="The leaderboard: view, Markdown, charts (judge report --leaderboard)")
+@router.get("/leaderboard", summary="The leaderboard: view, Markdown, charts (judge report --leaderboard)", responses={200: {"model": DocumentAnswer}})
 def leaderboard(request: Request, format: str = "json"):
     return _document(request, documents.leaderboard, format)
 
 
-@router.get("/brief", summary="A round's brief: view and Markdown (judge brief)")
+@router.get("/brief", summary="A round's brief: view and Markdown (judge brief)", responses={200: {"model": DocumentAnswer}})
 def brief(request: Request, round: Optional[int] = None, target: Optional[str] = None, format: str = "json"):
     kernels = _state(request).config.kernels
     return _document(request, lambda ledger: documents.brief(ledger, kernels, target, round), format)

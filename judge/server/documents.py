@@ -91,6 +91,13 @@ def brief_page(ledger: Ledger, kernels: Path, target: str) -> str:
     return render_page("brief.md.j2", view, {}, f"judge: brief for round {view['round']} of {target}", nav(ledger))
 
 
+def proposal_page(ledger: Ledger, proposal_id: str) -> str:
+    """One proposal's page, at a link that stays (/pages/proposal-ID.html): its revisions, evaluations, stages and
+    votes, as `judge show` has them; a proposal its reader may not read is not found."""
+    view = actions.show_proposal(ledger, proposal_id)
+    return render_page("show.md.j2", view, {}, f"judge: proposal {proposal_id}", nav(ledger))
+
+
 def index_page(ledger: Ledger) -> str:
     """The contest's front page: each round's winner, and links to every page."""
     rounds = []

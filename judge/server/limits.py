@@ -11,7 +11,7 @@ from collections import deque
 from starlette.requests import Request
 
 from ..errors import JudgeError
-from ..inputs import FIELDS, decode
+from ..inputs import FIELDS, SERVED, decode
 from ..ledger import Ledger
 from ..records import Proposal
 
@@ -49,10 +49,13 @@ async def read_body(request: Request) -> str:
 
 
 def _check(limit, size: int) -> None:
+    served = SERVED.set(True)
     try:
         limit.check(size, "request body")
     except JudgeError as error:
         raise TooLarge(error.message) from None
+    finally:
+        SERVED.reset(served)
 
 
 def check_quota(ledger: Ledger, author: str, items: list[tuple[Proposal, str]], per_round: int) -> None:

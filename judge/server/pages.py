@@ -1,5 +1,5 @@
-"""The pages for people under /pages: the contest, the leaderboard, each round's scorecard and each target's
-brief as HTML, with their charts beside them. Read-only, and they need no token: they show what a reader without a
+"""The pages for people under /pages: the contest, the leaderboard, each round's scorecard, each target's brief
+and each proposal (proposal-ID.html, a link that stays) as HTML, with their charts beside them. Read-only, and they need no token: they show what a reader without a
 token may see (judge.participants.access: judged proposals, none before they are judged). Where judged proposals are
 for participants only (`judge serve --judged-visible-to participants`) there are no pages: the API serves them."""
 
@@ -56,6 +56,8 @@ def _page(state: State, name: str) -> Response:
             page, charts = documents.leaderboard_page(ledger)
         elif name.startswith("round-") and name.endswith(".html") and name[6:-5].isdigit():
             page, charts = documents.round_page(ledger, int(name[6:-5]))
+        elif name.startswith("proposal-") and name.endswith(".html"):
+            return _html(documents.proposal_page(ledger, name[len("proposal-"):-5]))
         elif name.startswith("brief-") and name.endswith(".html"):
             return _html(documents.brief_page(ledger, state.config.kernels, name[6:-5]))
         else:

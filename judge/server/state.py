@@ -17,6 +17,8 @@ from starlette.responses import Response
 from ..contain import json_safe
 from ..ledger import Ledger
 from ..ledger.visible import VisibleLedger
+from ..inputs import SERVED
+from ..jsonform import jsonable
 from ..participants import HIDDEN, Participant, access, authenticate, token_sha256
 from .jobs import Jobs
 from .limits import RateLimiter
@@ -39,19 +41,20 @@ class Config:
 
 
 def answer(data: Any, status: int = 200) -> Response:
-    """JSON as the CLI's `--json` has it once parsed (non-JSON values as str, key order kept), every string without
+    """JSON as the CLI's `--json` has it once parsed (judge.jsonform.jsonable: declared forms only, key order kept), every string without
     escapes, control or format characters (bidi overrides, zero-width spaces), as everywhere judge shows text: not
     capped (judge.contain.json_safe)."""
-    return Response(_dumps(data), status_code=status, media_type="application/json")
+    return Response(json_text(data), status_code=status, media_type="application/json")
 
 
 def error_answer(message: str, status: int, code: int = 2, headers: Optional[dict] = None) -> Response:
-    return Response(_dumps({"error": message, "exit": code}), status_code=status, media_type="application/json",
+    return Response(json_text({"error": message, "exit": code}), status_code=status, media_type="application/json",
                     headers=headers)
 
 
-def _dumps(data: Any) -> str:
-    return json.dumps(json_safe(json.loads(json.dumps(data, default=str)), capped=False))
+def json_text(data: Any) -> str:
+    """The JSON text of every answer (and of each server-sent event)."""
+    return json.dumps(json_safe(jsonable(data), capped=False))
 
 
 class State:
@@ -73,6 +76,7 @@ class State:
         """The ledger, opened for this request, and the participant its token names (refused: no token, an unknown
         or revoked one, or one past its rate)."""
         ledger = self.open_ledger()
+        served = SERVED.set(True)
         try:
             who = authenticate(ledger, bearer(request))
             if who.role != "organizer":
@@ -84,6 +88,7 @@ class State:
                 raise
             raise explained from None
         finally:
+            SERVED.reset(served)
             ledger.close()
 
     @contextlib.contextmanager

@@ -317,9 +317,23 @@ def test_leaderboard_compounds_winners(ledger, tmp_path):
     assert "| team-tiles | 2 | 0 | 2 | - |" in text
     assert "| team-pipeline | 1 | 0 | 1 | 0.735x (pipeline-stages-3 r1, round 1, evaluation #2) |" in text
     assert "| team-epilogue | 1 | 1 | 0 | 1.060x (tma-store-epilogue r1, round 1, evaluation #4) |" in text
+    # the standings: each contestant's best over round 1's base, per device
+    assert ("| 1 | NVIDIA B200 | team-epilogue | 1.060x | tma-store-epilogue r1, round 1 | 1.060x | 1.000x | #4 |"
+            in text)
+    assert "| 2 | NVIDIA B200 | team-pipeline | 0.735x | pipeline-stages-3 r1, round 1 | 0.735x | 1.000x | #2 |" in text
     view = leaderboard_view(ledger)
     assert json.loads(json.dumps(view)) == view
     assert [r["cumulative"] for r in view["targets"][0]["rounds"]] == [1.06, 1.06]
+    # a round-2 proposal measured on another device stands on that device, over round 1's base through round 1's winner
+    again = ledger.submit(proposal("pipeline-stages-3", "team-pipeline", 2, "pipeline", (1.05, 1.1), "NUM_AB_STAGES = 3"),
+                          "test").revision_id
+    r2 = ledger.round_row(TARGET, 2)
+    run = ledger.start_run(r2["id"], ["judge", "run"])
+    evaluate(ledger, run, r2, again, "faster", FASTER.summary, [PATCHED, CORRECT, FASTER], H100)  # 8
+    [standing] = [s for s in leaderboard_view(ledger)["targets"][0]["standings"] if s["device"] == "NVIDIA H100 80GB HBM3"]
+    assert (standing["author"], standing["place"], standing["round"], standing["evaluation_id"]) == (
+        "team-pipeline", 1, 2, 8)
+    assert standing["over_original"] == pytest.approx(1.06 * standing["geomean"])
 
 
 def test_the_noise_control_line_and_a_noisy_round(tmp_path):

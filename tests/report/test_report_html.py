@@ -26,4 +26,4 @@ def test_a_page_is_the_template_on_the_contained_view_in_judges_frame():
     page = render_page("index.md.j2", view, {}, "judge: the contest", [("index.html", "contest")])
     assert page.startswith('<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>judge: the contest</title>')
     assert '<nav><a href="index.html">contest</a></nav>' in page
-    assert ('<p><a href="round-1.html">Round 1</a>, axpy: winner fast by [me](http://evil.example/)</p>') in page
+    assert ('<p><a href="round-1.html">Round 1</a>, axpy: winner <a href="proposal-fast.html">fast</a> by [me](http://evil.example/)</p>') in page

@@ -37,7 +37,7 @@ from ...workspaces import fresh
 from ..evaluation import Evaluator
 from ..lease import RunnerLease
 from ..progress import Progress, quiet
-from ...noise import Floor, default_floor
+from ...noise import MIN_PAIRS, Floor, default_floor
 from ...boundary.runner import spin_cycles, spin_for
 from ..details import ABSENT, TimedBenchmark, TimingDetail
 from ..result import StageResult, not_run
@@ -47,7 +47,6 @@ from ...sandbox.worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "timing"
 BUDGET_PER_BENCHMARK_S = 5.0
-MIN_PAIRS = 3
 MAX_PAIRS = 8
 
 
