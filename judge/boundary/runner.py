@@ -29,6 +29,10 @@ LONG_CALL_US = 50_000
 SPIN_MARGIN_US = 40.0
 SPIN_FACTOR = 3.0
 NULL_SPIN_US = 60.0
+# The spin never exceeds this: a call whose launch alone takes longer (a host loop over a batch, as torch's batched
+# geqrf: a second of launching) would spin the GPU three times that for every GPU-clock call, to hide a launch that
+# the call clock shows anyway. Past it, the GPU clock includes what of the launch the spin does not cover.
+MAX_SPIN_US = 50_000.0
 
 _perf = time.perf_counter
 
@@ -205,11 +209,11 @@ def flush_bytes() -> int:
 
 
 def spin_for(host_us: list[float]) -> float:
-    """A spin long enough to hide the launch: SPIN_FACTOR times the typical one, with margin; a rare slower
-    launch shows in its own sample, which the median leaves out."""
+    """A spin long enough to hide the launch: SPIN_FACTOR times the typical one, with margin, at most MAX_SPIN_US;
+    a rare slower launch shows in its own sample, which the median leaves out."""
     ordered = sorted(host_us)
     typical = ordered[len(ordered) // 2] if ordered else 0.0
-    return SPIN_MARGIN_US + SPIN_FACTOR * typical
+    return min(MAX_SPIN_US, SPIN_MARGIN_US + SPIN_FACTOR * typical)
 
 
 def spin_cycles(spin_us: float, cycles_per_us: float) -> dict[str, int]:
