@@ -181,3 +181,9 @@ def test_a_launch_of_a_second_spins_the_gpu_50_ms_not_three_seconds():
 
     assert spin_for([20.0, 20.0, 21.0]) == 100.0  # 40 us of margin and three typical launches
     assert spin_for([1_000_000.0, 1_010_000.0]) == 50_000.0  # torch's batched geqrf launches for about a second
+
+
+def test_the_oracles_outbox_is_counted_once():
+    # the correctness stage left the oracle an 8 GiB outbox: in use on the card, and in the plan's own sum
+    device = DeviceMemory("GPU", 80 * GIB, 40 * GIB, held=8 * GIB)
+    assert device.in_use == 32 * GIB and device.usable == 32 * GIB

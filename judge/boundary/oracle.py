@@ -113,7 +113,8 @@ class Oracle:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
             free, total = torch.cuda.mem_get_info()
-            return {"name": torch.cuda.get_device_name(), "total": total, "free": free}
+            held = self.device_outbox.nbytes if self.device_outbox is not None else 0
+            return {"name": torch.cuda.get_device_name(), "total": total, "free": free, "held": held}
         return host_memory()
 
     # ---- runners' files and the outboxes --------------------------------------------------------------

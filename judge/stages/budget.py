@@ -38,11 +38,17 @@ class DeviceMemory:
     name: str
     total: int
     free: int
+    held: int = 0  # of what is in use, what the plan counts itself (the oracle's outbox): not taken off twice
+
+    @property
+    def in_use(self) -> int:
+        """What others hold (judge's spares and prebound runners among them), the plan's own holdings left out."""
+        return max(0, self.total - self.free - self.held)
 
     @property
     def usable(self) -> int:
         """What judge may still take: ROUND_SHARE of the total, less what is in use by anyone already."""
-        return int(ROUND_SHARE * self.total) - (self.total - self.free)
+        return int(ROUND_SHARE * self.total) - self.in_use
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
                 f"input sets and 1 copy of its {gib(size.input)} input, its {gib(size.output)} output in "
                 f"{HOLDERS} processes, {gib(size.work)} of working memory in each); {device.name} has "
                 f"{gib(device.total)}, of which judge may use {gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less "
-                f"{gib(device.total - device.free)} in use)")
+                f"{gib(device.in_use)} in use)")
         plans.append(floor)
     if need_of(sizes, plans, kept) > usable:
         raise JudgeError(
