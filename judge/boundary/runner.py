@@ -19,8 +19,9 @@ from . import callframe, cuda_ipc, exchange, tamper
 
 WARMUP_CALLS = 3
 WARMUP_S = 0.005
-# A warm-up stops past this many seconds once it has made one call, and times two launches instead of four where a
-# call takes more than LONG_CALL_US: a kernel of a second a call was warmed up for ten seconds a runner and benchmark.
+# A warm-up stops past this many seconds once it has made two calls (the first may compile), and where a call takes
+# more than LONG_CALL_US its own launches size the spin instead of four more: a kernel of a second a call was warmed
+# up for ten seconds a runner and benchmark.
 WARMUP_MAX_S = 0.3
 LONG_CALL_US = 50_000
 # The GPU clock's spin: this many times the typical launch (the median of the warm-up samples), plus a margin.
@@ -127,20 +128,28 @@ class Runner:
         now, with the GPU's clocks up after the calls."""
         datas = self.stretch["datas"]
         start = _perf()
-        calls = 0
+        calls, launches, durations = 0, [], []
         while calls < max(2 * WARMUP_CALLS, len(datas)) or _perf() - start < WARMUP_S:
-            if calls and _perf() - start > WARMUP_MAX_S:
+            if calls >= 2 and _perf() - start > WARMUP_MAX_S:
                 break
-            self._launch_time(datas[calls % len(datas)])
+            began = _perf()
+            launches.append(self._launch_time(datas[calls % len(datas)]))
+            durations.append(_perf() - began)  # launch and GPU work: each call is synchronized after
             calls += 1
-        call_us = (_perf() - start) * 1e6 / calls  # launch and GPU work: each call is synchronized after
-        host = [self._launch_time(datas[i % len(datas)]) for i in range(2 if call_us > LONG_CALL_US else 4)]
+        # the first call may have compiled or loaded the kernel: the duration is the typical later one
+        later = sorted(durations[1:])
+        call_us = later[len(later) // 2] * 1e6
+        if call_us > LONG_CALL_US:  # the warm-up's own launches: the spin is at its cap for these anyway
+            host = launches[1:]
+        else:
+            host = [self._launch_time(datas[i % len(datas)]) for i in range(4)]
         rate = self._spin_rate() if self.cuda else 0.0
         # Libraries start their pools in a kernel's first calls (torch.compile's compile workers): the threads
         # alive now are the count a timed call must not raise. A thread that runs the kernel's own code is found
         # on every call whenever it started (judge.boundary.callframe).
         self.threads_before = len(sys._current_frames())
-        return {"host_us": host, "calls": calls + len(host), "call_us": round(call_us, 2), "cycles_per_us": round(rate, 3),
+        calls += 0 if call_us > LONG_CALL_US else len(host)
+        return {"host_us": host, "calls": calls, "call_us": round(call_us, 2), "cycles_per_us": round(rate, 3),
                 "threads": self.threads_before}
 
     def calls(self, entered_serial: int, count_threads: bool = True) -> dict:
