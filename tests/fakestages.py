@@ -120,3 +120,18 @@ class FakeStages(StageCalls):
         return StageResult("timing", "passed", f"geomean {speedup:.3f}x [{low:.3f}, {high:.3f}] over {len(benchmarks)} benchmarks",
                            1.0, TimingDetail(benchmarks=benchmarks, geomean=speedup, geomean_ci=[low, high],
                                              max_speedup=target.max_speedup, min_effect=target.min_effect))
+
+
+def rounds_with(monkeypatch, make_stages=None) -> None:
+    """Every round run from now on in this test (by the CLI, the library or a server) uses `make_stages()` as its
+    stages, the plain FakeStages by default."""
+    from judge import rounds
+
+    real = rounds.run_round
+    make = make_stages or FakeStages
+
+    def run_round(ledger, round, *, target=None, settings=None, on_event=None):
+        settings.stages = make()
+        return real(ledger, round, target=target, settings=settings, on_event=on_event)
+
+    monkeypatch.setattr(rounds, "run_round", run_round)

@@ -92,3 +92,15 @@ def wait_for_job(client: httpx.Client, job: dict, timeout_s: float = 60) -> dict
         job = client.get(f"/api/jobs/{job['job']}", params={"since": job["next"]}).json()
         events += job["events"]
     return {**job, "events": events}
+
+
+def serve_here(tmp_path: Path, monkeypatch, reports: str = "server-reports") -> tuple["LiveServer", dict[str, str]]:
+    """A contest in tmp_path, now the working directory, served from the very ledger the local CLI reads there (no
+    JUDGE_* variable of the caller's leaks in): the server and the participants' tokens. The caller stops it."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("JUDGE_SERVER", "JUDGE_TOKEN", "JUDGE_LEDGER"):
+        monkeypatch.delenv(name, raising=False)
+    tokens = contest(tmp_path)
+    server = LiveServer(Config(ledger=tmp_path / "ledger.db", kernels=tmp_path / "kernels", out_dir=tmp_path / reports,
+                               work_dir=tmp_path / "work", cache_dir=tmp_path / "cache"))
+    return server, tokens

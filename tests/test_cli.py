@@ -184,17 +184,9 @@ def test_under_json_usage_errors_and_bugs_are_one_json_object_on_stdout(judge_en
 @pytest.fixture
 def fake_stages(monkeypatch):
     """`judge run` through the CLI with the stage fakes of the round tests (a patch's `# verdict:` says what happens)."""
-    from fakestages import FakeStages
+    from fakestages import rounds_with
 
-    from judge import rounds
-
-    real = rounds.run_round
-
-    def run_round(ledger, round, *, target=None, settings=None, on_event=None):
-        settings.stages = FakeStages()
-        return real(ledger, round, target=target, settings=settings, on_event=on_event)
-
-    monkeypatch.setattr(rounds, "run_round", run_round)
+    rounds_with(monkeypatch)
 
 
 def test_run_json_gives_each_verdict_its_evaluation_and_the_report(judge_env, fake_stages):

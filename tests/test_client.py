@@ -12,39 +12,25 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from serving import LiveServer, contest, knob_patch
+from serving import contest, knob_patch, serve_here
 
 from judge.cli.main import main
 from judge.ledger import Ledger
-from judge.server import Config
 
 JUDGE = Path(sys.executable).parent / "judge"
 
 
 @pytest.fixture
 def fake_stages(monkeypatch):
-    from fakestages import FakeStages
+    from fakestages import rounds_with
 
-    from judge import rounds
-
-    real = rounds.run_round
-
-    def run_round(ledger, round, *, target=None, settings=None, on_event=None):
-        settings.stages = FakeStages()
-        return real(ledger, round, target=target, settings=settings, on_event=on_event)
-
-    monkeypatch.setattr(rounds, "run_round", run_round)
+    rounds_with(monkeypatch)
 
 
 @pytest.fixture
 def served(tmp_path, monkeypatch, fake_stages):
     """A contest in tmp_path (the working directory), served from the same ledger file as the local CLI reads."""
-    monkeypatch.chdir(tmp_path)
-    for name in ("JUDGE_SERVER", "JUDGE_TOKEN", "JUDGE_LEDGER"):
-        monkeypatch.delenv(name, raising=False)
-    tokens = contest(tmp_path)
-    server = LiveServer(Config(ledger=tmp_path / "ledger.db", kernels=tmp_path / "kernels", out_dir=tmp_path / "server-reports",
-                               work_dir=tmp_path / "work", cache_dir=tmp_path / "cache"))
+    server, tokens = serve_here(tmp_path, monkeypatch)
     yield server, tokens, tmp_path
     server.stop()
 

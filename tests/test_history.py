@@ -23,17 +23,9 @@ SERIAL = itertools.count(1)
 def contest(tmp_path, monkeypatch):
     """Two targets with the axpy fixture's files (axpy, bxpy), the stage fakes, and a `judge` that returns
     (exit code, stdout, stderr)."""
-    from fakestages import FakeStages
+    from fakestages import rounds_with
 
-    from judge import rounds
-
-    real = rounds.run_round
-
-    def run_round(ledger, round, *, target=None, settings=None, on_event=None):
-        settings.stages = FakeStages()
-        return real(ledger, round, target=target, settings=settings, on_event=on_event)
-
-    monkeypatch.setattr(rounds, "run_round", run_round)
+    rounds_with(monkeypatch)
     monkeypatch.chdir(tmp_path)
     for name in ("axpy", "bxpy"):
         shutil.copytree(FIXTURE, tmp_path / "kernels" / name)

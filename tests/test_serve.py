@@ -21,17 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def fake_stages(monkeypatch):
     """Rounds the server runs use the stage fakes of the round tests."""
-    from fakestages import FakeStages
+    from fakestages import rounds_with
 
-    from judge import rounds
-
-    real = rounds.run_round
-
-    def run_round(ledger, round, *, target=None, settings=None, on_event=None):
-        settings.stages = FakeStages()
-        return real(ledger, round, target=target, settings=settings, on_event=on_event)
-
-    monkeypatch.setattr(rounds, "run_round", run_round)
+    rounds_with(monkeypatch)
 
 
 @pytest.fixture
@@ -87,17 +79,9 @@ def test_the_api_end_to_end(served):
 
 def test_progress_is_readable_while_a_round_runs(tmp_path, monkeypatch):
     """A round whose timing hangs a while: its job reads 'running' with its events so far, then 'done'."""
-    from fakestages import FakeStages
+    from fakestages import FakeStages, rounds_with
 
-    from judge import rounds
-
-    real = rounds.run_round
-
-    def slow(ledger, round, *, target=None, settings=None, on_event=None):
-        settings.stages = FakeStages(hang_s=1.5)
-        return real(ledger, round, target=target, settings=settings, on_event=on_event)
-
-    monkeypatch.setattr(rounds, "run_round", slow)
+    rounds_with(monkeypatch, lambda: FakeStages(hang_s=1.5))
     tokens = contest(tmp_path)
     server = LiveServer(Config(ledger=tmp_path / "ledger.db", kernels=tmp_path / "kernels", out_dir=tmp_path / "reports",
                                work_dir=tmp_path / "work", cache_dir=tmp_path / "cache"))

@@ -8,42 +8,28 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from serving import LiveServer, contest, knob_patch
+from serving import knob_patch, serve_here
 
 from judge.cli.main import main
-from judge.server import Config
 
 
 @pytest.fixture
 def held_round(tmp_path, monkeypatch):
     """A served contest whose round holds the candidate marked hang-timing in its timing until `release` is set."""
-    from fakestages import FakeStages
-
-    from judge import rounds
+    from fakestages import FakeStages, rounds_with
 
     release = threading.Event()
 
     class Held(FakeStages):
-        def timing(self, target, candidate, base, budget_s):
+        def timing(self, target, candidate, base, budget_s, progress=None):
             from fakestages import marker
 
             if marker(candidate) == "hang-timing":
                 assert release.wait(60)
-            return super().timing(target, candidate, base, budget_s)
+            return super().timing(target, candidate, base, budget_s, progress)
 
-    real = rounds.run_round
-
-    def run_round(ledger, round, *, target=None, settings=None, on_event=None):
-        settings.stages = Held()
-        return real(ledger, round, target=target, settings=settings, on_event=on_event)
-
-    monkeypatch.setattr(rounds, "run_round", run_round)
-    monkeypatch.chdir(tmp_path)
-    for name in ("JUDGE_SERVER", "JUDGE_TOKEN", "JUDGE_LEDGER"):
-        monkeypatch.delenv(name, raising=False)
-    tokens = contest(tmp_path)
-    server = LiveServer(Config(ledger=tmp_path / "ledger.db", kernels=tmp_path / "kernels", out_dir=tmp_path / "srv",
-                               work_dir=tmp_path / "work", cache_dir=tmp_path / "cache"))
+    rounds_with(monkeypatch, Held)
+    server, tokens = serve_here(tmp_path, monkeypatch, "srv")
     yield server, tokens, release
     release.set()
     server.stop()
