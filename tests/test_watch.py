@@ -59,7 +59,7 @@ def test_a_contestant_reads_its_own_verdict_as_it_lands_and_nothing_of_anothers_
     assert page["state"] == "running" and page["summaries"] is None
     assert [(e["proposal"], e["outcome"]) for e in mine if e["kind"] == "verdict"] == [("a-fast", "faster")]
     assert not [e for e in mine if e.get("proposal") == "b-held"]
-    assert {e["kind"] for e in mine} <= {"probe", "cpu", "floor", "stage", "verdict"}
+    assert {e["kind"] for e in mine} <= {"probe", "cpu", "floor", "stage", "progress", "evaluated", "verdict"}
     everything = boss.get(f"/api/jobs/{job['job']}").json()["events"]
     assert any(e.get("proposal") == "b-held" for e in everything)  # the organizer reads it all
     assert not [e for e in alice.get("/api/jobs").json()[0]["events"] if e.get("proposal") == "b-held"]
