@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from judge.boundary import callframe
+from judge.boundary import callframe, output_copy
 from judge.stages.check import check
 from judge.stages.evaluation import Evaluator
 from judge.targets import load_target
@@ -166,7 +166,7 @@ OUTBOX = 1 << 16
 def take():
     prims = callframe.Primitives()
     assert callframe.not_c_level(prims.values) == []
-    return callframe._taker(prims.values, prims.objects)
+    return output_copy.taker(prims.values, prims.objects)
 
 
 def taken(take, out):

@@ -87,7 +87,8 @@ def test_every_link_of_every_page_leads_to_a_page_that_loads(site, browser):
         assert browser.title.startswith("judge: "), (url, browser.page_source[:300])
         assert all(width > 0 for _, width in _images(browser)), (url, _images(browser))
         todo += [link for link in _links(browser) if link.startswith(site.url)]
-    assert sorted(u.rsplit("/", 1)[1] for u in seen) == ["brief-axpy.html", "index.html", "leaderboard.html", "round-1.html"]
+    assert sorted(u.rsplit("/", 1)[1] for u in seen) == ["brief-axpy.html", "index.html", "leaderboard.html",
+                                                          "proposal-fast.html", "round-1.html"]
 
 
 def test_the_round_page_shows_the_winner_its_charts_and_contestant_text_as_text(site, browser):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import callframe, cuda_ipc, exchange, tensors
+from . import callframe, cuda_ipc, exchange, output_copy, tensors
 
 # An output may take this many times the reference's bytes (a wider dtype, padding) before it is refused. It was
 # 4: for a 4 GiB output that is a 16 GiB outbox, which helped the oracle run out of an 80 GB H100's memory.
@@ -145,7 +145,7 @@ def received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exp
 
 
 def _received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exported | None) -> list:
-    if not isinstance(leaves, list) or len(leaves) > callframe.MAX_LEAVES:
+    if not isinstance(leaves, list) or len(leaves) > output_copy.MAX_LEAVES:
         raise exchange.ExchangeError("the kernel's process described its output in a way judge does not write")
     out = []
     for leaf in leaves:

@@ -12,7 +12,6 @@ spares, binds them the same way, pins them to the same cores, and neither ran th
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import shutil
@@ -29,51 +28,15 @@ from ..sandbox.forkserver import ForkServer
 from ..sandbox.worker import POLL_S, CommandFailed, Worker, WorkerError, worker_env
 from ..workspaces import fresh
 from . import budget
+from .seeds import Case, RoundSeeds, derive, with_seed  # noqa: F401 (Case, derive: the stages')
+from . import runner_places as places
 
 ORACLE_LIMIT_S = 600.0
 MAX_SPARES = 12
-# The offsets of a pair's inputs move by a multiple of this, below a page: where buffers land is drawn per pair.
-SHIFT_STEP = 256
-
-
-def derive(secret: int, *parts: Any) -> int:
-    """A 31-bit seed from the run's secret and a case's coordinates (31 bits suit every generator)."""
-    digest = hashlib.sha256(repr((secret, parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-
-
-def with_seed(spec: dict, seed: int) -> dict:
-    """The spec with its seed replaced; a spec without a seed has fixed inputs and stays as it is."""
-    return {**spec, "seed": seed} if "seed" in spec else dict(spec)
 
 
 @dataclass
-class Case:
-    """One correctness call: which task.yml entry, under which input distribution, with which seed."""
-
-    kind: str  # "test" | "benchmark"
-    index: int
-    call: int
-    distribution: str
-    spec: dict
-
-    @property
-    def key(self) -> tuple:
-        return (self.kind, self.index, self.distribution)
-
-
-def spare_policy(policy: dict | None, spare: Worker) -> dict | None:
-    """The confinement of a spare bound to a kernel: the workspace's, and the spare's own directory. What the
-    spare imported before it knew its kernel (torch's compiler) fixed paths under the TMPDIR and caches it started
-    with (torch._inductor's precompiled headers, taken from Python's temp directory at import), and a kernel that
-    uses them must not crash where a cold runner would not. No other process ever uses a spare's directory."""
-    if policy is None:
-        return None
-    return {**policy, "writable": [*policy["writable"], str(spare.home.resolve())]}
-
-
-@dataclass
-class Evaluator:
+class Evaluator(RoundSeeds):
     """Starts and keeps the oracle and the spare runners for one round run; see the module docstring."""
 
     target: Target
@@ -113,48 +76,6 @@ class Evaluator:
             self.cores = block_placement(self.target, self.core_block)
         else:
             self.cores = placement(self.target, self.gpu_index)
-
-    # ---- cases and seeds -------------------------------------------------------------------------------
-
-    def nonce(self) -> int:
-        """A number of one evaluation's own, from which its seeds are derived."""
-        self._nonces += 1
-        return derive(self.secret, "evaluation", self._nonces)
-
-    def cases(self, nonce: int = 0) -> list[Case]:
-        """Every test twice (two seeds: a kernel that keeps an answer fails the second) and every benchmark
-        once, under every input distribution of the target."""
-        out = []
-        for dist in self.target.distributions:
-            for i, spec in enumerate(self.target.tests):
-                for call in (1, 2):
-                    seed = derive(self.secret, nonce, "test", i, call, dist.name)
-                    out.append(Case("test", i, call, dist.name, with_seed(spec, seed)))
-            for j, spec in enumerate(self.target.benchmarks):
-                seed = derive(self.secret, nonce, "benchmark", j, dist.name)
-                out.append(Case("benchmark", j, 1, dist.name, with_seed(spec, seed)))
-        return out
-
-    def timing_seeds(self, index: int, nonce: int, pair: int, sets: int) -> list[int]:
-        """The warm-up seed, then one seed per timing input set of benchmark `index` in one process pair: the
-        round's own where the sets are kept (every pair and comparison of the round times the same sets), else
-        the pair's."""
-        if self.sets_kept:
-            return [derive(self.secret, "timing", index, n) for n in range(sets + 1)]
-        return [derive(self.secret, nonce, "timing", pair, index, n) for n in range(sets + 1)]
-
-    def projection_seed(self, index: int, nonce: int, pair: int) -> int:
-        if self.sets_kept:
-            return derive(self.secret, "projection", index)
-        return derive(self.secret, nonce, "projection", pair, index)
-
-    def kept_name(self, index: int) -> str:
-        """The name the oracle keeps benchmark `index`'s timing sets under ('' where they are not kept)."""
-        return f"timing-{index}" if self.sets_kept else ""
-
-    def shift(self, nonce: int, pair: int, index: int) -> int:
-        """Where a pair's inputs start below a page (drawn): both kernels of the pair share it."""
-        return SHIFT_STEP * (derive(self.secret, nonce, "shift", pair, index) % (4096 // SHIFT_STEP))
 
     @property
     def poll_s(self) -> float:
@@ -267,13 +188,13 @@ class Evaluator:
         workspace = Path(workspace).resolve()
         exchange = self.exchange_dir()
         init, policy, env, scratch = self._runner_setup(workspace, exchange, timed)
-        log_path = self._log_path(workspace, log_name, scratch)
+        log_path = places.log_path(self.root, workspace, log_name, scratch)
         worker = None
         while worker is None and self._pool:
             spare = self._pool.pop(0)
             try:
                 worker = spare.bind(init, workspace=workspace, log_path=log_path,
-                                    policy=spare_policy(policy, spare), env=env)
+                                    policy=places.spare_policy(policy, spare), env=env)
             except (WorkerError, CommandFailed):
                 spare.close()  # a spare that broke is judge's loss, never the kernel's: the next one, or a cold start
         if worker is None:
@@ -287,20 +208,6 @@ class Evaluator:
         self._attach(worker, workspace)
         return worker
 
-    def _log_path(self, workspace: Path, log_name: str, scratch: Path | None) -> Path:
-        """A runner's log: in its workspace, or for a timed runner in judge's own directory, which no runner reads
-        (a log in the workspace would carry what one pair's runner printed to the next pair's)."""
-        if scratch is None:
-            return workspace / log_name
-        logs = self.timing_logs(workspace)
-        logs.mkdir(parents=True, exist_ok=True)
-        return logs / log_name
-
-    def timing_logs(self, workspace: Path) -> Path:
-        """Where the timed runners of the kernel in `workspace` write their logs (judge's directory, by workspace)."""
-        workspace = Path(workspace).resolve()
-        return self.root / "logs" / f"{workspace.name}-{hashlib.sha256(str(workspace).encode()).hexdigest()[:8]}"
-
     def prebind(self, workspace: Path, count: int, prefix: str = "timing") -> int:
         """Bind up to `count` ready spares to `workspace` and have them import its kernel, without waiting, while
         something untimed runs (a correctness stage); `prebound` hands them over. How many were bound."""
@@ -310,11 +217,11 @@ class Evaluator:
             self._pool.remove(spare)
             spare.exchange = self.exchange_dir()
             init, policy, env, scratch = self._runner_setup(workspace, spare.exchange, timed=True)
-            log = self._log_path(workspace, f"{prefix}-{spare.pid}.log", scratch)
+            log = places.log_path(self.root, workspace, f"{prefix}-{spare.pid}.log", scratch)
             if scratch is not None:
                 self._scratch[spare.pid] = scratch
             try:
-                spare.bind(init, workspace=workspace, log_path=log, policy=spare_policy(policy, spare), env=env,
+                spare.bind(init, workspace=workspace, log_path=log, policy=places.spare_policy(policy, spare), env=env,
                            wait=False)
                 spare.start("load")
             except (WorkerError, CommandFailed):
@@ -377,16 +284,17 @@ class Evaluator:
             self.ask("collect")
 
     def exchange_dir(self) -> Path:
-        """A new, empty directory for one runner's host files, judge's own and under judge's root, where no
-        kernel can write (its confinement lets it open the files the oracle makes there, nothing else), its
-        name drawn so that no kernel can guess it. Issue 39: in the workspace, a kernel that planted files or a
-        link where its next runners' directories would be made the oracle fail the round or write elsewhere."""
-        parent = self.root / "exchange"
-        parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        directory = parent / secrets.token_hex(8)
-        directory.mkdir(mode=0o755)
-        os.chmod(directory, 0o755)  # searchable by a runner that dropped to uid nobody, whatever the umask
-        return directory
+        return places.exchange_dir(self.root)
+
+    def timing_logs(self, workspace: Path) -> Path:
+        """Where the timed runners of the kernel in `workspace` write their logs."""
+        return places.timing_logs(self.root, workspace)
+
+    def _rules(self, workspace: Path, exchange: Path | None = None, scratch: Path | None = None):
+        """The confinement of a runner in `workspace` (None when unconfined) and its environment."""
+        if not self.confine:
+            return None, self.env()
+        return places.rules(self.env(), workspace, exchange, scratch)
 
     def _attach(self, worker: Worker, workspace: Path) -> None:
         """Have the oracle make the runner's host files in the runner's exchange directory, owned by the user the
@@ -465,33 +373,10 @@ class Evaluator:
         That is what lets a round time the same input sets in every pair (`keep_sets`)."""
         from ..sandbox.isolation import policy_to_json
 
-        scratch = self._new_scratch(workspace) if timed and self.confine else None
+        scratch = places.new_scratch(self.root, workspace) if timed and self.confine else None
         rules, env = self._rules(workspace, exchange, scratch)
         init = {"workspace": str(workspace), "kernel_file": self.target.kernel_file}
         return init, policy_to_json(rules) if rules else None, env, scratch
-
-    def _new_scratch(self, workspace: Path) -> Path:
-        scratch = self.root / "scratch" / secrets.token_hex(8)
-        scratch.mkdir(parents=True)
-        caches = workspace / ".cache"
-        if caches.is_dir() and not caches.is_symlink():
-            shutil.copytree(caches, scratch / ".cache", symlinks=True, ignore_dangling_symlinks=True,
-                            dirs_exist_ok=True)
-        return scratch
-
-    def _rules(self, workspace: Path, exchange: Path | None = None, scratch: Path | None = None):
-        """The confinement of a runner in `workspace` (None when unconfined) and its environment: it writes in
-        its workspace, or only in `scratch` and reads the workspace; `exchange` holds its host files."""
-        from ..sandbox.confine import Policy, child_env, prepare
-
-        env = self.env()
-        if not self.confine:
-            return None, env
-        exchanges = [exchange] if exchange else []
-        rules = Policy(writable=[workspace], readable=[], exchange=exchanges) if scratch is None else \
-            Policy(writable=[scratch], readable=[workspace], exchange=exchanges)
-        prepare(rules)
-        return rules, child_env(rules, env)
 
     def _new_spare(self) -> Worker:
         """A spare forked from the template (its cores are the template's), or one that imports torch itself

@@ -1,0 +1,83 @@
+"""The seeds of a round's inputs, drawn from its secret: correctness cases, timing sets, projections and offsets.
+Seeds in task.yml are public, the ones used are not; each evaluation has a nonce of its own, so nothing one
+candidate saw or left behind fits another's, except the timing sets a round keeps for every pair (sets_kept), which
+no runner sees before its call and none carries to the next (judge.stages.evaluation)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+# The offsets of a pair's inputs move by a multiple of this, below a page: where buffers land is drawn per pair.
+SHIFT_STEP = 256
+
+
+def derive(secret: int, *parts: Any) -> int:
+    """A 31-bit seed from the run's secret and a case's coordinates (31 bits suit every generator)."""
+    digest = hashlib.sha256(repr((secret, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def with_seed(spec: dict, seed: int) -> dict:
+    """The spec with its seed replaced; a spec without a seed has fixed inputs and stays as it is."""
+    return {**spec, "seed": seed} if "seed" in spec else dict(spec)
+
+
+@dataclass
+class Case:
+    """One correctness call: which task.yml entry, under which input distribution, with which seed."""
+
+    kind: str  # "test" | "benchmark"
+    index: int
+    call: int
+    distribution: str
+    spec: dict
+
+    @property
+    def key(self) -> tuple:
+        return (self.kind, self.index, self.distribution)
+
+
+class RoundSeeds:
+    """What an Evaluator derives from its `secret` (it provides `secret`, `target`, `_nonces` and `sets_kept`)."""
+
+    def nonce(self) -> int:
+        """A number of one evaluation's own, from which its seeds are derived."""
+        self._nonces += 1
+        return derive(self.secret, "evaluation", self._nonces)
+
+    def cases(self, nonce: int = 0) -> list[Case]:
+        """Every test twice (two seeds: a kernel that keeps an answer fails the second) and every benchmark
+        once, under every input distribution of the target."""
+        out = []
+        for dist in self.target.distributions:
+            for i, spec in enumerate(self.target.tests):
+                for call in (1, 2):
+                    seed = derive(self.secret, nonce, "test", i, call, dist.name)
+                    out.append(Case("test", i, call, dist.name, with_seed(spec, seed)))
+            for j, spec in enumerate(self.target.benchmarks):
+                seed = derive(self.secret, nonce, "benchmark", j, dist.name)
+                out.append(Case("benchmark", j, 1, dist.name, with_seed(spec, seed)))
+        return out
+
+    def timing_seeds(self, index: int, nonce: int, pair: int, sets: int) -> list[int]:
+        """The warm-up seed, then one seed per timing input set of benchmark `index` in one process pair: the
+        round's own where the sets are kept (every pair and comparison of the round times the same sets), else
+        the pair's."""
+        if self.sets_kept:
+            return [derive(self.secret, "timing", index, n) for n in range(sets + 1)]
+        return [derive(self.secret, nonce, "timing", pair, index, n) for n in range(sets + 1)]
+
+    def projection_seed(self, index: int, nonce: int, pair: int) -> int:
+        if self.sets_kept:
+            return derive(self.secret, "projection", index)
+        return derive(self.secret, nonce, "projection", pair, index)
+
+    def kept_name(self, index: int) -> str:
+        """The name the oracle keeps benchmark `index`'s timing sets under ('' where they are not kept)."""
+        return f"timing-{index}" if self.sets_kept else ""
+
+    def shift(self, nonce: int, pair: int, index: int) -> int:
+        """Where a pair's inputs start below a page (drawn): both kernels of the pair share it."""
+        return SHIFT_STEP * (derive(self.secret, nonce, "shift", pair, index) % (4096 // SHIFT_STEP))
