@@ -98,7 +98,13 @@ def tree_rss(pid: int) -> int:
 
 
 def limited_group(limit: int) -> Path | None:
-    """A cgroup v2 with memory.max = `limit`, or None where this process may not make one."""
+    """A cgroup v2 with memory.max = `limit`, or None where this machine has no cgroup v2 memory controller or
+    this process may not make one."""
+    try:
+        if "memory" not in (CGROUP / "cgroup.controllers").read_text().split():
+            return None
+    except OSError:
+        return None
     group = CGROUP / f"judge-memory-{os.getpid()}"
     try:
         group.mkdir()
