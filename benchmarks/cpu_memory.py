@@ -161,8 +161,8 @@ def main() -> int:
         except (ValueError, TypeError, KeyError):
             verdicts = []
         gib = 1 << 30
-        print(f"| elements | limit | exit | verdicts | seconds | peak RSS (tree) | cgroup memory.peak |")
-        print(f"|---:|---:|---:|---|---:|---:|---:|")
+        print("| elements | limit | exit | verdicts | seconds | peak RSS (tree) | cgroup memory.peak |")
+        print("|---:|---:|---:|---|---:|---:|---:|")
         print(f"| {args.elements:,} ({args.elements * 4 / gib:.2f} GiB in, as much out) | "
               f"{args.limit_gib if group else '-'} GiB | {proc.returncode} | {verdicts} | {seconds:.0f} | "
               f"{peak[0] / gib:.2f} GiB | {'-' if group_peak is None else f'{group_peak / gib:.2f} GiB'} |")
