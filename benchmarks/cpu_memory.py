@@ -157,9 +157,14 @@ def main() -> int:
             except OSError:
                 pass
         try:
-            verdicts = [(v["proposal_id"], v["outcome"]) for s in json.loads(out) for v in s.get("verdicts", [])]
-        except (ValueError, TypeError, KeyError):
+            answer = json.loads(out)
+        except ValueError:
+            answer = None
+        if isinstance(answer, list):
+            verdicts = [(v["proposal_id"], v["outcome"]) for s in answer for v in s.get("verdicts", [])]
+        else:  # judge's error object (or nothing): its line is printed below
             verdicts = []
+            err = (answer or {}).get("error", err) if isinstance(answer, dict) else err
         gib = 1 << 30
         print("| elements | limit | exit | verdicts | seconds | peak RSS (tree) | cgroup memory.peak |")
         print("|---:|---:|---:|---|---:|---:|---:|")
