@@ -9,8 +9,10 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 py="${1:-python3}"
+case "$py" in */*) py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")" ;; esac  # the script changes directory
 judge() { "$py" -m judge.cli.main "$@"; }
-home="$(mktemp -d)"; trap 'kill $server 2>/dev/null || true; rm -rf "$home"' EXIT
+server=""
+home="$(mktemp -d)"; trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$home"' EXIT
 export PYTHONPATH="$repo"
 unset JUDGE_SERVER JUDGE_TOKEN JUDGE_LEDGER
 mkdir -p "$home/server" "$home/alice" "$home/boss"
