@@ -187,3 +187,16 @@ def test_the_oracles_outbox_is_counted_once():
     # the correctness stage left the oracle an 8 GiB outbox: in use on the card, and in the plan's own sum
     device = DeviceMemory("GPU", 80 * GIB, 40 * GIB, held=8 * GIB)
     assert device.in_use == 32 * GIB and device.usable == 32 * GIB
+
+
+def test_a_round_keeps_its_sets_only_where_every_benchmarks_sets_fit_at_once():
+    sizes = [BenchmarkBytes(GIB, 0, 0)] * 4
+    # at the minimum: 4 x 2 copies, then 4 x 3 sets kept (or one benchmark's 3 made per pair), and one spare input
+    assert budget.need_of(sizes, [BenchmarkPlan(2, 2)] * 4, kept=True) == 21 * GIB
+    assert budget.need_of(sizes, [BenchmarkPlan(2, 2)] * 4) == 12 * GIB
+    roomy = DeviceMemory("GPU", 80 * GIB, 80 * GIB)
+    assert budget.plan_round(roomy, sizes, ["b"] * 4, keep=True).kept
+    assert not budget.plan_round(roomy, sizes, ["b"] * 4, keep=False).kept
+    tight = DeviceMemory("GPU", 20 * GIB, 20 * GIB)  # 16 GiB usable: too little to keep, enough to make them again
+    plan = budget.plan_round(tight, sizes, ["b"] * 4, keep=True)
+    assert not plan.kept and plan.need <= tight.usable

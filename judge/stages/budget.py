@@ -76,10 +76,7 @@ class MemoryPlan:
     device: DeviceMemory
     benchmarks: list[BenchmarkPlan]
     need: int  # bytes the plan holds at its peak
-
-    def line(self) -> str:
-        return (f"timing holds at most {gib(self.need)} of {self.device.name}'s {gib(self.device.total)} "
-                f"({gib(self.device.usable)} usable)")
+    kept: bool = False  # every benchmark's sets held at once, kept from one pair to the next
 
 
 def gib(nbytes: int) -> str:
@@ -134,4 +131,15 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
                 trial[i] = BenchmarkPlan(**{**plans[i].__dict__, field: current + 1})
                 if need_of(sizes, trial, kept) <= usable:
                     plans, grown = trial, True
-    return MemoryPlan(device, plans, need_of(sizes, plans, kept))
+    return MemoryPlan(device, plans, need_of(sizes, plans, kept), kept)
+
+
+def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], keep: bool) -> MemoryPlan:
+    """A round's plan: with its sets kept across pairs where `keep` and they fit so, else made again for every pair
+    (the JudgeError of a benchmark that cannot fit even then)."""
+    if keep:
+        try:
+            return plan_memory(device, sizes, labels, kept=True)
+        except JudgeError:
+            pass
+    return plan_memory(device, sizes, labels)

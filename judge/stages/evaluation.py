@@ -66,7 +66,6 @@ class Evaluator(RoundSeeds):
             self.spares = default_spares(self.target)
         self._plans: dict[tuple, dict] = {}
         self._memory_plan: budget.MemoryPlan | None = None
-        self._sets_kept = False
         if self.keep_sets is None:
             self.keep_sets = self.runners_leave_nothing
         self._scratch: dict[int, Path] = {}  # a timed runner's pid -> its private scratch directory
@@ -130,24 +129,16 @@ class Evaluator(RoundSeeds):
         the device's memory as the oracle finds it (judge.stages.budget); sets are kept from one pair to the next
         where `keep_sets` and they fit. A benchmark that cannot fit is the round's JudgeError, before any timing."""
         if self._memory_plan is None:
-            device = budget.DeviceMemory(**self.ask("memory"))
             sizes = [self._bytes(index) for index in range(len(self.target.benchmarks))]
-            labels = [self.target.benchmark_label(index) for index in range(len(sizes))]
-            plan = None
-            if self.keep_sets:
-                try:
-                    plan = budget.plan_memory(device, sizes, labels, kept=True)
-                except JudgeError:
-                    pass  # kept sets do not fit: they are made again for every pair
-            self._sets_kept = plan is not None
-            self._memory_plan = plan or budget.plan_memory(device, sizes, labels)
+            self._memory_plan = budget.plan_round(budget.DeviceMemory(**self.ask("memory")), sizes,
+                                                  [self.target.benchmark_label(i) for i in range(len(sizes))],
+                                                  bool(self.keep_sets))
         return self._memory_plan
 
     @property
     def sets_kept(self) -> bool:
         """Whether a benchmark's timing sets are kept from one pair to the next (and across the round)."""
-        self.memory_plan()
-        return self._sets_kept
+        return self.memory_plan().kept
 
     def sets_for(self, index: int) -> int:
         return self.memory_plan().benchmarks[index].sets
