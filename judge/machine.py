@@ -6,6 +6,7 @@ the machine's GPU by calling `facts_here` in a child.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -226,3 +227,21 @@ def _version(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
+
+
+def host_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> dict:
+    """The host's memory as a CPU target's timing may use it: MemTotal and MemAvailable, or the cgroup's limit and
+    what is left under it where that is lower (a container's 18 GiB on a larger host)."""
+    fields = {}
+    for line in open(meminfo):
+        name, _, rest = line.partition(":")
+        fields[name] = int(rest.split()[0]) * 1024
+    total, free = fields["MemTotal"], fields.get("MemAvailable", fields.get("MemFree", 0))
+    try:
+        limit = open(os.path.join(cgroup, "memory.max")).read().strip()
+        current = int(open(os.path.join(cgroup, "memory.current")).read())
+        if limit != "max" and int(limit) < total:
+            total, free = int(limit), min(free, max(0, int(limit) - current))
+    except (OSError, ValueError):
+        pass
+    return {"name": "the host", "total": total, "free": free}

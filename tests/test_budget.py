@@ -127,7 +127,7 @@ def test_kept_sets_are_made_once_for_every_pair_and_made_again_for_other_seeds(o
 
 
 def test_repetitions_follow_the_kernels_duration():
-    assert [turns.reps_for(us) for us in (0.0, 8.0, 10_000.0, 41_700.0, 230_000.0, 1e6)] == [50, 50, 50, 12, 3, 3]
+    assert [turns.reps_for(us) for us in (0.0, 8.0, 10_000.0, 41_700.0, 230_000.0, 1e6)] == [50, 50, 25, 6, 2, 2]
 
 
 def test_a_runner_cannot_claim_longer_calls_than_its_warm_up_took_nor_a_number_that_is_none():
@@ -200,3 +200,41 @@ def test_a_round_keeps_its_sets_only_where_every_benchmarks_sets_fit_at_once():
     tight = DeviceMemory("GPU", 20 * GIB, 20 * GIB)  # 16 GiB usable: too little to keep, enough to make them again
     plan = budget.plan_round(tight, sizes, ["b"] * 4, keep=True)
     assert not plan.kept and plan.need <= tight.usable
+
+
+def test_long_calls_are_timed_on_the_call_clock_alone_and_others_on_both():
+    assert turns.clocks_for(False, "gpu", 1_007_000.0) == (["call"], "call")  # qr_py's batched geqrf: a second
+    assert turns.clocks_for(False, "gpu", 49_999.0) == (["gpu", "call"], "gpu")
+    assert turns.clocks_for(True, "host", 2e6) == (["host"], "host")
+
+
+def test_the_device_running_out_of_memory_in_a_pair_leaves_the_candidate_not_run_and_other_failures_the_rounds():
+    from judge.errors import JudgeError
+
+    oom = JudgeError("t: the reference failed in the oracle (benchmark): IpcError: cuMemAlloc failed: "
+                     "CUDA_ERROR_OUT_OF_MEMORY (2); see oracle.log")
+    stopped = timing.out_of_memory(oom, 14)
+    assert (stopped.status, stopped.who) == ("not-run", "cand")
+    assert stopped.message == ("the device had no room left for benchmark 14's input sets beside this pair's runners "
+                               "(IpcError: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2); see oracle.log)")
+    other = JudgeError("t: the reference failed in the oracle (benchmark): ValueError: bad spec")
+    assert timing.out_of_memory(other, 0) is other
+
+
+def test_the_oracle_gives_back_kept_sets_when_the_device_has_less_free_than_a_benchmark_needs(oracle, monkeypatch,
+                                                                                                capsys):
+    import torch
+
+    _bench(oracle, "t-0-0", [10, 11, 12], keep="timing-0")
+    oracle.release("t-0-0")
+    free = {"bytes": 10 * GIB}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (free["bytes"], 80 * GIB))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    assert not oracle._make_room(4 * GIB, "timing-1")  # room enough: kept
+    assert not oracle._make_room(12 * GIB, "timing-0")  # its own sets are never given back for itself
+    assert list(oracle.kept) == ["timing-0"]
+    assert oracle._make_room(12 * GIB, "timing-1")
+    assert oracle.kept == {}
+    assert capsys.readouterr().err == ("judge oracle: 10240 MiB free of the 12288 MiB a benchmark needs: the sets kept "
+                                       "for 1 other benchmarks given back, 10240 MiB free now\n")

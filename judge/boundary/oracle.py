@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
-from ..machine import facts_here
+from .compare import compare_outputs, failed
+from ..machine import facts_here, host_memory
 
 # Shown mismatches when the target sets no tolerance (its check_implementation then decides alone).
 FALLBACK_RTOL = FALLBACK_ATOL = 1e-3
@@ -188,10 +189,10 @@ class Oracle:
         area = self.areas[key]
         try:
             if structure is None:
-                return _fail({"passed": True, "reason": ""}, "no output was handed over")
+                return failed("no output was handed over")
             got = staging.output(leaves, structure, self.files.get(runner), self.device_outbox, like=expected)
         except exchange.ExchangeError as error:
-            return _fail({"passed": True, "reason": ""}, str(error))
+            return failed(str(error))
         finally:
             staging.wipe(area)
             self._retire(key)
@@ -203,25 +204,35 @@ class Oracle:
     # ---- timing -----------------------------------------------------------------------------------------
 
     def benchmark(self, key: str, spec: dict, distribution: str, seeds: list[int], projection_seed: int,
-                  copies: int, runners: list[int], shift: int = 0, flush: bool = False, keep: str = "") -> dict:
+                  copies: int, runners: list[int], shift: int = 0, flush: bool = False, keep: str = "",
+                  reserve: int = 0) -> dict:
         """A benchmark's timing sets for one comparison: the warm-up set (seeds[0], never timed) and a set per
         later seed, each with its answer's projections, made as they are first needed (TimingSets); the area
         `copies` copies wide. Sets asked for again under the same `keep` name with the same seeds are not made again
-        (judge.stages.evaluation says when a round keeps them). Returns each runner's `build` plan."""
+        (judge.stages.evaluation says when a round keeps them). `reserve`: the bytes the benchmark needs on the
+        device with its sets (judge.stages.budget). Returns each runner's `build` plan."""
         started = time.perf_counter()
         made = self.kept.get(keep) if keep else None
         if made is None or made.seeds != seeds or made.projection_seed != projection_seed:
             self.kept.pop(keep, None)
+            self._make_room(reserve, keep)
             made = self._timing_sets(spec, distribution, seeds, projection_seed)
             if keep:
                 self.kept[keep] = made
+        else:
+            self._make_room(reserve, keep)
         self._retire(key)
         flush_bytes = 0
         if flush:
             from .runner import flush_bytes as l2_flush_bytes
 
             flush_bytes = l2_flush_bytes()
-        area = staging.lay_out(made.sets["warm"], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
+        try:
+            area = staging.lay_out(made.sets["warm"], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
+        except cuda_ipc.IpcError as error:  # once more, with every other benchmark's kept sets given back
+            if "OUT_OF_MEMORY" not in str(error) or not self._make_room(1 << 62, keep):
+                raise
+            area = staging.lay_out(made.sets["warm"], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
         area.sets = {name: staging.tensors_of(data) for name, data in made.sets.items()}
         self.areas[key] = area
         self.timing[key] = made
@@ -230,6 +241,28 @@ class Oracle:
         _release(always=True)
         return {"plans": plans, "sets": len(seeds) - 1, "copies": copies,
                 "seconds": round(time.perf_counter() - started, 3)}
+
+    def _make_room(self, reserve: int, keep: str = "") -> bool:
+        """Give back the sets kept for benchmarks other than `keep` when the device has less free than `reserve`
+        (less what `keep`'s own kept sets already hold): what the plan could not see (caches of the processes beside
+        the oracle) took the room, and kept sets only save time. Whether anything was given back."""
+        import torch
+
+        others = [name for name in self.kept if name != keep]
+        if not others or not torch.cuda.is_available():
+            return False
+        own = self.kept.get(keep)
+        held = sum(getattr(t, "nbytes", 0) for data in own.sets.values() for t in staging.tensors_of(data)) if own else 0
+        free = torch.cuda.mem_get_info()[0]
+        if free >= reserve - held:
+            return False
+        for name in others:
+            del self.kept[name]
+        torch.cuda.empty_cache()
+        print(f"judge oracle: {free >> 20} MiB free of the {max(0, reserve - held) >> 20} MiB a benchmark needs: the "
+              f"sets kept for {len(others)} other benchmarks given back, {torch.cuda.mem_get_info()[0] >> 20} MiB "
+              "free now", file=sys.stderr)
+        return True
 
     def _timing_sets(self, spec: dict, distribution: str, seeds: list[int], projection_seed: int) -> TimingSets:
         """The warm-up set and the first timed set made, and the first set's answer: the output slots are read off
@@ -312,63 +345,6 @@ def outbox_need(expected) -> tuple[int, bool]:
     return staging.outbox_bytes(expected), any(getattr(t, "is_cuda", False) for _, t in tensors.leaves(expected))
 
 
-def compare_outputs(got, expected, data, tolerance: tuple[float, float], rtol, atol, checker) -> dict:
-    """A correctness verdict on the output the oracle rebuilt (`got`, judge.boundary.staging.output): each tensor
-    against the reference's in float64, each number exactly (int, bool, None) or within the tolerance (float),
-    leaves paired by path; then check_implementation on the pristine inputs and `got` as the kernel returned it."""
-    import torch
-
-    result: dict[str, Any] = {"passed": True, "reason": ""}
-    pairs, problem = tensors.paired(tensors.leaves(got), tensors.leaves(expected))
-    if problem:
-        return _fail(result, problem)
-    rtol_, atol_ = tolerance
-    strict = rtol is not None or atol is not None or checker is None
-    comparisons = []
-    for path, value, reference_value in pairs:
-        if isinstance(reference_value, torch.Tensor) != isinstance(value, torch.Tensor):
-            what = "a tensor" if isinstance(value, torch.Tensor) else "a Python number" if tensors.is_number(
-                value) else "no tensor"
-            wanted = "a tensor" if isinstance(reference_value, torch.Tensor) else "a number"
-            return _fail(result, f"output{path} is {what}, where the reference returns {wanted}")
-        if not isinstance(reference_value, torch.Tensor):
-            if not tensors.is_number(reference_value):
-                return _fail(result, f"output{path} of the reference is neither a tensor nor a number")
-            comparisons.append(tensors.compare_number(path, value, reference_value, rtol_, atol_))
-            continue
-        if tuple(value.shape) != tuple(reference_value.shape):
-            if strict:
-                return _fail(result, f"output{path} has shape {tuple(value.shape)}, "
-                                     f"expected {tuple(reference_value.shape)}")
-            # GPU MODE's checkers compare with broadcasting (a sum returned as shape (1,) against ()): without a
-            # tolerance of judge's own, the problem's checker decides.
-            continue
-        comparisons.append(tensors.compare(path, value, reference_value, rtol_, atol_))
-    result["outputs"] = comparisons
-    reasons = _mismatches(comparisons, strict)
-    if checker is not None:
-        # check_implementation gets pristine inputs (GPU MODE's own checkers recompute the reference from them)
-        # and the output with the nesting the kernel returned, named tuples as the reference's own classes
-        ok, message = verdict(checker(data, got))
-        result["check_implementation"] = {"passed": ok, "message": message[:2000]}
-        if not ok:
-            reasons.append(f"check_implementation: {message.splitlines()[0][:300] if message else 'failed'}")
-    return _fail(result, "; ".join(reasons)) if reasons else result
-
-
-def _mismatches(comparisons: list[dict], strict: bool) -> list[str]:
-    """A reason per output with NaN/Inf, and per output out of tolerance where judge's tolerance decides."""
-    reasons = []
-    for comp in comparisons:
-        if comp["nonfinite"]:
-            reasons.append(f"output{comp['path']} has {comp['nonfinite']} NaN/Inf of {comp['elements']} elements")
-        elif comp["mismatched"] and strict:
-            reasons.append(
-                f"output{comp['path']}: {comp['mismatched']} of {comp['elements']} elements differ "
-                f"(max abs err {comp['max_abs_err']:.3g}, max rel err {comp['max_rel_err']:.3g})")
-    return reasons
-
-
 def _is_tensor(value) -> bool:
     import torch
 
@@ -403,41 +379,6 @@ def _release(always: bool = False) -> None:
 
     if torch.cuda.is_available() and (always or torch.cuda.memory_reserved() > RELEASE_ABOVE_BYTES):
         torch.cuda.empty_cache()
-
-
-def host_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> dict:
-    """The host's memory as a CPU target's timing may use it: MemTotal and MemAvailable, or the cgroup's limit and
-    what is left under it where that is lower (a container's 18 GiB on a larger host)."""
-    fields = {}
-    for line in open(meminfo):
-        name, _, rest = line.partition(":")
-        fields[name] = int(rest.split()[0]) * 1024
-    total, free = fields["MemTotal"], fields.get("MemAvailable", fields.get("MemFree", 0))
-    try:
-        limit = open(os.path.join(cgroup, "memory.max")).read().strip()
-        current = int(open(os.path.join(cgroup, "memory.current")).read())
-        if limit != "max" and int(limit) < total:
-            total, free = int(limit), min(free, max(0, int(limit) - current))
-    except (OSError, ValueError):
-        pass
-    return {"name": "the host", "total": total, "free": free}
-
-
-def _fail(result: dict, reason: str) -> dict:
-    result["passed"] = False
-    result["reason"] = reason
-    return result
-
-
-def verdict(value) -> tuple[bool, str]:
-    """GPU MODE's checkers return (ok, message), a message that is empty when ok, or a bool."""
-    if isinstance(value, tuple) and len(value) == 2:
-        return bool(value[0]), str(value[1] or "")
-    if isinstance(value, str):
-        return value == "", value
-    if value is None:
-        return True, ""
-    return bool(value), ""
 
 
 def oracle_dir(target, dest) -> Any:

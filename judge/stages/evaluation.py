@@ -129,7 +129,7 @@ class Evaluator(RoundSeeds):
         the device's memory as the oracle finds it (judge.stages.budget); sets are kept from one pair to the next
         where `keep_sets` and they fit. A benchmark that cannot fit is the round's JudgeError, before any timing."""
         if self._memory_plan is None:
-            sizes = [self._bytes(index) for index in range(len(self.target.benchmarks))]
+            sizes = [self.bytes_of(index) for index in range(len(self.target.benchmarks))]
             self._memory_plan = budget.plan_round(budget.DeviceMemory(**self.ask("memory")), sizes,
                                                   [self.target.benchmark_label(i) for i in range(len(sizes))],
                                                   bool(self.keep_sets))
@@ -146,7 +146,7 @@ class Evaluator(RoundSeeds):
     def copies_for(self, index: int) -> int:
         return self.memory_plan().benchmarks[index].copies
 
-    def _bytes(self, index: int) -> budget.BenchmarkBytes:
+    def bytes_of(self, index: int) -> budget.BenchmarkBytes:
         spec = with_seed(self.target.benchmarks[index], 0)
         plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))
         return budget.BenchmarkBytes(max(1, plan.get("input_bytes", 1)), plan.get("output_bytes", 0),

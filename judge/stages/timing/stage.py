@@ -39,10 +39,12 @@ from ..lease import RunnerLease
 from ..progress import Progress, quiet
 from ...noise import MIN_PAIRS, Floor, default_floor
 from ...boundary.runner import spin_cycles, spin_for
+from ...errors import JudgeError
+from .. import budget
 from ..details import ABSENT, TimedBenchmark, TimingDetail
 from ..result import StageResult, not_run
 from ...targets import Target
-from .turns import PairTurns, reps_for
+from .turns import PairTurns, clocks_for, reps_for
 from ...sandbox.worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "timing"
@@ -128,6 +130,8 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
                     len(logs) >= MIN_PAIRS and time.monotonic() - started > budget):
                 break
     except Stopped as stop:
+        if stop.status == "not-run":
+            return not_run(STAGE, stop.message)
         return StageResult(STAGE, stop.status, f"{stop.status}: {'the base runner ' if stop.who == 'base' else ''}"
                            f"{stop.message}", time.monotonic() - started, TimingDetail(error=stop.message, who=stop.who),
                            stop.log)
@@ -190,16 +194,20 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
     sets, copies = evaluator.sets_for(index), evaluator.copies_for(index)
     key = f"t{nonce}-{pair}-{index}"
     pids = {who: w.pid for who, w in runners.items()}
-    made = evaluator.ask("benchmark", key=key, spec=spec, distribution=target.distributions[0].name,
-                         seeds=evaluator.timing_seeds(index, nonce, pair, sets),
-                         projection_seed=evaluator.projection_seed(index, nonce, pair), copies=copies,
-                         runners=list(pids.values()), shift=evaluator.shift(nonce, pair, index), flush=not target.on_cpu,
-                         keep=evaluator.kept_name(index))
+    try:
+        made = evaluator.ask("benchmark", key=key, spec=spec, distribution=target.distributions[0].name,
+                             seeds=evaluator.timing_seeds(index, nonce, pair, sets),
+                             projection_seed=evaluator.projection_seed(index, nonce, pair), copies=copies,
+                             runners=list(pids.values()), shift=evaluator.shift(nonce, pair, index),
+                             flush=not target.on_cpu, keep=evaluator.kept_name(index),
+                             reserve=budget.need_of([evaluator.bytes_of(index)], [evaluator.memory_plan().benchmarks[index]]))
+    except JudgeError as error:
+        raise out_of_memory(error, index) from None
     current = "cand"
     try:
         spin, serials, call_us = _enter_frames(evaluator, runners, key, made, copies, deadline, result)
-        clocks = ["host"] if target.on_cpu else ["gpu", "call"]
-        turns = PairTurns(evaluator, key, index, runners, clocks, target.deciding_clock, sets, copies, spin,
+        clocks, deciding = clocks_for(target.on_cpu, target.deciding_clock, call_us)
+        turns = PairTurns(evaluator, key, index, runners, clocks, deciding, sets, copies, spin,
                           random.Random(evaluator.shift(nonce, pair, index + 1000)), first, deadline,
                           reps=reps_for(call_us))
         measuring = time.monotonic()
@@ -226,6 +234,17 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
                          placement="separate" if target.on_cpu else "shared", measuring_s=measuring_s, strays=strays,
                          analysed=turns.analysed_clock(),
                          failure=turns.failure if turns.failure and turns.failure != "raised" else None)
+
+
+def out_of_memory(error: JudgeError, index: int) -> Exception:
+    """The oracle's failure to lay out a benchmark's sets: where the device ran out of memory (after the oracle gave
+    back every set it could), this candidate is not run rather than the round lost; who took the room (its
+    runner, the base's, or judge's plan) cannot be told from here, so it is no verdict on the candidate. Any
+    other failure is the round's error, as it was."""
+    if "out of memory" not in str(error).lower().replace("_", " "):
+        return error
+    return Stopped("not-run", f"the device had no room left for benchmark {index}'s input sets beside this pair's "
+                   f"runners ({str(error).split(': ', 2)[-1]})", "cand")
 
 
 def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,

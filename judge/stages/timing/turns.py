@@ -17,16 +17,18 @@ from typing import Any
 
 from . import audits
 from ...boundary import callframe
+from ...boundary.runner import LONG_CALL_US
 from ...sandbox.worker import Worker, time_left
 
 # The analysed clock's repetitions per kernel in one process pair and benchmark. Three pairs give 150, which on an
 # H100 put the worst self |geomean - 1| at 0.21-0.61% in five self-checks (2026-11-25, docs/judge_performance.md).
 REPS_PER_PAIR = 50
 # A kernel whose calls are long needs fewer: as many as take MEASURE_S of its time, at least MIN_REPS (a 1 s call
-# gets 3, where 50 took a minute a kernel and pair). The verdict's statistics are over pairs; within a pair a median
-# of three long calls, whose own spread is small, is what GPU MODE's eval.py takes (it stops at 0.1% relative error).
-MEASURE_S = 0.5
-MIN_REPS = 3
+# gets 2, where 50 took a minute a kernel and pair; calls under 5 ms, the FP8 target's among them, keep all 50). The verdict's statistics are over pairs (at least three); within
+# a pair two long calls, each on an input set neither process has seen, whose own spread is small, give the pair's
+# ratio (GPU MODE's eval.py takes three calls in one process, stopping at 0.1% relative error).
+MEASURE_S = 0.25
+MIN_REPS = 2
 MAX_ROUNDS = 4000
 # The clock that does not decide is measured on one round in this many (about REPS_PER_PAIR / 7 repetitions).
 # Where the GPU clock decides and a kernel leaves work on a side stream, the call clock becomes the one analysed
@@ -197,6 +199,17 @@ def clock_of(round_index: int, clocks: list[str], deciding: str, every: int) -> 
     if others and round_index % every == every - 1:
         return others[(round_index // every) % len(others)]
     return deciding
+
+
+def clocks_for(on_cpu: bool, deciding: str, call_us: float) -> tuple[list[str], str]:
+    """The clocks a benchmark's pair measures and the one that decides. Calls of LONG_CALL_US or more (both kernels'
+    warm-up calls, the shorter one's) are timed on the call clock alone: their launch is nothing beside them, the
+    call clock holds any side-stream work, and the GPU clock's spin and its own repetitions would only add calls."""
+    if on_cpu:
+        return ["host"], deciding
+    if call_us >= LONG_CALL_US:
+        return ["call"], "call"
+    return ["gpu", "call"], deciding
 
 
 def reps_for(call_us: float) -> int:
