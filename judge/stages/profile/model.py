@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 NCU = "ncu"
 TORCH = "torch.profiler"
-HOST = "host"  # torch.profiler's CPU ops on a CPU target
+HOST = "torch.profiler (host ops)"  # on a CPU target: where the host's time goes
 
 
 @dataclass

@@ -171,8 +171,8 @@ def _finish(bench: BenchmarkProfile, evaluator, peaks: Optional[Peaks], on_cpu: 
     """Each kernel's share of the call and its fractions of the measured peaks; the bounds."""
     if bench.error:
         return
-    busy = sum(k.us for k in bench.kernels)
-    call = max(bench.call_us or 0.0, 0.0 if on_cpu else busy) or None
+    busy = sum(k.us for k in bench.kernels)  # more than the call where the profiler's own cost swells it
+    call = max(bench.call_us or 0.0, busy) or None
     for kernel in bench.kernels:
         kernel.share = round(kernel.us / call, 4) if call else None
         if peaks is not None and kernel.dram_gbps is not None and peaks.dram_gbps:
