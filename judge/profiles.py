@@ -1,7 +1,7 @@
 """Profiles as library calls: a kernel text profiled on this machine (judge.stages.profile) unless the ledger already
 holds a usable profile of the same text on the same device, the device's peaks measured once, and what the brief and
 the scorecard show of a stored profile. A round profiles its base here once its timing is over (`profile_round_base`);
-`judge profile` comes through judge.round_actions.profile."""
+`judge profile` comes through judge.round_actions.profile; what the reports show is judge.report.profile's."""
 
 from __future__ import annotations
 
@@ -92,17 +92,6 @@ def profile_round_base(run, finished: bool, on_event: Callable[..., None]) -> No
     except Exception as error:  # noqa: BLE001 - judge's own failure here is the profile's, never the round's
         line = unavailable(f"{type(error).__name__}: {error}").line
     on_event(PROFILE_EVENT, target=run.target.name, proposal="(base)", line=line)
-
-
-def profile_view(ledger: Ledger, target: Target, source: str) -> Optional[dict]:
-    """What the brief and the scorecard show of the base's profile: the latest stored one of this exact text (a
-    usable one first, else the latest failure's line), or None where it was never profiled."""
-    sha = sha256(source)
-    stored = ledger.stored_profile(target.name, sha) or ledger.stored_profile(target.name, sha, usable_only=False)
-    if stored is None:
-        return None
-    profile = Profile.from_json(_without_row(stored))
-    return {**profile.to_json(), "line": profile.line, "device": stored["device"], "created_at": stored["created_at"]}
 
 
 def _without_row(stored: dict) -> dict:
