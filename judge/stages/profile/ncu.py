@@ -91,12 +91,12 @@ def parse_csv(text: str) -> list[dict]:
     rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
     header, body = rows[0], rows[1:]
     units = {}
-    if body and not _number(_cell(body[0], header, "ID")):
+    if body and _number(_cell(body[0], header, "ID")) is None:
         units = dict(zip(header, body[0]))
         body = body[1:]
     kernels = []
     for row in body:
-        if len(row) < len(header) // 2:
+        if len(row) < len(header):  # a line cut short: nothing in it can be placed
             continue
         values = dict(zip(header, row))
         kernels.append(_kernel(values, units))
