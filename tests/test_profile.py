@@ -19,6 +19,7 @@ from judge.stages.profile.bounds import bound_lines
 from judge.stages.profile.model import BenchmarkProfile, KernelShare, Profile
 from judge.stages.profile.peaks import Peaks
 from judge.targets import load_target
+from judge.wire import WireProfile
 
 FIXTURES = Path(__file__).parent / "fixtures"
 AXPY = FIXTURES / "axpy"
@@ -187,6 +188,7 @@ def test_the_brief_shows_the_bases_profile_per_benchmark(tmp_path):
                           device="NVIDIA H100 80GB HBM3", profile=ncu_profile().to_json())
     view = brief_view(ledger, target, 1)
     assert view["profile"]["benchmarks"][0]["kernels"][0]["dram_of_peak"] == 0.4167
+    assert WireProfile.model_validate(view["profile"]).model_dump() == view["profile"]  # as `judge serve` sends it
     text = render_brief(view, tmp_path).read_text()
     section = text[text.index("### Inside a call"):text.index("## What was tried")]
     day = view["profile"]["created_at"][:10]
