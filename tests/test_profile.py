@@ -55,6 +55,24 @@ def test_ncu_launches_the_runner_profiling_only_the_bracketed_calls():
                            "--profile-from-start", "off", "--target-processes", "all", "--launch-count"]
     assert command[-2:] == ["--metrics", ",".join(ncu.METRICS)]
     assert [command[i + 1] for i, part in enumerate(command) if part == "--section"] == list(ncu.SECTIONS)
+    assert command[command.index("--clock-control") + 1] == "none"  # times comparable with the call's own
+    assert "--metrics" not in ncu.launcher("ncu", Path("r.ncu-rep"), metrics=False)
+
+
+def test_why_ncu_failed_is_its_own_first_error_line():
+    log = ("==PROF== Connected to process 7\n==WARNING== Backing up device memory in system memory.\n"
+           "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters\n")
+    assert ncu.complaint(log) == ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA "
+                                  "GPU Performance Counters")
+    assert ncu.complaint("==WARNING== only this\n") == "==WARNING== only this"
+    assert ncu.complaint("torch says hi\n") is None
+
+
+def test_judge_ncu_names_ncu_or_hides_it(monkeypatch):
+    monkeypatch.setenv("JUDGE_NCU", "none")
+    assert ncu.find() is None
+    monkeypatch.setenv("JUDGE_NCU", "/opt/nsight/ncu")
+    assert ncu.find() == "/opt/nsight/ncu"
 
 
 def test_kernels_of_one_name_are_one_row_weighted_by_their_time():

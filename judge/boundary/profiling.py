@@ -20,12 +20,14 @@ def profile_calls(torch, kernel, datas: list, calls: int, mode: str, cuda: bool)
     """The call's own time (the median of TIMED_CALLS, nothing attached), then `calls` profiled calls."""
     call_us = _call_us(torch, kernel, datas, cuda)
     if mode == "ncu":
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
         for n in range(calls):
             kernel(datas[n % len(datas)])
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
         return {"call_us": call_us, "calls": calls}
     from torch.profiler import ProfilerActivity, profile
 

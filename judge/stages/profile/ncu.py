@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -40,7 +41,11 @@ NAME_COLUMNS = ("Kernel Name", "Function Name", "Demangled Name")
 
 
 def find() -> Optional[str]:
-    """ncu's path on this machine (PATH, then CUDA's usual place), or None."""
+    """ncu's path on this machine: JUDGE_NCU where set ("none": no ncu, as if it were missing), else PATH, then
+    CUDA's usual place; None where there is none."""
+    chosen = os.environ.get("JUDGE_NCU")
+    if chosen is not None:
+        return None if chosen in ("", "none") else chosen
     found = shutil.which("ncu")
     if found:
         return found
@@ -58,14 +63,25 @@ def version(ncu: str) -> Optional[str]:
     return lines[-1] if done.returncode == 0 and lines else None
 
 
-def launcher(ncu: str, report: Path) -> list[str]:
-    """The command that goes before a runner's own: ncu starts it, profiles the bracketed calls' kernels and
-    exports them to `report` (.ncu-rep) when the runner exits."""
+def launcher(ncu: str, report: Path, metrics: bool = True) -> list[str]:
+    """The command that goes before a runner's own: ncu starts it, profiles the bracketed calls' kernels at the
+    GPU's own clocks (not locked to base: their times are compared with the call's) and exports them to `report`
+    (.ncu-rep) when the runner exits. Without `metrics`, the sections alone (a GPU that lacks a metric named in
+    METRICS makes ncu refuse the whole run)."""
     command = [ncu, "--export", str(report), "--force-overwrite", "--profile-from-start", "off",
-               "--target-processes", "all", "--launch-count", str(LAUNCH_LIMIT)]
+               "--target-processes", "all", "--launch-count", str(LAUNCH_LIMIT), "--clock-control", "none"]
     for section in SECTIONS:
         command += ["--section", section]
-    return command + ["--metrics", ",".join(METRICS)]
+    return command + (["--metrics", ",".join(METRICS)] if metrics else [])
+
+
+def complaint(log: str) -> Optional[str]:
+    """ncu's first error (or else warning) line in a runner's log, where it wrote one (ERR_NVGPUCTRPERM, an
+    unknown metric, a process it could not follow)."""
+    lines = [line.strip() for line in (log or "").splitlines()]
+    found = [line for line in lines if line.startswith("==ERROR==")] or \
+        [line for line in lines if line.startswith("==WARNING==")]
+    return found[0][:300] if found else None
 
 
 def export_csv(ncu: str, report: Path) -> str:

@@ -11,6 +11,7 @@ the profile's ("profile unavailable: <reason>"), never the round's.
 
 from __future__ import annotations
 
+import subprocess
 import time
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +32,7 @@ from .peaks import Peaks
 STAGE = "profile"
 CALLS = {NCU: 1, TORCH: 5, HOST: 20}
 LIMIT_S = 900.0
+NCU_BUDGET_S = 420.0  # of LIMIT_S, for every benchmark under ncu: past it, torch.profiler has the rest
 FAILURES = (WorkerError, CommandFailed, JudgeError, OSError, RuntimeError, KeyError, ValueError)
 
 
@@ -55,7 +57,7 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
             if ncu is not None:
                 facts["versions"]["ncu"] = nsight.version(ncu)
                 try:
-                    benchmarks, tool = _under_ncu(evaluator, Path(workspace), ncu, deadline, progress), NCU
+                    benchmarks, tool = _under_ncu(evaluator, Path(workspace), ncu, deadline, progress, notes), NCU
                 except FAILURES as error:
                     notes.append(f"ncu failed ({one_line(_said(error))}): torch.profiler instead")
             elif not target.on_cpu:
@@ -93,30 +95,52 @@ def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress
         evaluator.close_runner(worker)
 
 
-def _under_ncu(evaluator, workspace: Path, ncu: str, deadline: float, progress: Progress) -> list[BenchmarkProfile]:
-    """A runner under ncu per benchmark; any failure raises, and the stage falls back to torch.profiler."""
+def _under_ncu(evaluator, workspace: Path, ncu: str, deadline: float, progress: Progress,
+               notes: list[str]) -> list[BenchmarkProfile]:
+    """A runner under ncu per benchmark, within NCU_BUDGET_S of the stage's time; any failure raises, and the stage
+    falls back to torch.profiler. Where the first benchmark fails with METRICS asked for, it is tried once more
+    with ncu's sections alone (a GPU without one of them), and so are the rest."""
     started = time.monotonic()
-    out = []
+    deadline = min(deadline, started + NCU_BUDGET_S)
+    metrics, out = True, []
     for index in range(len(evaluator.target.benchmarks)):
         _tell(progress, evaluator.target, index, started)
-        report = evaluator.root / f"ncu-{index}.ncu-rep"
-        worker = evaluator.runner(workspace, f"profile-ncu-{index}.log", timed=True,
-                                  launcher=tuple(nsight.launcher(ncu, report)))
         try:
-            worker.call("load", time_left(deadline))
-            value = _calls(evaluator, worker, index, CALLS[NCU], NCU, deadline)
-            worker.close(wait=True, grace_s=min(nsight.EXPORT_S, time_left(deadline)))  # ncu writes its report now
-        except (WorkerError, CommandFailed) as error:
-            raise RuntimeError(f"{_said(error)}; the runner's log ends: {_last_line(worker.log_tail())}") from None
-        finally:
-            evaluator.close_runner(worker)
-        kernels = nsight.parse_csv(nsight.export_csv(ncu, report))
-        if not kernels:
-            raise RuntimeError(f"ncu profiled no kernel of benchmark {index}")
-        bench = _from_runner(evaluator.target, index, value)
-        bench.kernels = _ncu_shares(kernels, value["calls"])
-        out.append(bench)
+            out.append(_one_under_ncu(evaluator, workspace, ncu, index, metrics, deadline))
+        except RuntimeError as error:
+            if index > 0 or not metrics:
+                raise
+            notes.append(f"ncu with its extra metrics failed ({one_line(str(error))}): its sections alone instead")
+            metrics = False
+            out.append(_one_under_ncu(evaluator, workspace, ncu, index, metrics, deadline))
     return out
+
+
+def _one_under_ncu(evaluator, workspace: Path, ncu: str, index: int, metrics: bool, deadline: float
+                   ) -> BenchmarkProfile:
+    report = evaluator.root / f"ncu-{index}.ncu-rep"
+    report.unlink(missing_ok=True)
+    worker = evaluator.runner(workspace, f"profile-ncu-{index}.log", timed=True,
+                              launcher=tuple(nsight.launcher(ncu, report, metrics)))
+    try:
+        worker.call("load", time_left(deadline))
+        value = _calls(evaluator, worker, index, CALLS[NCU], NCU, deadline)
+        worker.close(wait=True, grace_s=min(nsight.EXPORT_S, time_left(deadline)))  # ncu writes its report now
+    except (WorkerError, CommandFailed) as error:
+        said = nsight.complaint(worker.log_tail()) or f"the runner's log ends: {_last_line(worker.log_tail())}"
+        raise RuntimeError(f"{_said(error)}; {said}") from None
+    finally:
+        evaluator.close_runner(worker)
+    try:
+        kernels = nsight.parse_csv(nsight.export_csv(ncu, report))
+    except (OSError, subprocess.SubprocessError, RuntimeError) as error:
+        raise RuntimeError(f"{error}; {nsight.complaint(worker.log_tail()) or 'ncu said nothing'}") from None
+    if not kernels:
+        raise RuntimeError(f"ncu profiled no kernel of benchmark {index}: "
+                           f"{nsight.complaint(worker.log_tail()) or 'ncu said nothing'}")
+    bench = _from_runner(evaluator.target, index, value)
+    bench.kernels = _ncu_shares(kernels, value["calls"])
+    return bench
 
 
 def _calls(evaluator, worker, index: int, calls: int, mode: str, deadline: float) -> dict:
