@@ -50,9 +50,12 @@ def peaks_for(ledger: Ledger, target: Target, device: Optional[str], notes: list
 
 def profile_source(ledger: Ledger, target: Target, source: str, subject: str, root: Path, *,
                    round_id: Optional[int] = None, revision_id: Optional[int] = None, use_ncu: bool = True,
-                   again: bool = False, progress: Progress = quiet) -> dict[str, Any]:
+                   again: bool = False, progress: Progress = quiet, workspace: Optional[Path] = None
+                   ) -> dict[str, Any]:
     """The profile of the kernel text `source` on this machine: the stored one where the same text was profiled on
-    this device (`reused`), else profiled now in `root` and kept. Never raises for what the kernel or a tool did."""
+    this device (`reused`), else profiled now in `root` and kept. `workspace` is one where `source` is assembled
+    already (a round's base, whose compile caches its runners then find), else one is assembled under `root`.
+    Never raises for what the kernel or a tool did."""
     sha = sha256(source)
     device = device_here(target)
     stored = None if again else ledger.stored_profile(target.name, sha, device)
@@ -62,8 +65,9 @@ def profile_source(ledger: Ledger, target: Target, source: str, subject: str, ro
     notes: list[str] = []
     peaks = peaks_for(ledger, target, device, notes)
     root = Path(root).resolve()
-    workspace = fresh(root / "kernel")
-    target.assemble(workspace, source)
+    if workspace is None:
+        workspace = fresh(root / "kernel")
+        target.assemble(workspace, source)
     from .stages.profile.stage import profile_kernel
 
     profile = profile_kernel(target, workspace, root / "judge", device=device, peaks=peaks, use_ncu=use_ncu,
@@ -87,7 +91,8 @@ def profile_round_base(run, finished: bool, on_event: Callable[..., None]) -> No
     on_event("stage", proposal="(base)", stage="profile")
     try:
         done = profile_source(run.ledger, run.target, row["base_source"], "base", run.root / "profile",
-                              round_id=row["id"], progress=lambda **info: on_event("progress", proposal="(base)", **info))
+                              round_id=row["id"], workspace=run.base_dir,
+                              progress=lambda **info: on_event("progress", proposal="(base)", **info))
         line = Profile.from_json(done["profile"]).line + (" (kept from an earlier profile)" if done["reused"] else "")
     except Exception as error:  # noqa: BLE001 - judge's own failure here is the profile's, never the round's
         line = unavailable(f"{type(error).__name__}: {error}").line

@@ -186,7 +186,7 @@ def test_a_round_whose_profile_fails_says_so_in_one_line_and_goes_on(monkeypatch
     monkeypatch.setattr(profiles, "profile_source", broken)
     events = []
     run = SimpleNamespace(settings=SimpleNamespace(profile=True), gate=None, target=SimpleNamespace(name="axpy"),
-                          round_row={"id": 1, "base_source": "x"}, root=tmp_path,
+                          round_row={"id": 1, "base_source": "x"}, root=tmp_path, base_dir=tmp_path / "base",
                           ledger=SimpleNamespace(latest_evaluation=lambda *a, **k: {"outcome": "unchanged"}))
     profiles.profile_round_base(run, True, lambda kind, **info: events.append((kind, info)))
     assert events == [("stage", {"proposal": "(base)", "stage": "profile"}),
@@ -256,3 +256,31 @@ def test_judge_profile_json_gives_a_candidates_profile_and_then_reuses_it(judge_
         "  tensor cores: 75% of the measured FP8 peak over 1 kernel taking 90% of the call",
         f"     90% {GEMM} (2x, 2435.0 us)"]
     assert judge("profile", "--proposal", "nope").output == "error: proposal nope is not in the ledger\n"
+
+
+def test_a_round_profiles_its_base_after_its_verdicts_and_its_scorecard_shows_it(tmp_path, monkeypatch, faked):
+    import os
+
+    from fakestages import FakeStages
+
+    from judge.cli.progress import progress_line
+    from judge.report.rendering import render_round
+    from judge.rounds import Settings, run_round
+
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    os.symlink(AXPY, kernels / "axpy")
+    ledger = Ledger(tmp_path / "ledger.db")
+    settings = Settings(kernels_dir=kernels, work_dir=tmp_path / "work", cache_dir=tmp_path / "cache",
+                        stages=FakeStages(), profile=True)
+    events = []
+    [summary] = run_round(ledger, 1, target=load_target(kernels / "axpy"), settings=settings,
+                          on_event=lambda kind, **info: events.append((kind, info)))
+    kinds = [kind for kind, _ in events]
+    assert kinds[-2:] == ["stage", "profile"] and events[-1][1]["line"] == "profiled with ncu on NVIDIA H100 80GB HBM3"
+    assert faked == [(AXPY / "submission.py").read_text()]  # the round's base, once
+    text = render_round(ledger, 1, tmp_path / "reports").read_text()
+    assert "## Where the base's time goes (its profile)\n\nprofiled with ncu on NVIDIA H100 80GB HBM3, " in text
+    assert "- tensor cores: 75% of the measured FP8 peak over 1 kernel taking 90% of the call\n" in text
+    assert progress_line({"proposal": "(base)", "stage": "profile", "benchmark": 1, "benchmarks": 2, "label": "n=1",
+                          "seconds": 3.0}) == "  (base): profile, benchmark 1 of 2 (n=1), 3.0 s so far"

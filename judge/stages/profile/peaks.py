@@ -71,10 +71,7 @@ def _measure_here(family: str) -> dict:
     facts = facts_here()
     if facts is None:
         raise RuntimeError("no CUDA GPU")
-    source = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
-    target = torch.empty_like(source)
-    copy_ms = _best(lambda: target.copy_(source))
-    del source, target
+    copy_ms = _copy_ms(torch)
     n = MATMUL_SIZE
     use_fp8 = family == "fp8" and hasattr(torch, "_scaled_mm") and torch.cuda.get_device_capability() >= (8, 9)
     if use_fp8:
@@ -91,6 +88,13 @@ def _measure_here(family: str) -> dict:
             "tensor_tflops": round(2 * n ** 3 / (mm_ms * 1e-3) / 1e12, 1), "torch": torch.__version__,
             "theoretical_tflops": theoretical_tflops(facts.capability, facts.sm_count,
                                                      facts.sm_clock_max_mhz, "fp8" if use_fp8 else "bf16")}
+
+
+def _copy_ms(torch) -> float:
+    """A COPY_BYTES device-to-device copy's best time (its buffers freed on return)."""
+    source = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
+    copied = torch.empty_like(source)
+    return _best(lambda: copied.copy_(source))
 
 
 def _best(work) -> float:
