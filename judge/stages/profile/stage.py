@@ -90,7 +90,9 @@ def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress
                     break
                 continue
             out.append(_from_runner(evaluator.target, index, value))
-        return out
+        stopped = "not profiled: the runner had stopped on an earlier benchmark"
+        return out + [BenchmarkProfile(i, evaluator.target.benchmark_label(i), error=stopped)
+                      for i in range(len(out), len(evaluator.target.benchmarks))]
     finally:
         evaluator.close_runner(worker)
 
