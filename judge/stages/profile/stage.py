@@ -55,11 +55,12 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
             benchmarks, tool = None, HOST if target.on_cpu else TORCH
             ncu = nsight.find() if use_ncu and not target.on_cpu else None
             if ncu is not None:
-                facts["versions"]["ncu"] = nsight.version(ncu)
                 try:
                     benchmarks, tool = _under_ncu(evaluator, Path(workspace), ncu, deadline, progress, notes), NCU
+                    facts["versions"]["ncu"] = nsight.version(ncu)  # the tool's version where its numbers are kept
                 except FAILURES as error:
-                    notes.append(f"ncu failed ({one_line(_said(error))}): torch.profiler instead")
+                    notes.append(f"ncu ({nsight.version(ncu) or 'version unknown'}) failed "
+                                 f"({one_line(_said(error))}): torch.profiler instead")
             elif not target.on_cpu:
                 notes.append("ncu is not on this machine (or was not asked for): torch.profiler instead")
             if benchmarks is None:
