@@ -74,12 +74,9 @@ def _measure_here(family: str) -> dict:
     copy_ms = _copy_ms(torch)
     n = MATMUL_SIZE
     use_fp8 = family == "fp8" and hasattr(torch, "_scaled_mm") and torch.cuda.get_device_capability() >= (8, 9)
-    if use_fp8:
-        a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
-        b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
-        one = torch.ones((), device="cuda")
-        mm_ms = _best(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
-    else:
+    mm_ms = _fp8_ms(torch, n) if use_fp8 else None
+    if mm_ms is None:  # no FP8 here (or torch refused it): bf16, and the peaks say so
+        use_fp8 = False
         a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
         mm_ms = _best(lambda: a @ b)
@@ -88,6 +85,17 @@ def _measure_here(family: str) -> dict:
             "tensor_tflops": round(2 * n ** 3 / (mm_ms * 1e-3) / 1e12, 1), "torch": torch.__version__,
             "theoretical_tflops": theoretical_tflops(facts.capability, facts.sm_count,
                                                      facts.sm_clock_max_mhz, "fp8" if use_fp8 else "bf16")}
+
+
+def _fp8_ms(torch, n: int):
+    """The best FP8 (e4m3) n-cubed matmul through torch._scaled_mm, in ms; None where this torch refuses it."""
+    a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants it
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    try:
+        return _best(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+    except (RuntimeError, TypeError):
+        return None
 
 
 def _copy_ms(torch) -> float:

@@ -67,6 +67,8 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
                 benchmarks = _in_process(evaluator, Path(workspace), tool, deadline, progress)
             for bench in benchmarks:
                 _finish(bench, evaluator, peaks, target.on_cpu)
+            if tool == TORCH and not any(b.kernels for b in benchmarks):
+                notes.append("torch.profiler saw no GPU kernel (CUPTI may not start in a confined runner)")
     except FAILURES as error:
         return unavailable(_said(error), notes=notes, **facts)
     if all(b.error for b in benchmarks):
