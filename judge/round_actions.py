@@ -232,3 +232,34 @@ def base(ledger: Ledger, kernels_dir: Path, target_name: Optional[str], round: O
     return {"target": target.name, "round": round, "kernel_file": target.kernel_file, "origin": origin,
             "sha256": sha256(source), "lines": len(source.splitlines()), "source": source}
 
+
+
+def profile(ledger: Ledger, kernels_dir: Path, target_name: Optional[str], proposal_id: Optional[str],
+            work_dir: Path, *, use_ncu: bool = True, again: bool = False, progress=None) -> dict:
+    """`judge profile`: where the time goes in the target's open-round base or, with `proposal_id`, in that
+    proposal's latest revision (its patch on its round's base), on this machine (judge.profiles)."""
+    from .profiles import profile_source
+
+    extra: dict = {}
+    if proposal_id is not None:
+        revision = ledger.latest_revision(proposal_id)
+        if revision is None:
+            raise JudgeError(f"proposal {proposal_id} is not in the ledger")
+        if not revision["patch"]:
+            raise JudgeError(f"proposal {proposal_id} r{revision['revision']} is a pitch: it has no patch to profile")
+        target = find_target(revision["target"], kernels_dir)
+        base_source, _ = base_for(ledger, target, revision["round"])
+        source = apply_patch(base_source, revision["patch"], target.kernel_file,
+                             f"patch of {proposal_id} r{revision['revision']}")
+        subject, extra = "candidate", {"proposal": proposal_id, "revision": revision["revision"],
+                                       "round": revision["round"]}
+    else:
+        target = pick_target(ledger, kernels_dir, target_name)
+        round = rounds_of(ledger, target.name).open
+        source, origin = base_for(ledger, target, round)
+        subject, extra = "base", {"round": round, "origin": origin}
+    root = Path(work_dir) / target.name / "profiles" / (proposal_id or f"base-round-{extra['round']}")
+    done = profile_source(ledger, target, source, subject, root, use_ncu=use_ncu, again=again,
+                          revision_id=revision["id"] if proposal_id is not None else None,
+                          **({"progress": progress} if progress is not None else {}))
+    return {**done, **extra}

@@ -7,6 +7,7 @@ Each finished evaluation is written at once, so a killed run resumes where it st
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from .control import ControlJob, control_job, evaluate_control, round_floor
 from .noise import Floor, default_floor
 from .stages.patch import apply_patch
 from .peer import evaluate_peer
+from .profiles import profile_round_base
 from .records import Outcome
 from .schedule import base_for, base_words, kernels_to_run, require_runnable
 from .stages.screen.stage import screen_stage
@@ -141,6 +143,8 @@ class Settings:
     ray: bool = False
     ray_address: Optional[str] = None
     gpus: Optional[list[int]] = None
+    # The base profiled once its round's timing is over (judge.profiles); JUDGE_PROFILE=0 (the test suite's) skips it.
+    profile: bool = field(default_factory=lambda: os.environ.get("JUDGE_PROFILE", "1") != "0")
 
     @property
     def on_ray(self) -> bool:
@@ -151,7 +155,6 @@ def _quiet(*_args, **_kwargs) -> None:
     pass
 
 
-# the round ---------------------------------------------------------------------
 
 
 def run_round(
@@ -304,7 +307,7 @@ def _run_target_round(
             run.dispatch.close()
         run.close()
         ledger.finish_run(run.run_id, status)
-
+    profile_round_base(run, status == "finished", on_event)  # after every timed pair and the dispatch's close
     winner = ledger.round_winner(round_row["id"])  # best significantly faster; an implausible one once cleared
     ledger.set_winner(round_row["id"], winner["revision_id"] if winner else None)
     summary.winner = winner["proposal_id"] if winner else None
@@ -363,10 +366,8 @@ def _time_spent(wall_s: float, spent: dict, ledger_wait_s: float = 0.0) -> dict:
 
 
 def _prepare(run: RoundRun, revision: dict, base_source: str) -> Verdict | PreparedCandidate:
-    """Patch the base into a fresh workspace; a patch that does not apply, or a forbidden call, is recorded as the
-    verdict at once."""
-    started = now()
-    t0 = time.monotonic()
+    """Patch the base into a fresh workspace; a patch that does not apply, or a forbidden call, is the verdict at once."""
+    started, t0 = now(), time.monotonic()
     target = run.target
     try:
         source = apply_patch(base_source, revision["patch"], target.kernel_file,

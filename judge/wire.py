@@ -258,9 +258,51 @@ class StatusAnswer(Answer):
     targets: list[dict[str, Any]]
 
 
+class WireKernelShare(Wire):
+    """One kernel (a CPU target: one op) of a profiled call (judge.stages.profile.model.KernelShare)."""
+
+    name: str
+    launches: float
+    us: float
+    share: Optional[float] = None
+    dram_gbps: Optional[float] = None
+    dram_of_peak: Optional[float] = None
+    tensor_pct: Optional[float] = None
+    tensor_of_peak: Optional[float] = None
+    occupancy_pct: Optional[float] = None
+    stalls: list[list[Any]] = []
+
+
+class WireBenchmarkProfile(Wire):
+    index: int
+    label: str
+    call_us: Optional[float] = None
+    kernels: list[WireKernelShare] = []
+    bounds: list[str] = []
+    io_gbps: Optional[float] = None
+    error: Optional[str] = None
+    more: int = 0  # kernels the report left out
+
+
+class WireProfile(Wire):
+    """A base's profile as the brief serves it under `profile` (judge.report.profile's view of a stored Profile)."""
+
+    status: Literal["ok", "unavailable"]
+    tool: Optional[str] = None
+    reason: Optional[str] = None
+    notes: list[str] = []
+    device: Optional[str] = None
+    versions: dict[str, Optional[str]] = {}
+    peaks: Optional[dict[str, Any]] = None
+    benchmarks: list[WireBenchmarkProfile] = []
+    line: str
+    created_at: Optional[str] = None
+    from_ncu: bool = False
+
+
 class DocumentAnswer(Answer):
     """A document the server rendered: its file name, its Markdown, its charts (SVG by file name) and its view (under
-    `round`, `leaderboard` or `brief`)."""
+    `round`, `leaderboard` or `brief`; a brief's `profile` is a WireProfile)."""
 
     name: str
     markdown: str

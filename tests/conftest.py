@@ -11,13 +11,17 @@ import pytest
 from harness import FIXTURE, LIMIT_VARS
 from judge.machine import host_gpu_count
 
+# A round profiles its base once its timing is over (judge.profiles): a runner and an oracle more per round, which
+# the suite's rounds do not need; tests/test_profile.py profiles on purpose.
+os.environ["JUDGE_PROFILE"] = "0"
+
 # Modules that run kernels for real (runners, the oracle, compiles of the contest kernels, a Ray cluster): marked
 # `slow`, so that `pytest -m "not slow"` is the quick subset.
 SLOW_MODULES = {
     "test_dispatch.py", "test_redteam.py", "test_redteam_untimed.py", "kernels/test_static_mutants.py", "test_warm.py",
     "test_timing.py", "test_check.py", "test_example_round.py", "test_compile.py", "kernels/test_layout_checks.py",
     "test_confine.py", "test_fp8_contest_example.py", "test_worker.py", "test_runner.py",
-    "kernels/test_fp8_group_gemm_sm90.py", "test_compile_workers.py", "test_forkserver.py",
+    "kernels/test_fp8_group_gemm_sm90.py", "test_compile_workers.py", "test_forkserver.py", "test_profile_cpu.py",
 }
 # Seconds of the modules that took 4 s or more in one serial run of the whole suite on the unloaded 2-core VM
 # (2026-11-27, `--durations`, 2,366 s of tests; test_redteam.py then held both red-team rounds, 1,125 s, and

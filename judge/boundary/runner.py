@@ -174,6 +174,12 @@ class Runner:
             result["error"] = _error_line(error)
         return result
 
+    def profile(self, calls: int, mode: str) -> dict:
+        """Profiled calls on the warm-up's data (judge.boundary.profiling), for the profile stage's runner only."""
+        from .profiling import profile_calls
+
+        return profile_calls(self.torch, self.kernel, self.stretch["datas"], calls, mode, self.cuda)
+
     def _launch_time(self, data) -> float:
         """The host's time to launch one call (the warm-up's only measurement)."""
         if self.cuda:

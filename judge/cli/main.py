@@ -202,7 +202,7 @@ def status_cmd(ctx: Context, as_json: bool):
         out.print(f"  {terminal(t['target'])}: proposals go to round {t['open_round']}", markup=False)
 
 
-from . import network as cli_network, noise as cli_noise, rounds as cli_rounds  # noqa: E402,F401 (commands registered on `main`)
+from . import network as cli_network, noise as cli_noise, profile as cli_profile, rounds as cli_rounds  # noqa: E402,F401 (commands registered on `main`)
 
 if __name__ == "__main__":
     from judge.cli.main import main as imported  # the module as imported: the one cli_network registers its commands on

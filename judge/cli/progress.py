@@ -17,6 +17,9 @@ def progress_line(info: dict) -> str:
     """A kernel stage's progress (judge.stages.progress) as one line of a log: per correctness case, per timed
     benchmark of each process pair."""
     head = f"  {terminal(info['proposal'])}: {info['stage']}"
+    if info["stage"] == "profile":
+        return f"{head}, benchmark {info['benchmark']} of {info['benchmarks']} ({terminal(info['label'])}), " \
+               f"{info['seconds']:.1f} s so far"
     if info["stage"] == "timing":
         return (f"{head}, pair {info['pair']}, benchmark {info['benchmark']} of {info['benchmarks']} "
                 f"({terminal(info['label'])}), {info['seconds']:.1f} s so far")
@@ -100,6 +103,9 @@ class RunProgress:
             self.progress.console.print(f"{info['target']}: looking for a GPU ...", markup=False)
         elif kind == "calibrate":
             self.progress.console.print(f"  {info['what']} ...", markup=False)
+        elif kind == "profile":
+            self._done(info["proposal"])
+            self.progress.console.print(f"  {terminal(info['proposal'])}: {terminal(info['line'])}", markup=False)
         elif kind == "floor":
             self.progress.console.print(f"  noise floor: {info['floor'].words()}", markup=False)
         elif kind == "cpu":
@@ -114,8 +120,9 @@ class RunProgress:
         if not self.progress.console.is_terminal:
             self.progress.console.print(progress_line(info), markup=False)
         name = terminal(info["proposal"])
-        if info["stage"] == "timing":
-            words = f"  {name}: timing, pair {info['pair']} (at most {info['max_pairs']}), {terminal(info['label'])}"
+        if info["stage"] in ("timing", "profile"):
+            pair = f", pair {info['pair']} (at most {info['max_pairs']})" if info["stage"] == "timing" else ""
+            words = f"  {name}: {info['stage']}{pair}, {terminal(info['label'])}"
             done, total = info["benchmark"] - 1, info["benchmarks"]
         else:
             words, done, total = f"  {name}: correctness", info["case"] - 1, info["cases"]

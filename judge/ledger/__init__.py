@@ -27,6 +27,7 @@ from .evaluations import EvaluationRecords
 from .rows import RoundRow
 from .noise import NoiseRecords
 from .participants import ParticipantRecords
+from .profiles import ProfileRecords
 
 
 @dataclass
@@ -42,7 +43,7 @@ class Submitted:
 BUSY_S = 60  # how long a write waits for another process's write lock before it fails
 
 
-class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords):
+class Ledger(EvaluationRecords, NoiseRecords, ParticipantRecords, ProfileRecords):
     """One ledger.db: open it, and every table is migrated to the current schema. A write that has to wait for
     another process's lock calls `on_wait(ledger)` first, and the wait adds to `waited_s`."""
 

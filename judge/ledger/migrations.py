@@ -266,6 +266,25 @@ def m007_process_pairs_and_calibrations(db: sqlite_utils.Database) -> None:
     db["calibrations"].create_index(["target", "device"])
 
 
+@migration
+def m008_profiles_and_device_peaks(db: sqlite_utils.Database) -> None:
+    """Issue 41: where a kernel's time goes (judge.stages.profile), per kernel text and device, with the tools'
+    versions, so that a base profiled once is not profiled again; and each device's measured peaks (DRAM
+    bandwidth, tensor throughput per matmul family) that profiles are read against."""
+    db["profiles"].create(
+        {"id": int, "target": str, "kernel_sha256": str, "subject": str, "round_id": int, "revision_id": int,
+         "device": str, "tool": str, "status": str, "reason": str, "torch_version": str, "ncu_version": str,
+         "profile_json": str, "created_at": str},
+        pk="id", foreign_keys=[("round_id", "rounds", "id"), ("revision_id", "revisions", "id")],
+    )
+    db["profiles"].create_index(["target", "kernel_sha256", "device"])
+    db["device_peaks"].create(
+        {"device": str, "family": str, "dram_gbps": float, "tensor_tflops": float, "theoretical_tflops": float,
+         "torch_version": str, "created_at": str},
+        pk=("device", "family"),
+    )
+
+
 def applied(db: sqlite_utils.Database) -> list[str]:
     if MIGRATIONS_TABLE not in db.table_names():
         return []

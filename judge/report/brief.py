@@ -1,9 +1,9 @@
 """The brief for a round: what a contestant needs to write a good proposal against its base.
 
 The scorecard says what happened; the brief says where things stand now: the base kernel (where it came
-from, its sha256, its knobs), its time per benchmark and how far that is from the speed of light, what it
-asks of an SM and what limits its occupancy, what was tried and how it ended, what is still open, and the
-rules a proposal is judged by. Markdown for people, the same view as JSON for agents.
+from, its sha256, its knobs), its time per benchmark and how far that is from the speed of light, where a
+call's time goes inside it (its profile, judge.report.profile), what it asks of an SM and what limits its
+occupancy, what was tried and how it ended, what is still open, and the rules a proposal is judged by. Markdown for people, the same view as JSON for agents.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Optional
 from ..ledger import Ledger, sha256
 from ..noise import Floor, round_floor, target_minimum
 from ..records import Outcome, meaning
+from .profile import profile_view
 from .rendering import write_template
 from ..schedule import base_for, clear_command
 from ..scoring import standing_reason
@@ -46,6 +47,7 @@ def brief_view(ledger: Ledger, target: Target, round: int) -> dict[str, Any]:
         "benchmarks": _benchmarks(target, measured),
         "timed": any(b is not None for b in (measured or {}).get("times", {}).values()),
         "timed_on": measured["device"] if measured else None,
+        "profile": profile_view(ledger, target.name, source),
         "resources": measured["resources"] if measured else [],
         "knobs": measured["knobs"] if measured else None,
         "held": _held(ledger, previous) if previous and previous["round"] == round - 1 and not started else [],

@@ -225,6 +225,16 @@ def fmt_quote(value: Any) -> str:
     return contain.md_quote(value)
 
 
+def fmt_fraction(value: Optional[float]) -> str:
+    """A fraction (0.41) as a whole percentage (41%); "-" where unknown."""
+    return "-" if value is None else f"{value:.0%}"
+
+
+def fmt_number(value: Optional[float]) -> str:
+    """A measured number to its units (GB/s, %), no decimals; "-" where unknown."""
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def fmt_ids(ids: list[int]) -> str:
     return ", ".join(f"#{i}" for i in ids)
 
@@ -253,4 +263,6 @@ FILTERS = {
     "code": fmt_code,
     "quote": fmt_quote,
     "ids": fmt_ids,
+    "fraction": fmt_fraction,
+    "number": fmt_number,
 }

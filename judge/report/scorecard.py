@@ -21,6 +21,7 @@ from .conventions import conventions
 from .claims import claims_view
 from .control import control_view, round_floor
 from .peer import peer_view
+from .profile import profile_view
 from .formatting import fmt_claim, fmt_patch
 
 GPU_STAGES = ("correctness", "timing")
@@ -375,6 +376,7 @@ def _target_round(ledger: Ledger, round_row: dict) -> dict:
         "floors": (floors := _floors(ledger, history)),
         "next_floor": _next_floor(ledger, target, floors),
         "peer": peer_view(ledger, round_row, winner["geomean"] if winner else None),
+        "profile": profile_view(ledger, target, round_row["base_source"]),
         "control": control_view(ledger, round_row, round_floor(ledger, round_row["id"])),
         "graveyard": _graveyard(history, None if next_round else round),
         "claims": claims_view(ledger, target, history),

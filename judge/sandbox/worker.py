@@ -105,13 +105,15 @@ class Worker:
 
     def __init__(self, role: str, init: dict | None, *, cwd: Path, log_path: Path, policy: dict | None = None,
                  env: dict[str, str] | None = None, start_timeout_s: float = START_TIMEOUT_S, poll_s: float = 0.0,
-                 preload: tuple[str, ...] = (), forks: "ForkServer | None" = None):
+                 preload: tuple[str, ...] = (), forks: "ForkServer | None" = None, launcher: tuple[str, ...] = ()):
         """With `init` None the worker is a spare: it loads torch (and CUDA) now, and the modules `preload` names
         (judge's own, what its bind will run), and waits for `bind`; with `forks` it is forked from that template,
         which has loaded them (judge.sandbox.forkserver). A reply is polled for `poll_s` seconds before the parent
-        sleeps until it comes (POLL_S on GPU targets)."""
+        sleeps until it comes (POLL_S on GPU targets). `launcher` goes before a fresh worker's command: a program
+        that starts it (ncu, judge.stages.profile.ncu), whose pid `pid` then is."""
         self.role = role
         self.poll_s = poll_s
+        self.launcher = tuple(launcher)
         self.exchange: Path | None = None  # a runner's host files' directory (judge.stages.evaluation)
         self.home = Path(cwd)  # where it started: a spare's scratch directories (TMPDIR, caches) lie under it
         self.log_path = Path(log_path)
@@ -152,7 +154,8 @@ class Worker:
         """The worker as a fresh interpreter (`python -m judge.sandbox.child serve`), its own session's leader."""
         with open(self.log_path, "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "judge.sandbox.child", "serve", str(cmd_read), str(reply_write), str(setup)],
+                [*self.launcher, sys.executable, "-m", "judge.sandbox.child", "serve", str(cmd_read), str(reply_write),
+                 str(setup)],
                 cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, pass_fds=(cmd_read, reply_write),
             )
@@ -308,10 +311,11 @@ class Worker:
         reach them, so they must not be running while another worker measures."""
         return sorted(pid for pid, group in session_members(self.process.pid) if group != self.process.pid)
 
-    def close(self, wait: bool = True) -> None:
+    def close(self, wait: bool = True, grace_s: float = 2.0) -> None:
         """End the worker and everything it started. With `wait` False a runner that is done is killed at once
         and not waited for: its CUDA context takes ~0.12 s to tear down on an H100, which the next candidate's
-        correctness stage, not the round, can absorb."""
+        correctness stage, not the round, can absorb. With `wait`, it is told to exit and given `grace_s` (a
+        launcher such as ncu writes its report after its child exits)."""
         if not wait:
             self._kill_group()
         elif self.process.poll() is None:
@@ -319,7 +323,7 @@ class Worker:
                 if self.frozen:
                     self.thaw()
                 os.write(self._cmd, json.dumps({"serial": -1, "op": "exit", "args": {}}).encode() + b"\n")
-                self.process.wait(timeout=2.0)
+                self.process.wait(timeout=grace_s)
             except (OSError, subprocess.TimeoutExpired):
                 pass
         if wait:

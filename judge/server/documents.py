@@ -14,6 +14,7 @@ from ..errors import JudgeError, NotFound
 from ..ledger import Ledger
 from ..report import leaderboard_view, render_leaderboard, render_round, round_view
 from ..report.html import read_charts, render_page
+from ..wire import WireProfile
 
 
 def _svgs(directory: Path) -> dict[str, str]:
@@ -44,6 +45,8 @@ def brief(ledger: Ledger, kernels: Path, target: Optional[str], round: Optional[
     """A round's brief as `judge brief` writes it."""
     with tempfile.TemporaryDirectory(prefix="judge-brief-") as scratch:
         path, view = actions.brief(ledger, kernels, target, round, Path(scratch))
+        if view.get("profile") is not None:  # the base's profile crosses as its declared model
+            view["profile"] = WireProfile.model_validate(view["profile"]).model_dump()
         return {"name": path.name, "markdown": path.read_text(), "brief": view}
 
 

@@ -172,16 +172,18 @@ class Evaluator(RoundSeeds):
 
         return self.confine and landlock_abi() > 0
 
-    def runner(self, workspace: Path, log_name: str = "worker.log", timed: bool = False) -> Worker:
+    def runner(self, workspace: Path, log_name: str = "worker.log", timed: bool = False,
+               launcher: tuple[str, ...] = ()) -> Worker:
         """A confined runner for the kernel assembled in `workspace`, its kernel not yet imported, attached to
         the oracle: the oldest spare when there is one (new spares start loading behind it), else a cold start.
-        A `timed` runner (a timed pair's) writes only in a scratch directory of its own (`_runner_setup`)."""
+        A `timed` runner (a timed pair's) writes only in a scratch directory of its own (`_runner_setup`). With a
+        `launcher` (ncu: judge.stages.profile) it is always a cold start, under that program."""
         workspace = Path(workspace).resolve()
         exchange = self.exchange_dir()
         init, policy, env, scratch = self._runner_setup(workspace, exchange, timed)
         log_path = places.log_path(self.root, workspace, log_name, scratch)
         worker = None
-        while worker is None and self._pool:
+        while worker is None and self._pool and not launcher:
             spare = self._pool.pop(0)
             try:
                 worker = spare.bind(init, workspace=workspace, log_path=log_path,
@@ -190,7 +192,7 @@ class Evaluator(RoundSeeds):
                 spare.close()  # a spare that broke is judge's loss, never the kernel's: the next one, or a cold start
         if worker is None:
             worker = Worker("runner", init, cwd=workspace, log_path=log_path, policy=policy, env=env,
-                            poll_s=self.poll_s)
+                            poll_s=self.poll_s, launcher=launcher)
         if scratch is not None:
             self._scratch[worker.pid] = scratch
         worker.exchange = exchange
