@@ -43,3 +43,23 @@ def test_a_timed_runner_writes_only_in_a_scratch_of_its_own_that_goes_with_it(tm
         with RunnerLease(evaluator) as lease:  # a correctness runner still writes in its workspace
             lease.acquire(workspace).call("load", 60)
         assert (workspace / "left-behind").exists()
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
+                    reason="gives a directory to uid nobody")
+def test_a_timed_runners_host_files_belong_to_the_owner_of_its_scratch_not_of_its_workspace(tmp_path):
+    # On an H100 (2026-11-27) `judge profile` gave a timed runner, dropped to nobody, files owned by root: its
+    # workspace had never had a runner of its own, and every benchmark failed with "Permission denied: .../outbox".
+    import os
+    from types import SimpleNamespace
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.chown(scratch, 65534, 65534)
+    asked = []
+    evaluator = Evaluator.__new__(Evaluator)
+    evaluator._oracle = SimpleNamespace(call=lambda op, limit, **args: asked.append((op, args)))
+    evaluator._scratch = {7: scratch}
+    evaluator._attach(SimpleNamespace(pid=7, exchange=tmp_path / "x"), tmp_path)
+    evaluator._attach(SimpleNamespace(pid=8, exchange=tmp_path / "y"), tmp_path)
+    assert [(op, args["runner"], args["owner"]) for op, args in asked] == [("attach", 7, 65534), ("attach", 8, 0)]

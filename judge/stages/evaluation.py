@@ -291,14 +291,14 @@ class Evaluator(RoundSeeds):
 
     def _attach(self, worker: Worker, workspace: Path) -> None:
         """Have the oracle make the runner's host files in the runner's exchange directory, owned by the user the
-        runner runs as (its workspace's owner). A failure there is the runner's verdict, never the round's: the
+        runner runs as (the owner of what it writes: a timed runner's scratch, else its workspace). A failure there is the runner's verdict, never the round's: the
         runner is closed and raises WorkerError (`tampered` where the oracle found the directory or a file in it
         not as judge made it)."""
         directory = worker.exchange if worker.exchange is not None else self.exchange_dir()
         worker.exchange = directory
         try:
             self.oracle.call("attach", ORACLE_LIMIT_S, runner=worker.pid, directory=str(directory),
-                             owner=workspace.stat().st_uid)
+                             owner=self._scratch.get(worker.pid, workspace).stat().st_uid)
         except CommandFailed as error:
             self.close_runner(worker)
             status = "tampered" if error.error.startswith("ExchangeError") else "crashed"
