@@ -238,3 +238,15 @@ def test_the_oracle_gives_back_kept_sets_when_the_device_has_less_free_than_a_be
     assert oracle.kept == {}
     assert capsys.readouterr().err == ("judge oracle: 10240 MiB free of the 12288 MiB a benchmark needs: the sets kept "
                                        "for 1 other benchmarks given back, 10240 MiB free now\n")
+
+
+def test_making_an_input_is_counted_once_and_named_in_a_refusal():
+    # cholesky_py's n=32768: generate_input holds a 4 GiB product and its transpose beside the 4 GiB input it makes
+    size = BenchmarkBytes(4 * GIB, 4 * GIB, 0, 8 * GIB)
+    assert size.fixed() == BenchmarkBytes(4 * GIB, 4 * GIB).fixed() + 8 * GIB
+    with pytest.raises(JudgeError) as refused:
+        plan_memory(DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 40 * GIB), [size], ["n=32768"])
+    assert str(refused.value) == (
+        "benchmark 0 (n=32768) needs 48.0 GiB of device memory to be timed (2 input sets and 1 copy of its 4.0 GiB "
+        "input, its 4.0 GiB output in 3 processes, 0.0 GiB of working memory in each, 8.0 GiB to make an input); "
+        "NVIDIA H100 80GB HBM3 has 80.0 GiB, of which judge may use 24.0 GiB (80% of it less 40.0 GiB in use)")

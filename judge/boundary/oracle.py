@@ -88,9 +88,15 @@ class Oracle:
         these)."""
         import torch
 
-        data = self._generate(spec, distribution)
-        after = tensors.clone_data(data)
         cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+            start = torch.cuda.memory_allocated()
+        data = self._generate(spec, distribution)
+        input_bytes = sum(t.numel() * t.element_size() for _, t in tensors.leaves(data) if isinstance(t, torch.Tensor))
+        if cuda:  # what making an input takes beyond it (cholesky_py's n=32768: a product and its transpose)
+            making = torch.cuda.max_memory_allocated() - start - input_bytes
+        after = tensors.clone_data(data)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
@@ -100,11 +106,9 @@ class Oracle:
         output_bytes = sum(t.numel() * t.element_size() for t in outputs)
         # Without a device's allocator to ask (a CPU target), the working memory is taken as the output's size.
         work = max(0, torch.cuda.max_memory_allocated() - before - output_bytes) if cuda else output_bytes
-        return {"slots": tensors.output_slots(data, after, expected),
-                "shapes": [list(t.shape) for t in outputs],
-                "input_bytes": sum(t.numel() * t.element_size() for _, t in tensors.leaves(data)
-                                   if isinstance(t, torch.Tensor)),
-                "output_bytes": output_bytes, "work_bytes": work}
+        return {"slots": tensors.output_slots(data, after, expected), "shapes": [list(t.shape) for t in outputs],
+                "input_bytes": input_bytes, "output_bytes": output_bytes, "work_bytes": work,
+                "making_bytes": max(0, making) if cuda else 0}
 
     def memory(self) -> dict:
         """The memory of the device timing runs on, as it is now (the oracle's cache given back first): a GPU's, or
@@ -227,18 +231,19 @@ class Oracle:
             from .runner import flush_bytes as l2_flush_bytes
 
             flush_bytes = l2_flush_bytes()
+        _release(always=True)  # what making the sets left in torch's cache: the area is the driver's, not torch's
         try:
             area = staging.lay_out(made.sets["warm"], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
         except cuda_ipc.IpcError as error:  # once more, with every other benchmark's kept sets given back
-            if "OUT_OF_MEMORY" not in str(error) or not self._make_room(1 << 62, keep):
+            if "OUT_OF_MEMORY" not in str(error):
                 raise
+            self._make_room(1 << 62, keep)
             area = staging.lay_out(made.sets["warm"], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
         area.sets = {name: staging.tensors_of(data) for name, data in made.sets.items()}
         self.areas[key] = area
         self.timing[key] = made
         outbox = self._outbox_for(made.output)
         plans = {str(r): staging.plan_for(area, self.files[r], outbox) for r in runners}
-        _release(always=True)
         return {"plans": plans, "sets": len(seeds) - 1, "copies": copies,
                 "seconds": round(time.perf_counter() - started, 3)}
 

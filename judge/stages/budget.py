@@ -58,11 +58,12 @@ class BenchmarkBytes:
     input: int
     output: int
     work: int = 0  # the reference's peak beyond its inputs and outputs
+    making: int = 0  # generate_input's peak beyond the input it makes (the oracle makes a set while runners hold theirs)
 
     def fixed(self) -> int:
         """What timing this benchmark holds whatever its sets and copies: one more input (the set an answer is
-        computed on), the outboxes, and output plus working memory in each of its holders."""
-        return self.input + OUTBOX_FACTOR * self.output + HOLDERS * (self.output + self.work)
+        computed on), the outboxes, output plus working memory in each of its holders, and the making of a set."""
+        return self.input + OUTBOX_FACTOR * self.output + HOLDERS * (self.output + self.work) + self.making
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
             raise JudgeError(
                 f"benchmark {index} ({labels[index]}) needs {gib(need)} of device memory to be timed ({MIN_SETS} "
                 f"input sets and 1 copy of its {gib(size.input)} input, its {gib(size.output)} output in "
-                f"{HOLDERS} processes, {gib(size.work)} of working memory in each); {device.name} has "
+                f"{HOLDERS} processes, {gib(size.work)} of working memory in each"
+                f"{f', {gib(size.making)} to make an input' if size.making else ''}); {device.name} has "
                 f"{gib(device.total)}, of which judge may use {gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less "
                 f"{gib(device.in_use)} in use)")
         plans.append(floor)

@@ -150,7 +150,7 @@ class Evaluator(RoundSeeds):
         spec = with_seed(self.target.benchmarks[index], 0)
         plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))
         return budget.BenchmarkBytes(max(1, plan.get("input_bytes", 1)), plan.get("output_bytes", 0),
-                                     plan.get("work_bytes", 0))
+                                     plan.get("work_bytes", 0), plan.get("making_bytes", 0))
 
     # ---- runners ---------------------------------------------------------------------------------------
 
