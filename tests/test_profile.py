@@ -95,7 +95,16 @@ def test_the_two_bounds_nearest_are_named_tensor_before_launches_for_a_gemm():
         kernel("fill", 1, 3.2, 0.0012, dram=0.83, tensor=0.0)])
     assert bound_lines(bench, H100) == [
         "tensor cores: 75% of the measured FP8 peak over 1 kernel taking 90% of the call",
-        "launch/latency: 1 launch of <5 us of 3 per call; the GPU busy 90% of the call"]
+        "launch/latency: 1 of its 3 launches a call take under 5 us each; the GPU busy 90% of the call"]
+
+
+def test_a_call_whose_gpu_is_mostly_idle_names_the_host_before_the_tensor_cores():
+    # the FP8 base's benchmark 0 under ncu on an H100 (2026-11-27): one 116 us kernel in a 370 us call
+    bench = BenchmarkProfile(0, "m=64..248", call_us=369.6, kernels=[
+        kernel(GEMM, 1, 115.9, 0.31, dram=0.12, tensor=0.68, stalls=[["long_scoreboard", 3.66]], occupancy=14.0)])
+    assert bound_lines(bench, H100) == [
+        "host/launch: the GPU busy 31% of the call (1 launch a call); the other 69% is host work and launch latency",
+        "tensor cores: 68% of the measured FP8 peak over 1 kernel taking 31% of the call"]
 
 
 def test_a_memory_bound_benchmark_names_its_dram_fraction_and_nothing_it_is_far_from():
@@ -284,3 +293,15 @@ def test_a_round_profiles_its_base_after_its_verdicts_and_its_scorecard_shows_it
     assert "- tensor cores: 75% of the measured FP8 peak over 1 kernel taking 90% of the call\n" in text
     assert progress_line({"proposal": "(base)", "stage": "profile", "benchmark": 1, "benchmarks": 2, "label": "n=1",
                           "seconds": 3.0}) == "  (base): profile, benchmark 1 of 2 (n=1), 3.0 s so far"
+
+
+def test_ncu_2025s_own_csv_from_an_h100_gives_bandwidth_tensor_pipes_and_occupancy():
+    # the columns judge reads, as Nsight Compute 2025.3.1 wrote them on an H100 (2026-11-27): its units row says
+    # "byte/s", which an earlier parser did not know, and the brief showed no DRAM number at all
+    kernels = ncu.parse_csv((FIXTURES / "profile" / "ncu_raw_h100.csv").read_text())
+    assert [k["name"][:20] for k in kernels] == ["void at::<unnamed>::"] * 3 + ["nvjet_sm90_tst_256x1"]
+    gemm = kernels[3]
+    assert gemm["time_us"] == pytest.approx(210.752)
+    assert gemm["dram_gbps"] == pytest.approx(836.29881566960)
+    assert (gemm["dram_pct"], gemm["tensor_pct"], gemm["occupancy_pct"]) == (24.95, 94.89, 14.64)
+    assert kernels[2]["dram_gbps"] == pytest.approx(1265.93236714976)

@@ -77,8 +77,12 @@ def _launches(bench: BenchmarkProfile):
     busy = min(1.0, _share(bench.kernels))
     if not short and busy > 0.9:
         return None
-    line = f"launch/latency: {short:g} launch{'es' if short != 1 else ''} of <5 us"
-    line += f" of {launches:g} per call; the GPU busy {busy:.0%} of the call"
+    if short:
+        line = (f"launch/latency: {short:g} of its {launches:g} launches a call take under 5 us each; the GPU busy "
+                f"{busy:.0%} of the call")
+    else:
+        line = (f"host/launch: the GPU busy {busy:.0%} of the call ({launches:g} launch{'es' if launches != 1 else ''}"
+                f" a call); the other {1 - busy:.0%} is host work and launch latency")
     return (1.0 - busy) + (short / launches if launches else 0.0) * busy, line
 
 

@@ -28,8 +28,11 @@ TOP_STALLS = 3
 EXPORT_S = 300.0
 
 TIME_UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
-RATE_UNITS = {"byte/second": 1e-9, "Kbyte/second": 1e-6, "Mbyte/second": 1e-3, "Gbyte/second": 1.0,
-              "Tbyte/second": 1e3, "B/s": 1e-9, "KB/s": 1e-6, "MB/s": 1e-3, "GB/s": 1.0, "TB/s": 1e3}
+# Bytes a second in GB/s, from any of ncu's spellings: "byte/s" (Nsight Compute 2025.3 on an H100, 2026-11-27),
+# "Gbyte/second", "GB/s".
+RATE_UNITS = {f"{prefix}{byte}/{second}": scale for prefix, scale in (("", 1e-9), ("K", 1e-6), ("M", 1e-3), ("G", 1.0),
+                                                                    ("T", 1e3))
+              for byte in ("byte", "B") for second in ("s", "second")}
 # The stall families ncu reports, the one preferred first: cycles a warp spent stalled per issued instruction
 # (WarpStateStats), the warp latency's share, then the PC sampler's counts.
 STALL_FAMILIES = (
