@@ -277,6 +277,7 @@ class WireBenchmarkProfile(Wire):
     index: int
     label: str
     call_us: Optional[float] = None
+    gpu_us: Optional[float] = None
     kernels: list[WireKernelShare] = []
     bounds: list[str] = []
     io_gbps: Optional[float] = None

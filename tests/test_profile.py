@@ -107,6 +107,22 @@ def test_a_call_whose_gpu_is_mostly_idle_names_the_host_before_the_tensor_cores(
         "tensor cores: 68% of the measured FP8 peak over 1 kernel taking 31% of the call"]
 
 
+@pytest.mark.parametrize("clock, share, first", [
+    ("gpu", 0.9347, "tensor cores: 68% of the measured FP8 peak over 1 kernel taking 93% of the call"),
+    ("call", 0.3136, "host/launch: the GPU busy 31% of the call (1 launch a call); the other 69% is host work and "
+                     "launch latency")])
+def test_shares_are_of_the_clock_the_verdict_reads(clock, share, first):
+    # the FP8 base on an H100 (2026-11-27): a 116 us kernel, 124 us on the GPU clock, 370 us with the host's launch
+    bench = BenchmarkProfile(0, "m=64..248", call_us=369.6, gpu_us=124.0, kernels=[
+        kernel(GEMM, 1, 115.9, None, tensor=None, stalls=[["long_scoreboard", 3.66]], occupancy=14.0)])
+    bench.kernels[0].tensor_pct = 46.5
+    target = SimpleNamespace(deciding_clock=clock, benchmarks=[{"m": 64}], distributions=[SimpleNamespace(name="d")])
+    evaluator = SimpleNamespace(target=target, plan=lambda case: {"input_bytes": 0, "output_bytes": 0})
+    stage._finish(bench, evaluator, Peaks("H100", "fp8", 3000.0, 1456.4, "2.11", 2141.06), on_cpu=False)
+    assert bench.kernels[0].share == share
+    assert bench.bounds[0] == first
+
+
 def test_a_memory_bound_benchmark_names_its_dram_fraction_and_nothing_it_is_far_from():
     bench = BenchmarkProfile(1, "n=1M", call_us=100.0, kernels=[kernel("add", 1, 50.0, 0.5, dram=0.41),
                                                                 kernel("copy", 1, 43.0, 0.43, dram=0.41)])

@@ -52,6 +52,8 @@ def profile_lines(done: dict) -> list[str]:
     lines = [f"{done['target']}, {terminal(who)}: {head}{kept}"] + [f"  note: {n}" for n in profile.get("notes", [])]
     for bench in profile.get("benchmarks", []):
         call = f"{bench['call_us']:.1f} us a call" if bench.get("call_us") else "call time unknown"
+        if bench.get("gpu_us"):
+            call = f"{bench['gpu_us']:.1f} us a call on the GPU clock ({call} on the host's, launch included)"
         lines.append(f"benchmark {bench['index']} ({bench['label']}): {bench.get('error') or call}")
         lines += [f"  {bound}" for bound in bench.get("bounds", [])]
         for kernel in bench.get("kernels", [])[:8]:

@@ -38,7 +38,8 @@ class BenchmarkProfile:
 
     index: int
     label: str
-    call_us: Optional[float] = None
+    call_us: Optional[float] = None  # host clock around the call and a sync: launch and host work included
+    gpu_us: Optional[float] = None  # the GPU clock's span, launch hidden behind a spin (what a "gpu" verdict times)
     kernels: list[KernelShare] = field(default_factory=list)
     bounds: list[str] = field(default_factory=list)
     io_gbps: Optional[float] = None  # the inputs and outputs' bytes once over the call's time: a floor of its traffic

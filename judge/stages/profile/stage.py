@@ -193,7 +193,8 @@ def _time_weighted(launches: list[dict], metric: str) -> Optional[float]:
 
 def _from_runner(target: Target, index: int, value: dict) -> BenchmarkProfile:
     kernels = [KernelShare(k["name"], k["launches"], k["us"]) for k in value.get("kernels", [])]
-    return BenchmarkProfile(index, target.benchmark_label(index), call_us=value.get("call_us"), kernels=kernels)
+    return BenchmarkProfile(index, target.benchmark_label(index), call_us=value.get("call_us"),
+                            gpu_us=value.get("gpu_us"), kernels=kernels)
 
 
 def _finish(bench: BenchmarkProfile, evaluator, peaks: Optional[Peaks], on_cpu: bool) -> None:
@@ -201,18 +202,20 @@ def _finish(bench: BenchmarkProfile, evaluator, peaks: Optional[Peaks], on_cpu: 
     if bench.error:
         return
     busy = sum(k.us for k in bench.kernels)  # more than the call where the profiler's own cost swells it
-    call = max(bench.call_us or 0.0, busy) or None
+    # shares of what the verdict times: the GPU clock's span where it decides (the host's launch is not in it)
+    span = bench.gpu_us if bench.gpu_us and evaluator.target.deciding_clock == "gpu" else bench.call_us
+    call = max(span or 0.0, busy) or None
     for kernel in bench.kernels:
         kernel.share = round(kernel.us / call, 4) if call else None
         if peaks is not None and kernel.dram_gbps is not None and peaks.dram_gbps:
             kernel.dram_of_peak = round(kernel.dram_gbps / peaks.dram_gbps, 4)
         if peaks is not None and kernel.tensor_pct is not None and peaks.theoretical_tflops and peaks.tensor_tflops:
             kernel.tensor_of_peak = round(kernel.tensor_pct / 100 * peaks.theoretical_tflops / peaks.tensor_tflops, 4)
-    if bench.call_us:
+    if call:
         spec = with_seed(evaluator.target.benchmarks[bench.index], 0)
         plan = evaluator.plan(Case("benchmark", bench.index, 1, evaluator.target.distributions[0].name, spec))
         moved = plan.get("input_bytes", 0) + plan.get("output_bytes", 0)
-        bench.io_gbps = round(moved / (bench.call_us * 1e-6) / 1e9, 3) if moved else None
+        bench.io_gbps = round(moved / (call * 1e-6) / 1e9, 3) if moved else None
     bench.bounds = bound_lines(bench, peaks, on_cpu)
 
 
