@@ -240,13 +240,27 @@ def test_the_oracle_gives_back_kept_sets_when_the_device_has_less_free_than_a_be
                                        "for 1 other benchmarks given back, 10240 MiB free now\n")
 
 
-def test_making_an_input_is_counted_once_and_named_in_a_refusal():
-    # cholesky_py's n=32768: generate_input holds a 4 GiB product and its transpose beside the 4 GiB input it makes
-    size = BenchmarkBytes(4 * GIB, 4 * GIB, 0, 8 * GIB)
-    assert size.fixed() == BenchmarkBytes(4 * GIB, 4 * GIB).fixed() + 8 * GIB
+def test_an_input_whose_making_does_not_fit_beside_the_runners_is_made_before_them():
+    # cholesky_py's n=32768 on an H100 (2026-11-27): generate_input holds a product and its symmetrisation (12 GiB)
+    # beside the 4 GiB input; made at first use, beside both runners' 4 GiB outputs, the round needed 57.1 GiB of 53.8
+    size = BenchmarkBytes(4 * GIB, 4 * GIB, 0, 12 * GIB)
+    assert size.peak(eager=False) == size.fixed() + 12 * GIB and size.peak(eager=True) == size.fixed() == 24 * GIB
+    device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 64 * GIB)  # 48 GiB usable
+    plan = plan_memory(device, [size], ["n=32768"])
+    assert plan.benchmarks == [BenchmarkPlan(sets=2, copies=2, eager=True)]  # made first: room for two copies
+    assert plan.need == 8 * GIB + 12 * GIB + 24 * GIB <= device.usable < 4 * GIB + 12 * GIB + 36 * GIB
     with pytest.raises(JudgeError) as refused:
         plan_memory(DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 40 * GIB), [size], ["n=32768"])
     assert str(refused.value) == (
-        "benchmark 0 (n=32768) needs 48.0 GiB of device memory to be timed (2 input sets and 1 copy of its 4.0 GiB "
-        "input, its 4.0 GiB output in 3 processes, 0.0 GiB of working memory in each, 8.0 GiB to make an input); "
-        "NVIDIA H100 80GB HBM3 has 80.0 GiB, of which judge may use 24.0 GiB (80% of it less 40.0 GiB in use)")
+        "benchmark 0 (n=32768) needs 40.0 GiB of device memory to be timed (2 input sets and 1 copy of its 4.0 GiB "
+        "input, its 4.0 GiB output in 3 processes, 0.0 GiB of working memory in each, 12.0 GiB to make an input "
+        "before them); NVIDIA H100 80GB HBM3 has 80.0 GiB, of which judge may use 24.0 GiB (80% of it less 40.0 GiB "
+        "in use)")
+
+
+def test_a_benchmark_planned_eager_makes_every_set_when_it_is_laid_out(oracle):
+    oracle.benchmark("t-0-0", {"size": 64, "seed": 0}, "default", [10, 11, 12, 13], 99, 2, [1], eager=True)
+    assert oracle.reference.made == [10, 11, 12, 13]  # the warm-up set and all three timed sets, before any call
+    assert list(oracle.timing["t-0-0"].bounds) == [0]  # answers still at their first check
+    oracle.turn("t-0-0", stage={"set": 2, "copy": 0, "runners": [1]})
+    assert oracle.reference.made == [10, 11, 12, 13]

@@ -209,18 +209,22 @@ class Oracle:
 
     def benchmark(self, key: str, spec: dict, distribution: str, seeds: list[int], projection_seed: int,
                   copies: int, runners: list[int], shift: int = 0, flush: bool = False, keep: str = "",
-                  reserve: int = 0) -> dict:
+                  reserve: int = 0, eager: bool = False) -> dict:
         """A benchmark's timing sets for one comparison: the warm-up set (seeds[0], never timed) and a set per
         later seed, each with its answer's projections, made as they are first needed (TimingSets); the area
         `copies` copies wide. Sets asked for again under the same `keep` name with the same seeds are not made again
         (judge.stages.evaluation says when a round keeps them). `reserve`: the bytes the benchmark needs on the
-        device with its sets (judge.stages.budget). Returns each runner's `build` plan."""
+        device with its sets (judge.stages.budget); `eager`: every set made now, before the runners run the
+        benchmark, where making one beside their outputs would not fit. Returns each runner's `build` plan."""
         started = time.perf_counter()
         made = self.kept.get(keep) if keep else None
         if made is None or made.seeds != seeds or made.projection_seed != projection_seed:
             self.kept.pop(keep, None)
             self._make_room(reserve, keep)
             made = self._timing_sets(spec, distribution, seeds, projection_seed)
+            for index in range(1, len(seeds) - 1) if eager else ():
+                made.sets[index] = self._generate(_with_seed(spec, seeds[index + 1]), distribution)
+                _release(always=True)
             if keep:
                 self.kept[keep] = made
         else:

@@ -58,18 +58,24 @@ class BenchmarkBytes:
     input: int
     output: int
     work: int = 0  # the reference's peak beyond its inputs and outputs
-    making: int = 0  # generate_input's peak beyond the input it makes (the oracle makes a set while runners hold theirs)
+    making: int = 0  # generate_input's peak beyond the input it makes
 
     def fixed(self) -> int:
         """What timing this benchmark holds whatever its sets and copies: one more input (the set an answer is
-        computed on), the outboxes, output plus working memory in each of its holders, and the making of a set."""
-        return self.input + OUTBOX_FACTOR * self.output + HOLDERS * (self.output + self.work) + self.making
+        computed on), the outboxes, and output plus working memory in each of its holders."""
+        return self.input + OUTBOX_FACTOR * self.output + HOLDERS * (self.output + self.work)
+
+    def peak(self, eager: bool) -> int:
+        """The fixed needs and the making of an input: made as a set is first used (while the runners hold their
+        outputs) the two add up; made before the runners run the benchmark (`eager`), the larger of the two."""
+        return max(self.fixed(), self.making) if eager else self.fixed() + self.making
 
 
 @dataclass(frozen=True)
 class BenchmarkPlan:
     sets: int
     copies: int
+    eager: bool = False  # every set made when the benchmark is laid out, not at its first use (judge.boundary.oracle)
 
 
 @dataclass(frozen=True)
@@ -90,29 +96,32 @@ def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool 
     its own where the sets are `kept` from one pair to the next."""
     areas = sum(p.copies * s.input for s, p in zip(sizes, plans))
     sets = [(p.sets + 1) * s.input for s, p in zip(sizes, plans)]
+    peaks = [s.peak(p.eager) for s, p in zip(sizes, plans)]
     if kept:
-        return areas + sum(sets) + max((s.fixed() for s in sizes), default=0)
-    return areas + max((n + s.fixed() for n, s in zip(sets, sizes)), default=0)
+        return areas + sum(sets) + max(peaks, default=0)
+    return areas + max((n + peak for n, peak in zip(sets, peaks)), default=0)
 
 
 def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], kept: bool = False) -> MemoryPlan:
-    """Sets and copies per benchmark within `device.usable`: each at its minimum, then grown in turn (copies, then
-    sets, smallest benchmarks first) up to their caps while the plan fits. Raises JudgeError naming the first
+    """Sets and copies per benchmark within `device.usable`: each at its minimum (its sets made at first use, else
+    up front), then grown in turn (copies, then sets, smallest benchmarks first) up to their caps while the plan fits. Raises JudgeError naming the first
     benchmark that cannot fit at its minimum."""
     usable = device.usable
     plans = []
     for index, size in enumerate(sizes):
         # one copy where two do not fit: the calls then take the same memory in turn (copies only average out
         # where buffers land); two sets at least, or a kernel could replay one answer unseen
-        floor = next((p for p in (BenchmarkPlan(MIN_SETS, MIN_COPIES), BenchmarkPlan(MIN_SETS, 1))
+        # and where even that does not fit, its sets made up front, before the runners hold anything of it
+        floor = next((p for p in (BenchmarkPlan(MIN_SETS, MIN_COPIES), BenchmarkPlan(MIN_SETS, 1),
+                                  BenchmarkPlan(MIN_SETS, MIN_COPIES, True), BenchmarkPlan(MIN_SETS, 1, True))
                       if need_of([size], [p]) <= usable), None)
         if floor is None:
-            need = need_of([size], [BenchmarkPlan(MIN_SETS, 1)])
+            need = need_of([size], [BenchmarkPlan(MIN_SETS, 1, True)])
             raise JudgeError(
                 f"benchmark {index} ({labels[index]}) needs {gib(need)} of device memory to be timed ({MIN_SETS} "
                 f"input sets and 1 copy of its {gib(size.input)} input, its {gib(size.output)} output in "
                 f"{HOLDERS} processes, {gib(size.work)} of working memory in each"
-                f"{f', {gib(size.making)} to make an input' if size.making else ''}); {device.name} has "
+                f"{f', {gib(size.making)} to make an input before them' if size.making else ''}); {device.name} has "
                 f"{gib(device.total)}, of which judge may use {gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less "
                 f"{gib(device.in_use)} in use)")
         plans.append(floor)
@@ -129,6 +138,8 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
                 current = getattr(plans[i], field)
                 if current >= cap_count or (current + 1) * sizes[i].input > max(cap_bytes, sizes[i].input * 2):
                     continue
+                if field == "sets" and plans[i].eager:
+                    continue  # made up front, a set a kernel never runs on would cost its making anyway
                 trial = list(plans)
                 trial[i] = BenchmarkPlan(**{**plans[i].__dict__, field: current + 1})
                 if need_of(sizes, trial, kept) <= usable:

@@ -140,12 +140,6 @@ class Evaluator(RoundSeeds):
         """Whether a benchmark's timing sets are kept from one pair to the next (and across the round)."""
         return self.memory_plan().kept
 
-    def sets_for(self, index: int) -> int:
-        return self.memory_plan().benchmarks[index].sets
-
-    def copies_for(self, index: int) -> int:
-        return self.memory_plan().benchmarks[index].copies
-
     def bytes_of(self, index: int) -> budget.BenchmarkBytes:
         spec = with_seed(self.target.benchmarks[index], 0)
         plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))

@@ -191,7 +191,8 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
     then the turns (judge.stages.timing.turns)."""
     target = evaluator.target
     spec = target.benchmarks[index]
-    sets, copies = evaluator.sets_for(index), evaluator.copies_for(index)
+    planned = evaluator.memory_plan().benchmarks[index]
+    sets, copies = planned.sets, planned.copies
     key = f"t{nonce}-{pair}-{index}"
     pids = {who: w.pid for who, w in runners.items()}
     try:
@@ -200,7 +201,7 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
                              projection_seed=evaluator.projection_seed(index, nonce, pair), copies=copies,
                              runners=list(pids.values()), shift=evaluator.shift(nonce, pair, index),
                              flush=not target.on_cpu, keep=evaluator.kept_name(index),
-                             reserve=budget.need_of([evaluator.bytes_of(index)], [evaluator.memory_plan().benchmarks[index]]))
+                             reserve=budget.need_of([evaluator.bytes_of(index)], [planned]), eager=planned.eager)
     except JudgeError as error:
         raise out_of_memory(error, index) from None
     current = "cand"
