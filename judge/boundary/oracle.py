@@ -218,17 +218,17 @@ class Oracle:
         benchmark, where making one beside their outputs would not fit. Returns each runner's `build` plan."""
         started = time.perf_counter()
         made = self.kept.get(keep) if keep else None
-        if made is None or made.seeds != seeds or made.projection_seed != projection_seed:
-            self.kept.pop(keep, None)
-            self._make_room(reserve, keep)
+        if made is not None and (made.seeds != seeds or made.projection_seed != projection_seed):
+            del self.kept[keep]  # other seeds: made again
+            made = None
+        self._make_room(reserve, keep)
+        if made is None:
             made = self._timing_sets(spec, distribution, seeds, projection_seed)
             for index in range(1, len(seeds) - 1) if eager else ():
                 made.sets[index] = self._generate(_with_seed(spec, seeds[index + 1]), distribution)
                 _release(always=True)
             if keep:
                 self.kept[keep] = made
-        else:
-            self._make_room(reserve, keep)
         self._retire(key)
         flush_bytes = 0
         if flush:
