@@ -610,7 +610,10 @@ def parity(problem: Path, rel: str, args, memory: GpuMemory, scratch_root: Path,
     log(f"{rel}: {len(subs)} submissions; judge run")
     limit = min(args.limit_s, deadline - time.monotonic())
     try:
-        result["judge"] = run_judge(problem, subs, scratch, limit, memory, args.dry_run, args.timing_budget)
+        if args.no_judge:
+            result["judge"] = {"error": "not run (--no-judge)"}
+        else:
+            result["judge"] = run_judge(problem, subs, scratch, limit, memory, args.dry_run, args.timing_budget)
     except Exception as error:
         result["judge"] = {"error": f"{type(error).__name__}: {error}"}
     eval_end = min(time.monotonic() + args.limit_s, deadline)  # eval.py's calls get as long again
@@ -823,6 +826,8 @@ def parse_args(argv: Optional[list[str]] = None):
                         help="a problem starts only with at least this many seconds of --budget-s left")
     parser.add_argument("--eval-modes", default="leaderboard,benchmark",
                         help="eval.py's modes, comma-separated: leaderboard, benchmark, test")
+    parser.add_argument("--no-judge", action="store_true",
+                        help="eval.py alone (judge's side run elsewhere, e.g. on another GPU of the host at once)")
     parser.add_argument("--all-benchmarks", action="store_true",
                         help="give eval.py every benchmark even where ranking_by is 'last'")
     parser.add_argument("--copies", type=int, default=1, help="identical copies of submission.py judge judges")

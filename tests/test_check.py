@@ -227,6 +227,41 @@ def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
 
 
 
+def test_a_check_the_device_has_no_room_for_leaves_the_kernel_not_run_and_the_next_one_is_checked(tmp_path):
+    """trimul on an H100 (2026-11-28): the problem's checker ran out of device memory beside a runner that held
+    30 GiB, and the round was lost as the reference's failure. Which process took the room cannot be told, so it is
+    no verdict on the kernel: its check is not run, and the evaluator goes on to the next kernel."""
+    problem = tmp_path / "roomy"
+    problem.mkdir()
+    (problem / "task.yml").write_text(
+        'files:\n  - {"name": "submission.py", "source": "@SUBMISSION@"}\n  - {"name": "reference.py", "source": "reference.py"}\n'
+        'tests:\n  - {"size": 100, "seed": 1}\nbenchmarks:\n  - {"size": 1000, "seed": 2}\n')
+    (problem / "judge.toml").write_text('arch = "cpu"\n')
+    (problem / "reference.py").write_text(
+        "import torch\n\ndef generate_input(size, seed):\n"
+        "    return torch.randn(size, generator=torch.Generator().manual_seed(seed))\n\n"
+        "def ref_kernel(data):\n    return data * 2\n\n"
+        "def check_implementation(data, output):\n"
+        "    if float(output[0]) == 1234.0:  # what a kernel that hogs the device leaves the checker\n"
+        "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total '\n"
+        "                                     'capacity of 79.18 GiB of which 2.67 GiB is free. Process 918 has '\n"
+        "                                     '29.90 GiB memory in use.')\n"
+        "    return (True, '') if torch.allclose(output, data * 2) else (False, 'not doubled')\n")
+    (problem / "submission.py").write_text("def custom_kernel(data):\n    return data * 2\n")
+    target = load_target(problem)
+    hog = "def custom_kernel(data):\n    out = data * 2\n    out[0] = 1234.0\n    return out\n"
+    with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
+        hogged = check(evaluator, target.assemble(tmp_path / "hog", hog), nonce=0)
+        honest = check(evaluator, target.assemble(tmp_path / "ws", target.kernel_source()), nonce=1)
+    seed = derive(7, 0, "test", 0, 1, "default")
+    assert hogged.status == "not-run"
+    assert hogged.summary == (
+        f"not run: the device had no room left to check the output of test 0 (size=100), first call (seed {seed}) "
+        "(OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 79.18 "
+        "GiB of which 2.67 GiB is free)")
+    assert honest.status == "passed", honest.summary
+
+
 ROWMAX = Path(__file__).parent / "fixtures" / "gpumode" / "rowmax"
 
 

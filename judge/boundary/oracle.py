@@ -17,12 +17,11 @@ from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
 from .compare import compare_outputs, failed
+from .tensors import release as release_cached
 from ..machine import facts_here, host_memory
 
 # Shown mismatches when the target sets no tolerance (its check_implementation then decides alone).
 FALLBACK_RTOL = FALLBACK_ATOL = 1e-3
-# The oracle keeps up to this much of torch's cached GPU memory between cases (judge.boundary.oracle._release).
-RELEASE_ABOVE_BYTES = 4 << 30
 
 
 @dataclass
@@ -62,6 +61,9 @@ class Oracle:
         self.host_outbox = staging.OUTBOX_MIN_BYTES
         self.retired: list[cuda_ipc.Exported] = []
         self.kept: dict[str, TimingSets] = {}  # a benchmark's timing sets kept from one pair to the next
+        # a runner's device block for its correctness cases, one after another: a runner keeps what it maps until
+        # it closes, so an area per case would hold every case of a check at once (trimul's 43: 30 GiB)
+        self.case_blocks: dict[int, cuda_ipc.Exported] = {}
 
     @property
     def tolerance(self) -> tuple[float, float]:
@@ -134,6 +136,18 @@ class Oracle:
         files = self.files.pop(runner, None)
         if files is not None:
             files.close()
+        block = self.case_blocks.pop(runner, None)
+        if block is not None:
+            self.retired.append(block)
+
+    def _case_block(self, runner: int, nbytes: int) -> cuda_ipc.Exported:
+        """`runner`'s block for its cases, grown to `nbytes` (the smaller one retired: it is still mapped)."""
+        block = self.case_blocks.get(runner)
+        if block is None or block.nbytes < nbytes:
+            if block is not None:
+                self.retired.append(block)
+            block = self.case_blocks[runner] = staging.exported_zeroed(nbytes)
+        return block
 
     def collect(self) -> None:
         """Free the device memory retired since the last call: the parent calls this once every runner that
@@ -141,7 +155,7 @@ class Oracle:
         for exported in self.retired:
             exported.free()
         self.retired = []
-        _release()
+        release_cached()
 
     def _outbox(self, expected) -> dict:
         """The outboxes' sizes for outputs like `expected`, the shared device outbox grown to fit."""
@@ -169,8 +183,10 @@ class Oracle:
         """Make a correctness case's inputs and answer, lay them out for `runner`; its `build` plan."""
         data, after, expected = self._reference(spec, distribution)
         slots = tensors.output_slots(data, after, expected)
+        del after
+        release_cached()  # the reference's working memory, cached: the runner's call and the check need the room
         self._retire(key)
-        area = staging.lay_out(data, slots, 1)
+        area = staging.lay_out(data, slots, 1, block=lambda nbytes: self._case_block(runner, nbytes))
         area.sets["case"] = staging.tensors_of(data)
         self.areas[key] = area
         self.cases[key] = (data, expected)
@@ -202,7 +218,7 @@ class Oracle:
             self._retire(key)
         result = compare_outputs(got, expected, data, self.tolerance, self.rtol, self.atol, self.checker)
         del data, expected, got
-        _release()
+        release_cached()
         return result
 
     # ---- timing -----------------------------------------------------------------------------------------
@@ -215,7 +231,8 @@ class Oracle:
         `copies` copies wide. Sets asked for again under the same `keep` name with the same seeds are not made again
         (judge.stages.evaluation says when a round keeps them). `reserve`: the bytes the benchmark needs on the
         device with its sets (judge.stages.budget); `eager`: every set made now, before the runners run the
-        benchmark, where making one beside their outputs would not fit. Returns each runner's `build` plan."""
+        benchmark, where making one beside their outputs would not fit, and each one answered (the runners then hold
+        nothing of it). Returns each runner's `build` plan."""
         started = time.perf_counter()
         made = self.kept.get(keep) if keep else None
         if made is not None and (made.seeds != seeds or made.projection_seed != projection_seed):
@@ -226,7 +243,9 @@ class Oracle:
             made = self._timing_sets(spec, distribution, seeds, projection_seed)
             for index in range(1, len(seeds) - 1) if eager else ():
                 made.sets[index] = self._generate(_with_seed(spec, seeds[index + 1]), distribution)
-                _release(always=True)
+                release_cached(always=True)
+            for index in range(len(seeds) - 1) if eager else ():  # answered too, while the runners hold nothing
+                self._answer(made, index)
             if keep:
                 self.kept[keep] = made
         self._retire(key)
@@ -235,7 +254,7 @@ class Oracle:
             from .runner import flush_bytes as l2_flush_bytes
 
             flush_bytes = l2_flush_bytes()
-        _release(always=True)  # what making the sets left in torch's cache: the area is the driver's, not torch's
+        release_cached(always=True)  # what making the sets left in torch's cache: the area is the driver's, not torch's
         try:
             area = staging.lay_out(made.sets["warm"], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
         except cuda_ipc.IpcError as error:  # once more, with every other benchmark's kept sets given back
@@ -299,7 +318,9 @@ class Oracle:
 
     def _bounds(self, key: str, index: int) -> list[dict]:
         """The projection bounds of timed set `index`'s answer, computed on a copy of the set at its first check."""
-        made = self.timing[key]
+        return self._answer(self.timing[key], index)
+
+    def _answer(self, made: TimingSets, index: int) -> list[dict]:
         if index not in made.bounds:
             answer = self.reference.ref_kernel(tensors.clone_data(made.sets[index]))
             tensors.sync()
@@ -340,7 +361,7 @@ class Oracle:
 
     def _retire(self, key: str) -> None:
         area = self.areas.pop(key, None)
-        if area is not None and area.device is not None:
+        if area is not None and area.device is not None and not area.borrowed:
             self.retired.append(area.device)
 
     def facts(self) -> dict | None:
@@ -377,17 +398,6 @@ def _generator(reference, spec: str):
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return getattr(module, function)
-
-
-def _release(always: bool = False) -> None:
-    """Give cached GPU memory back once this process holds more than RELEASE_ABOVE_BYTES (or `always`, after a
-    benchmark's sets are made, once per benchmark and pair): the runners beside it need the memory. Below that the
-    cache is kept for the next case: emptying it after every verify took 4-5 ms of the 13-16 ms a verify took on an
-    H100 (vecadd, 2026-11-25)."""
-    import torch
-
-    if torch.cuda.is_available() and (always or torch.cuda.memory_reserved() > RELEASE_ABOVE_BYTES):
-        torch.cuda.empty_cache()
 
 
 def oracle_dir(target, dest) -> Any:

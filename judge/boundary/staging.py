@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from . import callframe, cuda_ipc, exchange, output_copy, tensors
 
@@ -48,6 +48,7 @@ class Area:
     sets: dict[Any, list] = field(default_factory=dict)  # set name -> its tensors, skeleton order
     flush: Any = None  # the L2 flush buffer's view (GPU timing), or None
     nans: dict[int, Any] = field(default_factory=dict)  # a NaN tensor per poisoned output, made once
+    borrowed: bool = False  # the device part is a block the oracle lends case after case (never retired with it)
 
     def nan(self, index: int, like):
         if index not in self.nans:
@@ -57,9 +58,11 @@ class Area:
         return self.nans[index]
 
 
-def lay_out(data, slots: list[str], copies: int, *, shift: int = 0, flush_bytes: int = 0) -> Area:
+def lay_out(data, slots: list[str], copies: int, *, shift: int = 0, flush_bytes: int = 0,
+            block: Callable[[int], cuda_ipc.Exported] | None = None) -> Area:
     """An Area for `data` (its tensors define the layouts), `copies` copies, the device part allocated (with an
-    L2 flush buffer after the copies when `flush_bytes`), every offset moved by `shift` bytes."""
+    L2 flush buffer after the copies when `flush_bytes`), every offset moved by `shift` bytes. With `block`, the
+    device part is the zeroed block it gives for the bytes needed, not an allocation of the area's own."""
     import torch
 
     tree, leaves = exchange.skeleton(data)
@@ -68,14 +71,14 @@ def lay_out(data, slots: list[str], copies: int, *, shift: int = 0, flush_bytes:
     flush = None
     device_bytes = ends[exchange.DEVICE] + flush_bytes
     if any(t.is_cuda for t in leaves) or flush_bytes:
-        device = exported_zeroed(exchange.aligned(device_bytes))
+        device = (block or exported_zeroed)(exchange.aligned(device_bytes))
         if flush_bytes:
             flush = cuda_ipc.view(device.pointer, {"offset": ends[exchange.DEVICE], "dtype": "int32",
                                                    "shape": [flush_bytes // 4], "stride": [1]})
     paths = [path for path, leaf in tensors.leaves(data) if isinstance(leaf, torch.Tensor)]
     poison = [i for i, (path, leaf) in enumerate(zip(paths, leaves))
               if path in slots and leaf.is_floating_point()]
-    return Area(tree, layouts, ends[exchange.HOST], device, poison, flush=flush)
+    return Area(tree, layouts, ends[exchange.HOST], device, poison, flush=flush, borrowed=block is not None)
 
 
 def exported_zeroed(nbytes: int) -> cuda_ipc.Exported:

@@ -13,6 +13,7 @@ kernel that needs far more than its reference can still exhaust the device; it t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..boundary.staging import OUTBOX_FACTOR
@@ -59,16 +60,27 @@ class BenchmarkBytes:
     output: int
     work: int = 0  # the reference's peak beyond its inputs and outputs
     making: int = 0  # generate_input's peak beyond the input it makes
+    weights: int = 0  # the projections' weights of its outputs (int8), which every holder keeps for the benchmark
 
     def fixed(self) -> int:
         """What timing this benchmark holds whatever its sets and copies: one more input (the set an answer is
-        computed on), the outboxes, and output plus working memory in each of its holders."""
-        return self.input + OUTBOX_FACTOR * self.output + HOLDERS * (self.output + self.work)
+        computed on), the outboxes, and output, working memory and weights in each of its holders."""
+        return self.input + OUTBOX_FACTOR * self.output + HOLDERS * (self.output + self.work + self.weights)
+
+    def answering(self) -> int:
+        """What the oracle takes to answer a set: a copy of its input, the answer and the reference's working
+        memory, and the weights it projects the answer with."""
+        return self.input + self.output + self.work + self.weights
 
     def peak(self, eager: bool) -> int:
         """The fixed needs and the making of an input: made as a set is first used (while the runners hold their
-        outputs) the two add up; made before the runners run the benchmark (`eager`), the larger of the two."""
-        return max(self.fixed(), self.making) if eager else self.fixed() + self.making
+        outputs) the two add up. Made and answered before the runners run the benchmark (`eager`), the largest of
+        the making, the answering, and the calls: the outboxes and the runners' outputs, working memory and weights,
+        and the weights the oracle checks their outputs with."""
+        if not eager:
+            return self.fixed() + self.making
+        calls = OUTBOX_FACTOR * self.output + (HOLDERS - 1) * (self.output + self.work + self.weights) + self.weights
+        return max(calls, self.making, self.answering())
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,18 @@ class MemoryPlan:
     benchmarks: list[BenchmarkPlan]
     need: int  # bytes the plan holds at its peak
     kept: bool = False  # every benchmark's sets held at once, kept from one pair to the next
+
+
+def ran_out(error: Exception) -> bool:
+    """Whether an oracle's failure was the device running out of memory (torch's OutOfMemoryError, CUDA's
+    out-of-memory error): room that judge's processes and a pair's runners share, not the reference's fault."""
+    return "out of memory" in str(error).lower().replace("_", " ")
+
+
+def ran_out_line(error: Exception) -> str:
+    """The oracle's out-of-memory error without its prefix and without the list of every process on the device
+    that torch's message goes on with."""
+    return re.split(r"\. Process \d+ has|\. Including non-PyTorch|; see ", str(error).split(": ", 2)[-1])[0][:300]
 
 
 def gib(nbytes: int) -> str:
@@ -103,32 +127,11 @@ def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool 
 
 
 def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], kept: bool = False) -> MemoryPlan:
-    """Sets and copies per benchmark within `device.usable`: each at its minimum (its sets made at first use, else
-    up front), then grown in turn (copies, then sets, smallest benchmarks first) up to their caps while the plan fits. Raises JudgeError naming the first
-    benchmark that cannot fit at its minimum."""
+    """Sets and copies per benchmark within `device.usable`: each at its floor (_floors), then grown in turn
+    (copies, then sets, smallest benchmarks first) up to their caps while the plan fits. Raises JudgeError naming the
+    first benchmark that cannot fit at its minimum, or the sum where they cannot fit together."""
     usable = device.usable
-    plans = []
-    for index, size in enumerate(sizes):
-        # one copy where two do not fit: the calls then take the same memory in turn (copies only average out
-        # where buffers land); two sets at least, or a kernel could replay one answer unseen
-        # and where even that does not fit, its sets made up front, before the runners hold anything of it
-        floor = next((p for p in (BenchmarkPlan(MIN_SETS, MIN_COPIES), BenchmarkPlan(MIN_SETS, 1),
-                                  BenchmarkPlan(MIN_SETS, MIN_COPIES, True), BenchmarkPlan(MIN_SETS, 1, True))
-                      if need_of([size], [p]) <= usable), None)
-        if floor is None:
-            need = need_of([size], [BenchmarkPlan(MIN_SETS, 1, True)])
-            raise JudgeError(
-                f"benchmark {index} ({labels[index]}) needs {gib(need)} of device memory to be timed ({MIN_SETS} "
-                f"input sets and 1 copy of its {gib(size.input)} input, its {gib(size.output)} output in "
-                f"{HOLDERS} processes, {gib(size.work)} of working memory in each"
-                f"{f', {gib(size.making)} to make an input before them' if size.making else ''}); {device.name} has "
-                f"{gib(device.total)}, of which judge may use {gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less "
-                f"{gib(device.in_use)} in use)")
-        plans.append(floor)
-    if need_of(sizes, plans, kept) > usable:
-        raise JudgeError(
-            f"the benchmarks need {gib(need_of(sizes, plans, kept))} of device memory together to be timed; "
-            f"{device.name} has {gib(device.total)}, of which judge may use {gib(max(usable, 0))}")
+    plans = _floors(device, sizes, labels, kept)
     order = sorted(range(len(sizes)), key=lambda i: sizes[i].input)
     for field, cap_count, cap_bytes in (("copies", MAX_COPIES, COPIES_CAP_BYTES), ("sets", MAX_SETS, SETS_CAP_BYTES)):
         grown = True
@@ -145,6 +148,45 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
                 if need_of(sizes, trial, kept) <= usable:
                     plans, grown = trial, True
     return MemoryPlan(device, plans, need_of(sizes, plans, kept), kept)
+
+
+# A benchmark's least sets and copies, in the order they are preferred: one copy where two do not fit (the calls then
+# take the same memory in turn; copies only average out where buffers land); two sets at least, or a kernel could
+# replay one answer unseen; and where even that does not fit, its sets made up front, before the runners hold
+# anything of it.
+FLOORS = (BenchmarkPlan(MIN_SETS, MIN_COPIES), BenchmarkPlan(MIN_SETS, 1), BenchmarkPlan(MIN_SETS, MIN_COPIES, True),
+          BenchmarkPlan(MIN_SETS, 1, True))
+
+
+def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], kept: bool) -> list[BenchmarkPlan]:
+    """Each benchmark's first floor that fits it alone; then, while the benchmarks do not fit together (every one's
+    copies stay allocated while a pair runs), the largest step down first, each to its first floor that makes
+    them fit, else to its floor that needs least itself. JudgeError where one cannot fit alone, or all not together."""
+    usable = device.usable
+    plans = []
+    for index, size in enumerate(sizes):
+        floor = next((p for p in FLOORS if need_of([size], [p]) <= usable), None)
+        if floor is None:
+            need = need_of([size], [FLOORS[-1]])
+            raise JudgeError(
+                f"benchmark {index} ({labels[index]}) needs {gib(need)} of device memory to be timed ({MIN_SETS} "
+                f"input sets and 1 copy of its {gib(size.input)} input, its {gib(size.output)} output in "
+                f"{HOLDERS} processes, {gib(size.work)} of working memory in each"
+                f"{f', {gib(size.making)} to make an input before them' if size.making else ''}); {device.name} has "
+                f"{gib(device.total)}, of which judge may use {gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less "
+                f"{gib(device.in_use)} in use)")
+        plans.append(floor)
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i].input):
+        if need_of(sizes, plans, kept) <= usable:
+            break
+        lower = FLOORS[FLOORS.index(plans[i]):]
+        plans[i] = next((f for f in lower if need_of(sizes, plans[:i] + [f] + plans[i + 1:], kept) <= usable),
+                        min(lower, key=lambda f: need_of([sizes[i]], [f])))
+    if need_of(sizes, plans, kept) > usable:
+        raise JudgeError(
+            f"the benchmarks need {gib(need_of(sizes, plans, kept))} of device memory together to be timed; "
+            f"{device.name} has {gib(device.total)}, of which judge may use {gib(max(usable, 0))}")
+    return plans
 
 
 def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], keep: bool) -> MemoryPlan:

@@ -16,6 +16,8 @@ from pathlib import Path
 from ..boundary import callframe
 from ..devices import gate
 from ..workspaces import fresh
+from ..errors import JudgeError
+from . import budget
 from .evaluation import Case, Evaluator
 from .lease import RunnerLease
 from .details import CheckDetail, CheckedCase
@@ -30,6 +32,11 @@ STAGE = "correctness"
 
 class Tampered(Exception):
     """What a call's reply or the frame's entry showed of the kernel's changes (the stage is tampered)."""
+
+
+class NoRoom(Exception):
+    """The device ran out of memory while the oracle checked an output: no verdict on the kernel (its runner, the
+    base's or judge's own holdings may have taken the room), so the stage is not run rather than the round lost."""
 
 
 def run_correctness(target: Target, workspace: Path, *, timeout_s: float | None = None) -> StageResult:
@@ -71,6 +78,9 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
             progress(stage=STAGE, case=n + 1, cases=len(planned), seconds=round(time.monotonic() - started, 1))
             cases.append(_run_case(evaluator, worker, case, n, nonce, deadline))
         changes = worker.call("audit", time_left(deadline)).value
+    except NoRoom as error:
+        _no_timing_follows(evaluator, lease)
+        return not_run(STAGE, str(error))
     except Tampered as found:
         _no_timing_follows(evaluator, lease)
         message = str(found)
@@ -142,8 +152,14 @@ def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: i
     if value.get("status") == callframe.BAD_OUTPUT:
         evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])
         return entry.updated(passed=False, reason=value["problem"])
-    verdict = evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=value["leaves"],
-                            structure=value.get("structure"))
+    try:
+        verdict = evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=value["leaves"],
+                                structure=value.get("structure"))
+    except JudgeError as error:
+        if not budget.ran_out(error):
+            raise
+        raise NoRoom(f"the device had no room left to check the output of {_where(entry)} "
+                     f"({budget.ran_out_line(error)})") from None
     return entry.updated(**verdict)  # the oracle's verdict: passed, reason, outputs[, check_implementation]
 
 

@@ -12,6 +12,7 @@ spares, binds them the same way, pins them to the same cores, and neither ran th
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import shutil
@@ -22,6 +23,7 @@ from typing import Any
 from ..core_blocks import block_placement, pin, placement, visible_gpu
 from ..errors import JudgeError
 from ..boundary.oracle import oracle_dir
+from ..boundary.tensors import Projector
 from ..targets import Target
 from ..sandbox import forkserver
 from ..sandbox.forkserver import ForkServer
@@ -144,7 +146,8 @@ class Evaluator(RoundSeeds):
         spec = with_seed(self.target.benchmarks[index], 0)
         plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))
         return budget.BenchmarkBytes(max(1, plan.get("input_bytes", 1)), plan.get("output_bytes", 0),
-                                     plan.get("work_bytes", 0), plan.get("making_bytes", 0))
+                                     plan.get("work_bytes", 0), plan.get("making_bytes", 0),
+                                     sum(Projector.held_bytes(math.prod(shape)) for shape in plan.get("shapes", [])))
 
     # ---- runners ---------------------------------------------------------------------------------------
 

@@ -216,6 +216,8 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
             turns.run()
         except (WorkerError, CommandFailed) as error:
             raise _stopped(error, "base" if turns.last_who == "base" else "cand") from None
+        except JudgeError as error:  # the oracle's: an answer it computes between calls may find no room either
+            raise out_of_memory(error, index) from None
         measuring_s = time.monotonic() - measuring
         for who, worker in runners.items():
             current = who
@@ -238,14 +240,14 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
 
 
 def out_of_memory(error: JudgeError, index: int) -> Exception:
-    """The oracle's failure to lay out a benchmark's sets: where the device ran out of memory (after the oracle gave
-    back every set it could), this candidate is not run rather than the round lost; who took the room (its
-    runner, the base's, or judge's plan) cannot be told from here, so it is no verdict on the candidate. Any
-    other failure is the round's error, as it was."""
-    if "out of memory" not in str(error).lower().replace("_", " "):
+    """The oracle's failure to lay out a benchmark's sets or to answer one between calls: where the device ran out
+    of memory (after the oracle gave back every set it could), this candidate is not run rather than the round lost;
+    who took the room (its runner, the base's, or judge's plan) cannot be told from here, so it is no verdict on the
+    candidate. Any other failure is the round's error, as it was."""
+    if not budget.ran_out(error):
         return error
-    return Stopped("not-run", f"the device had no room left for benchmark {index}'s input sets beside this pair's "
-                   f"runners ({str(error).split(': ', 2)[-1]})", "cand")
+    return Stopped("not-run", f"the device had no room left for benchmark {index}'s input sets and answers beside "
+                   f"this pair's runners ({budget.ran_out_line(error)})", "cand")
 
 
 def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
