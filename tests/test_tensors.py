@@ -182,3 +182,24 @@ def test_a_comparison_in_chunks_finds_what_one_piece_finds(monkeypatch):
     assert tensors.compare("", got, want, 1e-3, 1e-3) == whole
     assert (whole["nonfinite"], whole["mismatched"], whole["max_abs_err"]) == (1, 3, 1.0)
     assert [m["index"] for m in whole["first_mismatches"]] == [[0, 3], [3, 0], [3, 4]]
+
+
+def test_a_references_answer_is_kept_without_its_autograd_graph():
+    """GPU MODE's trimul reference runs an nn.Module with parameters: its output's graph keeps every activation
+    alive (25 GiB at seqlen 1024) while the oracle keeps the answer. The answer keeps its values and structure."""
+    import collections
+
+    import torch
+
+    from judge.boundary.tensors import detached
+
+    weight = torch.nn.Parameter(torch.ones(3))
+    out = torch.arange(3.0) * weight
+    pair = collections.namedtuple("Pair", "out count")(out, 3)
+    answer = detached({"result": (pair, torch.max(out.reshape(1, 3), dim=1)), "plain": [torch.zeros(2)]})
+    got, most = answer["result"]
+    assert type(got).__name__ == "Pair" and got.count == 3 and not got.out.requires_grad and got.out.grad_fn is None
+    assert got.out.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()  # shared, not copied
+    assert type(most) is torch.return_types.max and not most.values.requires_grad
+    plain = {"a": [torch.zeros(2)]}
+    assert detached(plain) is plain  # nothing to drop: the same object

@@ -80,7 +80,7 @@ class Oracle:
     def _reference(self, spec: dict, distribution: str):
         data = self._generate(spec, distribution)
         after = tensors.clone_data(data)
-        expected = self.reference.ref_kernel(after)
+        expected = tensors.detached(self.reference.ref_kernel(after))
         tensors.sync()
         return data, after, expected
 
@@ -102,7 +102,7 @@ class Oracle:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
-        expected = self.reference.ref_kernel(after)
+        expected = tensors.detached(self.reference.ref_kernel(after))
         tensors.sync()
         outputs = [t for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor)]
         output_bytes = sum(t.numel() * t.element_size() for t in outputs)
@@ -300,7 +300,7 @@ class Oracle:
         made.sets["warm"] = self._generate(_with_seed(spec, seeds[0]), distribution)
         first = made.sets[0] = self._generate(_with_seed(spec, seeds[1]), distribution)
         after = tensors.clone_data(first)
-        answer = self.reference.ref_kernel(after)
+        answer = tensors.detached(self.reference.ref_kernel(after))
         tensors.sync()
         made.slots = tensors.output_slots(first, after, answer)
         made.output = outbox_need(answer)
@@ -322,7 +322,7 @@ class Oracle:
 
     def _answer(self, made: TimingSets, index: int) -> list[dict]:
         if index not in made.bounds:
-            answer = self.reference.ref_kernel(tensors.clone_data(made.sets[index]))
+            answer = tensors.detached(self.reference.ref_kernel(tensors.clone_data(made.sets[index])))
             tensors.sync()
             made.bounds[index] = made.projector.bounds(answer, *self.tolerance)
             del answer

@@ -110,6 +110,28 @@ def clone_data(obj):
     return obj
 
 
+def detached(obj):
+    """`obj` with the autograd history of its tensors dropped (the values shared, not copied), nested tuples (named
+    ones and torch's return types kept as such), lists and dicts rebuilt only where a tensor changed. A reference
+    that runs an nn.Module with parameters returns an output whose graph keeps every activation alive: trimul's, 25
+    GiB at seqlen 1024, for as long as the oracle keeps the answer."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach() if obj.requires_grad else obj
+    if isinstance(obj, (tuple, list)):
+        items = [detached(x) for x in obj]
+        if all(a is b for a, b in zip(items, obj)):
+            return obj
+        if type(obj) in (tuple, list):
+            return type(obj)(items)
+        return obj._make(items) if hasattr(obj, "_make") else type(obj)(items)
+    if isinstance(obj, dict):
+        values = {k: detached(v) for k, v in obj.items()}
+        return obj if all(values[k] is v for k, v in obj.items()) else type(obj)(values)
+    return obj
+
+
 def copy_into(dest, source, skip: frozenset[str] | set[str] = frozenset()) -> None:
     """Copy every tensor of `source` into the tensor at the same path of `dest` (same structure and shapes),
     except at the paths in `skip` (output slots that are poisoned next: copying them is wasted bandwidth)."""
