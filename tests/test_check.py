@@ -227,7 +227,7 @@ def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
 
 
 
-def test_a_check_the_device_has_no_room_for_leaves_the_kernel_not_run_and_the_next_one_is_checked(tmp_path):
+def test_a_check_or_call_the_device_has_no_room_for_leaves_the_kernel_not_run_and_the_next_one_is_checked(tmp_path):
     """trimul on an H100 (2026-11-28): the problem's checker ran out of device memory beside a runner that held
     30 GiB, and the round was lost as the reference's failure. Which process took the room cannot be told, so it is
     no verdict on the kernel: its check is not run, and the evaluator goes on to the next kernel."""
@@ -250,9 +250,18 @@ def test_a_check_the_device_has_no_room_for_leaves_the_kernel_not_run_and_the_ne
     (problem / "submission.py").write_text("def custom_kernel(data):\n    return data * 2\n")
     target = load_target(problem)
     hog = "def custom_kernel(data):\n    out = data * 2\n    out[0] = 1234.0\n    return out\n"
+    oom = ("import torch\n\ndef custom_kernel(data):\n    raise torch.OutOfMemoryError('CUDA out of memory. Tried to "
+           "allocate 6.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 2.98 GiB is free. Process 534 has "
+           "26.31 GiB memory in use.')\n")
     with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
         hogged = check(evaluator, target.assemble(tmp_path / "hog", hog), nonce=0)
+        short = check(evaluator, target.assemble(tmp_path / "short", oom), nonce=2)
         honest = check(evaluator, target.assemble(tmp_path / "ws", target.kernel_source()), nonce=1)
+    # its own call out of memory beside judge's processes (trimul's wrong variant, called crashed on an H100)
+    assert (short.status, short.summary) == (
+        "not-run", "not run: its call ran out of device memory beside judge's own processes (OutOfMemoryError: CUDA "
+                   "out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 2.98 "
+                   "GiB is free)")
     seed = derive(7, 0, "test", 0, 1, "default")
     assert hogged.status == "not-run"
     assert hogged.summary == (

@@ -104,10 +104,19 @@ def ran_out(error: Exception) -> bool:
     return "out of memory" in str(error).lower().replace("_", " ")
 
 
-def ran_out_line(error: Exception) -> str:
-    """The oracle's out-of-memory error without its prefix and without the list of every process on the device
-    that torch's message goes on with."""
-    return re.split(r"\. Process \d+ has|\. Including non-PyTorch|; see ", str(error).split(": ", 2)[-1])[0][:300]
+def ran_out_line(error: Exception | str) -> str:
+    """An out-of-memory error without the oracle's prefix (where it was the oracle's) and without the list of every
+    process on the device that torch's message goes on with."""
+    text = re.sub(r"^.*?the reference failed in the oracle \(\w+\): ", "", str(error))
+    return re.split(r"\. Process \d+ has|\. Including non-PyTorch|; see ", text)[0][:300]
+
+
+def kernel_ran_out(error: str) -> str:
+    """The reason a kernel whose own call ran out of device memory is not run rather than crashed: judge's processes
+    (the oracle, the spares, the other runner of a pair) held part of the device that GPU MODE's eval.py, one
+    process, would have left it, so the failure is no verdict on the kernel (trimul's wrong variant on an H100,
+    2026-11-28, was called crashed so). A kernel that raises such an error itself only gives up its verdict."""
+    return f"its call ran out of device memory beside judge's own processes ({ran_out_line(error)})"
 
 
 def gib(nbytes: int) -> str:

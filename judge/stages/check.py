@@ -92,6 +92,8 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
                            CheckDetail(error=error.message), error.log_tail)
     except CommandFailed as error:
         _no_timing_follows(evaluator, lease)
+        if budget.ran_out(error.error):
+            return not_run(STAGE, budget.kernel_ran_out(error.error))
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
                            CheckDetail(error=error.error), error.log_tail)
     seconds = time.monotonic() - started
