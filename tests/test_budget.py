@@ -334,3 +334,16 @@ def test_a_timed_call_out_of_device_memory_is_no_verdict_on_either_kernel():
                                "(OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total "
                                "capacity of 79.18 GiB of which 920.88 MiB is free)")
     assert timing._stopped(CommandFailed("IndexError: index 9 is out of bounds"), "cand").status == "crashed"
+
+
+def test_growth_past_the_floor_leaves_each_holder_the_cache_it_may_keep():
+    # cholesky_py's 15 benchmarks (batch, n; float32 in and out, making three times the input): grown to the last
+    # byte of 53.8 GiB, its oracle alone held 55.5 GiB on an H100 (2026-11-28) with the torch caches beside it
+    shapes = [(4096, 32), (1024, 64), (256, 128), (64, 256), (16, 512), (640, 512), (4, 1024), (60, 1024), (2, 2048),
+              (8, 2048), (1, 4096), (2, 4096), (1, 8192), (1, 16384), (1, 32768)]
+    sizes = [BenchmarkBytes(b * n * n * 4, b * n * n * 4, 0, 3 * b * n * n * 4) for b, n in shapes]
+    device = DeviceMemory("NVIDIA H100 80GB HBM3", int(79.2 * GIB), int(69.6 * GIB), cache=4 * GIB)
+    plan = budget.plan_round(device, sizes, [f"n={n}" for _, n in shapes], keep=True)
+    floors = budget.need_of(sizes, [BenchmarkPlan(2, 1, True)] * len(sizes), plan.kept)
+    assert floors <= plan.need <= device.usable - 3 * 4 * GIB
+    assert plan.benchmarks[-1].eager and not plan.kept  # kept, its sets would have needed the floors' edge

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
 from .compare import compare_outputs, failed
-from .tensors import release as release_cached
+from .tensors import RELEASE_ABOVE_BYTES, release as release_cached
 from ..machine import facts_here, host_memory
 
 # Shown mismatches when the target sets no tolerance (its check_implementation then decides alone).
@@ -121,7 +121,8 @@ class Oracle:
             torch.cuda.empty_cache()
             free, total = torch.cuda.mem_get_info()
             held = self.device_outbox.nbytes if self.device_outbox is not None else 0
-            return {"name": torch.cuda.get_device_name(), "total": total, "free": free, "held": held}
+            return {"name": torch.cuda.get_device_name(), "total": total, "free": free, "held": held,
+                    "cache": RELEASE_ABOVE_BYTES}
         return host_memory()
 
     # ---- runners' files and the outboxes --------------------------------------------------------------

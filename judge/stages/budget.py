@@ -40,6 +40,7 @@ class DeviceMemory:
     total: int
     free: int
     held: int = 0  # of what is in use, what the plan counts itself (the oracle's outbox): not taken off twice
+    cache: int = 0  # what each of judge's processes may keep cached beside its plan (torch's on a GPU)
 
     @property
     def in_use(self) -> int:
@@ -137,10 +138,13 @@ def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool 
 
 def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], kept: bool = False) -> MemoryPlan:
     """Sets and copies per benchmark within `device.usable`: each at its floor (_floors), then grown in turn
-    (copies, then sets, smallest benchmarks first) up to their caps while the plan fits. Raises JudgeError naming the
+    (copies, then sets, smallest benchmarks first) up to their caps while the plan leaves each of its HOLDERS the
+    cache it may keep (growth_room; cholesky_py's round, grown to the last byte, ran an H100 out). Raises JudgeError naming the
     first benchmark that cannot fit at its minimum, or the sum where they cannot fit together."""
     usable = device.usable
     plans = _floors(device, sizes, labels, kept)
+    # growth only buys time and averaging: it leaves room for the caches judge's processes may keep by design
+    room = growth_room(device)
     order = sorted(range(len(sizes)), key=lambda i: sizes[i].input)
     for field, cap_count, cap_bytes in (("copies", MAX_COPIES, COPIES_CAP_BYTES), ("sets", MAX_SETS, SETS_CAP_BYTES)):
         grown = True
@@ -154,7 +158,7 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
                     continue  # made up front, a set a kernel never runs on would cost its making anyway
                 trial = list(plans)
                 trial[i] = BenchmarkPlan(**{**plans[i].__dict__, field: current + 1})
-                if need_of(sizes, trial, kept) <= usable:
+                if need_of(sizes, trial, kept) <= room:
                     plans, grown = trial, True
     return MemoryPlan(device, plans, need_of(sizes, plans, kept), kept)
 
@@ -198,12 +202,20 @@ def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]
     return plans
 
 
+def growth_room(device: DeviceMemory) -> int:
+    """What a plan may grow into past its floors, and sets be kept in: the usable memory less the cache each of the
+    HOLDERS may keep; only a plan's floors may use the rest."""
+    return device.usable - HOLDERS * device.cache
+
+
 def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], keep: bool) -> MemoryPlan:
     """A round's plan: with its sets kept across pairs where `keep` and they fit so, else made again for every pair
     (the JudgeError of a benchmark that cannot fit even then)."""
     if keep:
         try:
-            return plan_memory(device, sizes, labels, kept=True)
+            plan = plan_memory(device, sizes, labels, kept=True)
+            if plan.need <= growth_room(device):  # kept sets only save time: never at the floors' edge
+                return plan
         except JudgeError:
             pass
     return plan_memory(device, sizes, labels)
