@@ -201,24 +201,29 @@ def test_real_gpumode_vectoradd(tmp_path):
     assert bad.status == "failed"
 
 
-def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
-    """GPU MODE's vectorsum: the reference returns a 0-d sum, a correct solution a (1,)-shaped one; its
-    check_implementation compares with broadcasting, and judge, holding no tolerance of its own, defers."""
-    problem = tmp_path / "vectorsum"
+def small_cpu_problem(problem: Path, reference: str, submission: str):
+    """A GPU MODE problem of one test (size 100) and one benchmark (size 1000) on the CPU, loaded as a target."""
     problem.mkdir()
     (problem / "task.yml").write_text(
         'files:\n  - {"name": "submission.py", "source": "@SUBMISSION@"}\n  - {"name": "reference.py", "source": "reference.py"}\n'
         'tests:\n  - {"size": 100, "seed": 1}\nbenchmarks:\n  - {"size": 1000, "seed": 2}\n')
     (problem / "judge.toml").write_text('arch = "cpu"\n')
-    (problem / "reference.py").write_text(
+    (problem / "reference.py").write_text(reference)
+    (problem / "submission.py").write_text(submission)
+    return load_target(problem)
+
+
+def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
+    """GPU MODE's vectorsum: the reference returns a 0-d sum, a correct solution a (1,)-shaped one; its
+    check_implementation compares with broadcasting, and judge, holding no tolerance of its own, defers."""
+    target = small_cpu_problem(
+        tmp_path / "vectorsum",
         "import torch\n\ndef generate_input(size, seed):\n"
         "    return torch.randn(size, generator=torch.Generator().manual_seed(seed)), torch.empty(1)\n\n"
         "def ref_kernel(data):\n    return data[0].sum()\n\n"
         "def check_implementation(data, output):\n"
-        "    return (True, '') if torch.allclose(output, ref_kernel(data), rtol=1e-5, atol=1e-5) else (False, 'sum')\n")
-    (problem / "submission.py").write_text(
+        "    return (True, '') if torch.allclose(output, ref_kernel(data), rtol=1e-5, atol=1e-5) else (False, 'sum')\n",
         "def custom_kernel(data):\n    x, out = data\n    out[...] = x.sum()\n    return out\n")
-    target = load_target(problem)
     workspace = target.assemble(tmp_path / "ws", target.kernel_source())
     with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
         result = check(evaluator, workspace, nonce=0)
@@ -226,18 +231,12 @@ def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
     assert result.summary == "3 of 3 checks passed (1 tests x 2 seeds + 1 benchmarks)"
 
 
-
 def test_a_check_or_call_the_device_has_no_room_for_leaves_the_kernel_not_run_and_the_next_one_is_checked(tmp_path):
     """trimul on an H100 (2026-11-28): the problem's checker ran out of device memory beside a runner that held
     30 GiB, and the round was lost as the reference's failure. Which process took the room cannot be told, so it is
     no verdict on the kernel: its check is not run, and the evaluator goes on to the next kernel."""
-    problem = tmp_path / "roomy"
-    problem.mkdir()
-    (problem / "task.yml").write_text(
-        'files:\n  - {"name": "submission.py", "source": "@SUBMISSION@"}\n  - {"name": "reference.py", "source": "reference.py"}\n'
-        'tests:\n  - {"size": 100, "seed": 1}\nbenchmarks:\n  - {"size": 1000, "seed": 2}\n')
-    (problem / "judge.toml").write_text('arch = "cpu"\n')
-    (problem / "reference.py").write_text(
+    target = small_cpu_problem(
+        tmp_path / "roomy",
         "import torch\n\ndef generate_input(size, seed):\n"
         "    return torch.randn(size, generator=torch.Generator().manual_seed(seed))\n\n"
         "def ref_kernel(data):\n    return data * 2\n\n"
@@ -246,9 +245,8 @@ def test_a_check_or_call_the_device_has_no_room_for_leaves_the_kernel_not_run_an
         "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total '\n"
         "                                     'capacity of 79.18 GiB of which 2.67 GiB is free. Process 918 has '\n"
         "                                     '29.90 GiB memory in use.')\n"
-        "    return (True, '') if torch.allclose(output, data * 2) else (False, 'not doubled')\n")
-    (problem / "submission.py").write_text("def custom_kernel(data):\n    return data * 2\n")
-    target = load_target(problem)
+        "    return (True, '') if torch.allclose(output, data * 2) else (False, 'not doubled')\n",
+        "def custom_kernel(data):\n    return data * 2\n")
     hog = "def custom_kernel(data):\n    out = data * 2\n    out[0] = 1234.0\n    return out\n"
     oom = ("import torch\n\ndef custom_kernel(data):\n    raise torch.OutOfMemoryError('CUDA out of memory. Tried to "
            "allocate 6.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 2.98 GiB is free. Process 534 has "
