@@ -347,3 +347,34 @@ def test_growth_past_the_floor_leaves_each_holder_the_cache_it_may_keep():
     floors = budget.need_of(sizes, [BenchmarkPlan(2, 1, True)] * len(sizes), plan.kept)
     assert floors <= plan.need <= device.usable - 3 * 4 * GIB
     assert plan.benchmarks[-1].eager and not plan.kept  # kept, its sets would have needed the floors' edge
+
+
+class _Round:
+    """What Evaluator.memory_plan reads of an evaluator: a device that frees 6 GiB once its spares are closed."""
+
+    def __init__(self, spares: int):
+        self.spares, self.closed, self._memory_plan, self.keep_sets = spares, 0, None, False
+        self.target = type("T", (), {"benchmarks": [{}], "benchmark_label": lambda self, i: "n=32768"})()
+
+    def bytes_of(self, index):
+        return BenchmarkBytes(4 * GIB, 4 * GIB, 0, 12 * GIB)
+
+    def ask(self, op):
+        return {"name": "GPU", "total": 80 * GIB, "free": (44 + 6 * self.closed) * GIB, "cache": 4 * GIB}
+
+    def give_back_spares(self):
+        if not self.spares:
+            return False
+        self.spares, self.closed = 0, 1
+        return True
+
+
+def test_a_plan_the_device_cannot_hold_gives_back_the_spares_before_it_refuses():
+    from judge.stages.evaluation import Evaluator
+
+    # 28 GiB usable with the spares, 34 without: the floor (made up front, one copy) needs 32 GiB
+    spared = _Round(spares=12)
+    assert Evaluator.memory_plan(spared).benchmarks == [BenchmarkPlan(sets=2, copies=1, eager=True)]
+    assert spared.closed == 1
+    with pytest.raises(JudgeError, match=r"needs 32\.0 GiB .* judge may use 28\.0 GiB"):
+        Evaluator.memory_plan(_Round(spares=0))

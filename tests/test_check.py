@@ -234,7 +234,8 @@ def test_without_a_tolerance_the_problems_checker_decides_on_shapes(tmp_path):
 def test_a_check_or_call_the_device_has_no_room_for_leaves_the_kernel_not_run_and_the_next_one_is_checked(tmp_path):
     """trimul on an H100 (2026-11-28): the problem's checker ran out of device memory beside a runner that held
     30 GiB, and the round was lost as the reference's failure. Which process took the room cannot be told, so it is
-    no verdict on the kernel: its check is not run, and the evaluator goes on to the next kernel."""
+    no verdict on the kernel: its check is run once more without the spares (each a CUDA context on a GPU), then not
+    run, and the evaluator goes on to the next kernel."""
     target = small_cpu_problem(
         tmp_path / "roomy",
         "import torch\n\ndef generate_input(size, seed):\n"
@@ -255,6 +256,8 @@ def test_a_check_or_call_the_device_has_no_room_for_leaves_the_kernel_not_run_an
         hogged = check(evaluator, target.assemble(tmp_path / "hog", hog), nonce=0)
         short = check(evaluator, target.assemble(tmp_path / "short", oom), nonce=2)
         honest = check(evaluator, target.assemble(tmp_path / "ws", target.kernel_source()), nonce=1)
+        # the first check ran twice, the second time with the spares' memory given back and none started again
+        assert (evaluator.spares, evaluator._pool) == (0, [])
     # its own call out of memory beside judge's processes (trimul's wrong variant, called crashed on an H100)
     assert (short.status, short.summary) == (
         "not-run", "not run: its call ran out of device memory beside judge's own processes (OutOfMemoryError: CUDA "

@@ -35,8 +35,9 @@ class Tampered(Exception):
 
 
 class NoRoom(Exception):
-    """The device ran out of memory while the oracle checked an output: no verdict on the kernel (its runner, the
-    base's or judge's own holdings may have taken the room), so the stage is not run rather than the round lost."""
+    """The device ran out of memory while the oracle checked an output or in the kernel's own call: no verdict on
+    the kernel (its runner, the base's or judge's own holdings may have taken the room), so the stage is not run
+    rather than the round lost."""
 
 
 def run_correctness(target: Target, workspace: Path, *, timeout_s: float | None = None) -> StageResult:
@@ -53,13 +54,27 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
           nonce: int | None = None, progress: Progress = quiet) -> StageResult:
     """Start a runner for `workspace`, check every case, close the runner. With `timing_next` the timing stage's
     first process pairs are bound and loaded while the cases run (Evaluator.prebind), base and candidate alike.
-    `progress` hears of each case as it starts (judge.stages.progress)."""
+    `progress` hears of each case as it starts (judge.stages.progress). Where the device runs out of memory, the
+    check runs once more with the spares' memory given back (Evaluator.give_back_spares), else it is not run."""
+    nonce = evaluator.nonce() if nonce is None else nonce
+    try:
+        return _check(evaluator, workspace, timeout_s, timing_next, nonce, progress)
+    except NoRoom as error:
+        if not evaluator.give_back_spares():
+            return not_run(STAGE, str(error))
+    try:
+        return _check(evaluator, workspace, timeout_s, timing_next, nonce, progress)
+    except NoRoom as error:
+        return not_run(STAGE, str(error))
+
+
+def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timing_next: bool, nonce: int,
+           progress: Progress) -> StageResult:
     target = evaluator.target
     workspace = Path(workspace).resolve()  # the runner's cwd is the workspace: paths it gets must be absolute
     limit = timeout_s if timeout_s is not None else target.limits.check_s
     started = time.monotonic()
     deadline = started + limit
-    nonce = evaluator.nonce() if nonce is None else nonce
     worker = None
     lease = RunnerLease(evaluator)
     try:
@@ -78,9 +93,9 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
             progress(stage=STAGE, case=n + 1, cases=len(planned), seconds=round(time.monotonic() - started, 1))
             cases.append(_run_case(evaluator, worker, case, n, nonce, deadline))
         changes = worker.call("audit", time_left(deadline)).value
-    except NoRoom as error:
+    except NoRoom:
         _no_timing_follows(evaluator, lease)
-        return not_run(STAGE, str(error))
+        raise
     except Tampered as found:
         _no_timing_follows(evaluator, lease)
         message = str(found)
@@ -93,7 +108,7 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
     except CommandFailed as error:
         _no_timing_follows(evaluator, lease)
         if budget.ran_out(error.error):
-            return not_run(STAGE, budget.kernel_ran_out(error.error))
+            raise NoRoom(budget.kernel_ran_out(error.error)) from None
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
                            CheckDetail(error=error.error), error.log_tail)
     seconds = time.monotonic() - started
