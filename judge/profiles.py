@@ -16,6 +16,9 @@ from .targets import Target
 from .workspaces import fresh
 
 PROFILE_EVENT = "profile"
+# A round's profile of its base adds at most this share of the round's own seconds, and may always take the minimum
+# (twice the 97 s that the FP8 target's five benchmarks took under ncu on an H100, 2026-11-27).
+ROUND_PROFILE_SHARE, ROUND_PROFILE_MIN_S = 0.25, 180.0
 
 
 def device_here(target: Target) -> Optional[str]:
@@ -50,8 +53,8 @@ def peaks_for(ledger: Ledger, target: Target, device: Optional[str], notes: list
 
 def profile_source(ledger: Ledger, target: Target, source: str, subject: str, root: Path, *,
                    round_id: Optional[int] = None, revision_id: Optional[int] = None, use_ncu: bool = True,
-                   again: bool = False, progress: Progress = quiet, workspace: Optional[Path] = None
-                   ) -> dict[str, Any]:
+                   again: bool = False, progress: Progress = quiet, workspace: Optional[Path] = None,
+                   timeout_s: Optional[float] = None) -> dict[str, Any]:
     """The profile of the kernel text `source` on this machine: the stored one where the same text was profiled on
     this device (`reused`), else profiled now in `root` and kept. `workspace` is one where `source` is assembled
     already (a round's base, whose compile caches its runners then find), else one is assembled under `root`.
@@ -71,7 +74,7 @@ def profile_source(ledger: Ledger, target: Target, source: str, subject: str, ro
     from .stages.profile.stage import profile_kernel
 
     profile = profile_kernel(target, workspace, root / "judge", device=device, peaks=peaks, use_ncu=use_ncu,
-                             progress=progress)
+                             progress=progress, **({"timeout_s": timeout_s} if timeout_s is not None else {}))
     profile.notes = notes + profile.notes
     data = profile.to_json()
     profile_id = ledger.record_profile(target=target.name, kernel_sha256=sha, subject=subject, device=device,
@@ -79,9 +82,19 @@ def profile_source(ledger: Ledger, target: Target, source: str, subject: str, ro
     return {**answer, "reused": False, "profile_id": profile_id, "profile": data}
 
 
-def profile_round_base(run, finished: bool, on_event: Callable[..., None]) -> None:
+def round_profile_s(round_s: float) -> float:
+    """How long a round's profile of its base may take: ROUND_PROFILE_SHARE of the round's own seconds, at least
+    ROUND_PROFILE_MIN_S, at most the stage's LIMIT_S. cholesky_py's base (15 benchmarks, calls of up to 3 s) was
+    still being profiled when its round's 500 s ran out on an H100 (2026-11-28)."""
+    from .stages.profile.stage import LIMIT_S
+
+    return min(LIMIT_S, max(ROUND_PROFILE_MIN_S, ROUND_PROFILE_SHARE * round_s))
+
+
+def profile_round_base(run, finished: bool, on_event: Callable[..., None], round_s: float = 0.0) -> None:
     """A round's profile of its base, once its timing is over and only where the base passed (judge.rounds): never
-    inside a timed pair, and a failure is the profile's line, never the round's."""
+    inside a timed pair, a failure is the profile's line, never the round's, and it takes at most round_profile_s
+    of the round's `round_s` seconds."""
     settings, row = run.settings, run.round_row
     if not finished or not settings.profile or run.gate is not None:
         return
@@ -91,7 +104,7 @@ def profile_round_base(run, finished: bool, on_event: Callable[..., None]) -> No
     on_event("stage", proposal="(base)", stage="profile")
     try:
         done = profile_source(run.ledger, run.target, row["base_source"], "base", run.root / "profile",
-                              round_id=row["id"], workspace=run.base_dir,
+                              round_id=row["id"], workspace=run.base_dir, timeout_s=round_profile_s(round_s),
                               progress=lambda **info: on_event("progress", proposal="(base)", **info))
         line = Profile.from_json(done["profile"]).line + (" (kept from an earlier profile)" if done["reused"] else "")
     except Exception as error:  # noqa: BLE001 - judge's own failure here is the profile's, never the round's

@@ -321,3 +321,11 @@ def test_ncu_2025s_own_csv_from_an_h100_gives_bandwidth_tensor_pipes_and_occupan
     assert gemm["dram_gbps"] == pytest.approx(836.29881566960)
     assert (gemm["dram_pct"], gemm["tensor_pct"], gemm["occupancy_pct"]) == (24.95, 94.89, 14.64)
     assert kernels[2]["dram_gbps"] == pytest.approx(1265.93236714976)
+
+
+def test_a_rounds_profile_of_its_base_takes_a_share_of_the_rounds_own_time():
+    from judge.profiles import round_profile_s
+
+    assert round_profile_s(60.0) == 180.0  # a short round: the FP8 target's ncu profile (97 s on an H100) still fits
+    assert round_profile_s(2000.0) == 500.0  # a quarter of a long round (cholesky_py's ran past 500 s)
+    assert round_profile_s(10_000.0) == 900.0  # never past the stage's own limit
