@@ -7,6 +7,9 @@
 #                                             run on an H100); one call has about 9 minutes, so pick a few
 #   LIMIT_S=240 BUDGET_S=510                  seconds per problem (judge's round, and again eval.py's calls); in all
 #   PARITY_ARGS='--all-benchmarks'            anything else for the script
+#   GPUS=2                                    the globs dealt out in turn to this many GPUs of the host, one run of
+#                                             the script on each at once (CUDA_VISIBLE_DEVICES), out in $OUT/gpuN/;
+#                                             give one glob per problem to spread problems
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-device-out}
@@ -14,13 +17,35 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpus.csv"
 export PROBLEMS=${PROBLEMS:-}  # the script reads the globs itself, so that the shell expands none of them
-# shellcheck disable=SC2086
-python3 benchmarks/gpumode_parity.py --root .gpumode/problems \
-  --limit-s "${LIMIT_S:-240}" --budget-s "${BUDGET_S:-510}" --out "$OUT" ${PARITY_ARGS:-} 2>&1 | tee "$OUT/parity.log"
-# judge's own log of each problem's round (its progress lines and the oracle's log's tail), for where the time went
-for scratch in /tmp/judge-parity-*/*/; do
-  [ -f "$scratch/run.log" ] || continue
-  log="$OUT/judge-$(basename "$scratch").log"
-  cp "$scratch/run.log" "$log"
-  find "$scratch/work" -name oracle.log -exec sh -c 'echo "== $1"; tail -n 40 "$1"' _ {} \; >> "$log" 2>/dev/null
-done
+
+parity_on() {  # GPU OUT SCRATCH PROBLEMS: one run of the script, then judge's own log of each problem's round (its
+  # progress lines and the oracle's log's tail), for where the time went
+  local gpu=$1 out=$2 scratch_root=$3
+  mkdir -p "$out" "$scratch_root"
+  # shellcheck disable=SC2086
+  CUDA_VISIBLE_DEVICES=$gpu PROBLEMS=$4 python3 benchmarks/gpumode_parity.py --root .gpumode/problems \
+    --limit-s "${LIMIT_S:-240}" --budget-s "${BUDGET_S:-510}" --out "$out" --gpu "$gpu" --scratch "$scratch_root" \
+    ${PARITY_ARGS:-} > "$out/parity.log" 2>&1
+  for scratch in "$scratch_root"/*/; do
+    [ -f "$scratch/run.log" ] || continue
+    log="$out/judge-$(basename "$scratch").log"
+    cp "$scratch/run.log" "$log"
+    find "$scratch/work" -name oracle.log -exec sh -c 'echo "== $1"; tail -n 40 "$1"' _ {} \; >> "$log" 2>/dev/null
+  done
+}
+
+gpus=${GPUS:-1}
+if [ "$gpus" -le 1 ]; then
+  parity_on 0 "$OUT" "$(mktemp -d /tmp/judge-parity-XXXXXX)" "$PROBLEMS"
+  cat "$OUT/parity.log"
+else
+  read -r -a globs <<< "$PROBLEMS"
+  [ ${#globs[@]} -gt 0 ] || { echo "GPUS=$gpus needs PROBLEMS: the globs to deal out" >&2; exit 2; }
+  for ((gpu = 0; gpu < gpus; gpu++)); do
+    share=""
+    for ((i = gpu; i < ${#globs[@]}; i += gpus)); do share+="${globs[$i]} "; done
+    [ -n "$share" ] && parity_on "$gpu" "$OUT/gpu$gpu" "$(mktemp -d /tmp/judge-parity-XXXXXX)" "$share" &
+  done
+  wait
+  tail -n 5 "$OUT"/gpu*/parity.log
+fi
