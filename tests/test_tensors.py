@@ -203,3 +203,24 @@ def test_a_references_answer_is_kept_without_its_autograd_graph():
     assert type(most) is torch.return_types.max and not most.values.requires_grad
     plain = {"a": [torch.zeros(2)]}
     assert detached(plain) is plain  # nothing to drop: the same object
+
+
+def test_answers_and_checks_run_without_a_graph_unless_the_reference_takes_gradients():
+    import torch
+
+    from judge.boundary.memory import without_graph
+
+    weight = torch.nn.Parameter(torch.ones(3))
+    assert not without_graph(lambda x: x * weight, torch.arange(3.0)).requires_grad  # no graph built, none kept
+
+    def gradient(x):  # a reference that takes gradients: autograd on, on a copy its first run never wrote
+        x = x.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad((x * x).sum(), x)
+        return grad
+
+    made = []
+    data = torch.arange(3.0)
+    assert without_graph(gradient, data, fresh=lambda: (made.append(1) or data.clone(),)).tolist() == [0.0, 2.0, 4.0]
+    assert made == [1]
+    with pytest.raises(RuntimeError, match="shape"):  # any other failure is the reference's own
+        without_graph(lambda x: x.view(7), data)

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
 from .compare import compare_outputs, failed
-from .tensors import RELEASE_ABOVE_BYTES, release as release_cached
+from .memory import RELEASE_ABOVE_BYTES, release as release_cached, without_graph
 from ..machine import facts_here, host_memory
 
 # Shown mismatches when the target sets no tolerance (its check_implementation then decides alone).
@@ -79,10 +79,20 @@ class Oracle:
 
     def _reference(self, spec: dict, distribution: str):
         data = self._generate(spec, distribution)
-        after = tensors.clone_data(data)
-        expected = tensors.detached(self.reference.ref_kernel(after))
+        return (data, *self._answered(data))
+
+    def _answered(self, data) -> tuple[Any, Any]:
+        """The reference run on a copy of `data`: the copy as the reference left it, and the answer, made without
+        autograd's graph and kept without it (memory.without_graph, tensors.detached)."""
+        copies = [tensors.clone_data(data)]
+
+        def fresh() -> tuple:
+            copies.append(tensors.clone_data(data))
+            return (copies[-1],)
+
+        answer = tensors.detached(without_graph(self.reference.ref_kernel, copies[0], fresh=fresh))
         tensors.sync()
-        return data, after, expected
+        return copies[-1], answer
 
     def plan(self, spec: dict, distribution: str) -> dict:
         """The output slots of a spec (paths of the inputs the reference writes), its inputs' and outputs' bytes,
@@ -102,6 +112,7 @@ class Oracle:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
+        # with autograd as a kernel's own call has it: the runners' working memory is estimated from this peak
         expected = tensors.detached(self.reference.ref_kernel(after))
         tensors.sync()
         outputs = [t for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor)]
@@ -300,9 +311,7 @@ class Oracle:
                           (0, False))
         made.sets["warm"] = self._generate(_with_seed(spec, seeds[0]), distribution)
         first = made.sets[0] = self._generate(_with_seed(spec, seeds[1]), distribution)
-        after = tensors.clone_data(first)
-        answer = tensors.detached(self.reference.ref_kernel(after))
-        tensors.sync()
+        after, answer = self._answered(first)
         made.slots = tensors.output_slots(first, after, answer)
         made.output = outbox_need(answer)
         made.bounds[0] = made.projector.bounds(answer, *self.tolerance)
@@ -323,8 +332,7 @@ class Oracle:
 
     def _answer(self, made: TimingSets, index: int) -> list[dict]:
         if index not in made.bounds:
-            answer = tensors.detached(self.reference.ref_kernel(tensors.clone_data(made.sets[index])))
-            tensors.sync()
+            _, answer = self._answered(made.sets[index])
             made.bounds[index] = made.projector.bounds(answer, *self.tolerance)
             del answer
         return made.bounds[index]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import callframe, cuda_ipc, exchange, tamper
-from .tensors import release as release_cached
+from .memory import release as release_cached
 
 WARMUP_CALLS = 3
 WARMUP_S = 0.005

@@ -271,21 +271,6 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(index))
 
 
-# A process keeps up to this much of torch's cached GPU memory between cases (release).
-RELEASE_ABOVE_BYTES = 4 << 30
-
-
-def release(always: bool = False) -> None:
-    """Give cached GPU memory back once this process holds more than RELEASE_ABOVE_BYTES (or `always`): the
-    oracle and the runners beside it take their room from the same device, and one process's cache is no room to
-    another. Below that the cache is kept for the next case: emptying it after every verify took 4-5 ms of the
-    13-16 ms a verify took on an H100 (vecadd, 2026-11-25)."""
-    import torch
-
-    if torch.cuda.is_available() and (always or torch.cuda.memory_reserved() > RELEASE_ABOVE_BYTES):
-        torch.cuda.empty_cache()
-
-
 def sync() -> None:
     """Wait for every stream of the device (not just the current one)."""
     import torch

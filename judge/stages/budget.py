@@ -139,11 +139,10 @@ def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool 
 def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], kept: bool = False) -> MemoryPlan:
     """Sets and copies per benchmark within `device.usable`: each at its floor (_floors), then grown in turn
     (copies, then sets, smallest benchmarks first) up to their caps while the plan leaves each of its HOLDERS the
-    cache it may keep (growth_room; cholesky_py's round, grown to the last byte, ran an H100 out). Raises JudgeError naming the
-    first benchmark that cannot fit at its minimum, or the sum where they cannot fit together."""
-    usable = device.usable
+    cache it may keep (growth_room: growth only buys time and averaging; cholesky_py's round, grown to the last
+    byte, ran an H100 out). Raises JudgeError naming the first benchmark that cannot fit at its minimum, or the sum
+    where they cannot fit together."""
     plans = _floors(device, sizes, labels, kept)
-    # growth only buys time and averaging: it leaves room for the caches judge's processes may keep by design
     room = growth_room(device)
     order = sorted(range(len(sizes)), key=lambda i: sizes[i].input)
     for field, cap_count, cap_bytes in (("copies", MAX_COPIES, COPIES_CAP_BYTES), ("sets", MAX_SETS, SETS_CAP_BYTES)):

@@ -1,0 +1,36 @@
+"""The trusted processes' use of device memory around what they run: torch's cache given back where others need
+the room, and autograd kept off where an answer or a check needs no graph. Used by the oracle and, for its cache,
+by the runner; torch is imported lazily."""
+
+from __future__ import annotations
+
+
+# A process keeps up to this much of torch's cached GPU memory between cases (release).
+RELEASE_ABOVE_BYTES = 4 << 30
+
+
+def release(always: bool = False) -> None:
+    """Give cached GPU memory back once this process holds more than RELEASE_ABOVE_BYTES (or `always`): the
+    oracle and the runners beside it take their room from the same device, and one process's cache is no room to
+    another. Below that the cache is kept for the next case: emptying it after every verify took 4-5 ms of the
+    13-16 ms a verify took on an H100 (vecadd, 2026-11-25)."""
+    import torch
+
+    if torch.cuda.is_available() and (always or torch.cuda.memory_reserved() > RELEASE_ABOVE_BYTES):
+        torch.cuda.empty_cache()
+
+
+def without_graph(call, *args, fresh=None):
+    """`call(*args)` with autograd off: an answer or a check needs no graph, and a reference that runs an nn.Module
+    with parameters holds every activation through one while it runs (trimul's, 25 GiB at seqlen 1024). Where the
+    call fails for want of autograd (a reference that takes gradients), it runs again with autograd on, on
+    `fresh()`'s arguments where given (a copy the first run has not written into)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            return call(*args)
+    except RuntimeError as error:
+        if "grad" not in str(error):
+            raise
+    return call(*(fresh() if fresh is not None else args))
