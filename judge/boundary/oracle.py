@@ -266,7 +266,7 @@ class Oracle:
             from .runner import flush_bytes as l2_flush_bytes
 
             flush_bytes = l2_flush_bytes()
-        release_cached(always=True)  # what making the sets left in torch's cache: the area is the driver's, not torch's
+        release_cached(always=True)  # what making the sets left in torch's cache: the area is the driver's
         try:
             area = staging.lay_out(made.sets["warm"], made.slots, copies, shift=shift, flush_bytes=flush_bytes)
         except cuda_ipc.IpcError as error:  # once more, with every other benchmark's kept sets given back

@@ -103,9 +103,9 @@ def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress
 
 def _under_ncu(evaluator, workspace: Path, ncu: str, deadline: float, progress: Progress,
                notes: list[str]) -> list[BenchmarkProfile]:
-    """A runner under ncu per benchmark, within NCU_BUDGET_S (NCU_SHARE) of the stage's time; any failure raises, and the stage
-    falls back to torch.profiler. Where the first benchmark fails with METRICS asked for, it is tried once more
-    with ncu's sections alone (a GPU without one of them), and so are the rest."""
+    """A runner under ncu per benchmark, within NCU_BUDGET_S (and NCU_SHARE) of the stage's time; any failure
+    raises, and the stage falls back to torch.profiler. Where the first benchmark fails with METRICS asked for, it is
+    tried once more with ncu's sections alone (a GPU without one of them), and so are the rest."""
     started = time.monotonic()
     deadline = min(deadline, started + NCU_BUDGET_S, started + NCU_SHARE * (deadline - started))
     metrics, out = True, []
