@@ -307,8 +307,7 @@ def _run_target_round(
             run.dispatch.close()
         run.close()
         ledger.finish_run(run.run_id, status)
-    profile_round_base(run, status == "finished", on_event,  # after every timed pair and the dispatch's close
-                       time.monotonic() - wall_start)
+    profile_round_base(run, status == "finished", on_event, time.monotonic() - wall_start)  # after the dispatch's close
     winner = ledger.round_winner(round_row["id"])  # best significantly faster; an implausible one once cleared
     ledger.set_winner(round_row["id"], winner["revision_id"] if winner else None)
     summary.winner = winner["proposal_id"] if winner else None

@@ -330,7 +330,7 @@ def test_a_timed_call_out_of_device_memory_is_no_verdict_on_either_kernel():
                         "of 79.18 GiB of which 920.88 MiB is free. Process 1197 has 10.32 GiB memory in use.")
     stopped = timing._stopped(oom, "base")
     assert (stopped.status, stopped.who) == ("not-run", "base")
-    assert stopped.message == ("the base: its call ran out of device memory beside judge's own processes "
+    assert stopped.message == ("the base's call ran out of device memory beside judge's own processes "
                                "(OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total "
                                "capacity of 79.18 GiB of which 920.88 MiB is free)")
     assert timing._stopped(CommandFailed("IndexError: index 9 is out of bounds"), "cand").status == "crashed"

@@ -112,12 +112,12 @@ def ran_out_line(error: Exception | str) -> str:
     return re.split(r"\. Process \d+ has|\. Including non-PyTorch|; see ", text)[0][:300]
 
 
-def kernel_ran_out(error: str) -> str:
+def kernel_ran_out(error: str, whose: str = "its") -> str:
     """The reason a kernel whose own call ran out of device memory is not run rather than crashed: judge's processes
     (the oracle, the spares, the other runner of a pair) held part of the device that GPU MODE's eval.py, one
     process, would have left it, so the failure is no verdict on the kernel (trimul's wrong variant on an H100,
     2026-11-28, was called crashed so). A kernel that raises such an error itself only gives up its verdict."""
-    return f"its call ran out of device memory beside judge's own processes ({ran_out_line(error)})"
+    return f"{whose} call ran out of device memory beside judge's own processes ({ran_out_line(error)})"
 
 
 def gib(nbytes: int) -> str:

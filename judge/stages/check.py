@@ -83,10 +83,7 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
         confinement = worker.hello.get("confinement")
         worker.call("load", time_left(deadline))
         if timing_next and evaluator.base_dir is not None:
-            from .timing.stage import MIN_PAIRS
-
-            evaluator.prebind(evaluator.base_dir, MIN_PAIRS, "timing-base")
-            evaluator.prebind(workspace, MIN_PAIRS)
+            _prebind_timing(evaluator, workspace)
         cases = []
         planned = evaluator.cases(nonce)
         for n, case in enumerate(planned):
@@ -107,8 +104,6 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
                            CheckDetail(error=error.message), error.log_tail)
     except CommandFailed as error:
         _no_timing_follows(evaluator, lease)
-        if budget.ran_out(error.error):
-            raise NoRoom(budget.kernel_ran_out(error.error)) from None
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
                            CheckDetail(error=error.error), error.log_tail)
     seconds = time.monotonic() - started
@@ -129,6 +124,14 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
         return StageResult(STAGE, "failed", summary, seconds, detail, tail)
     return StageResult(STAGE, "passed", f"{len(cases)} of {len(cases)} checks passed ({_counts(target)})",
                        seconds, detail, tail)
+
+
+def _prebind_timing(evaluator: Evaluator, workspace: Path) -> None:
+    """The timing stage's first process pairs, base and candidate alike, bound and loaded while the cases run."""
+    from .timing.stage import MIN_PAIRS
+
+    evaluator.prebind(evaluator.base_dir, MIN_PAIRS, "timing-base")
+    evaluator.prebind(workspace, MIN_PAIRS)
 
 
 def _no_timing_follows(evaluator: Evaluator, lease: RunnerLease) -> None:
@@ -156,6 +159,8 @@ def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: i
         value = reply.value
         if value.get("status") == callframe.RAISED:
             error = worker.read_reply(serial, time_left(deadline)).value.get("error", "the kernel raised")
+            if budget.ran_out(error):
+                raise NoRoom(budget.kernel_ran_out(error))
             raise CommandFailed(f"{error} ({_where(entry)})", worker.log_tail())
         worker.leave(callframe.command(0, callframe.OP_STOP), serial, time_left(deadline))
     except BaseException:

@@ -223,10 +223,7 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
             current = who
             if turns.failure == "raised" and who == turns.last_who:
                 error = worker.read_reply(serials[who], time_left(deadline)).value.get("error", "the kernel raised")
-                if budget.ran_out(error):
-                    raise Stopped("not-run", f"{'the base' if who == 'base' else 'the kernel'}: "
-                                  f"{budget.kernel_ran_out(error)}", who)
-                raise Stopped("crashed", error, who, worker.log_tail())
+                raise _stopped(CommandFailed(error, worker.log_tail()), who)
             worker.leave(callframe.command(0, callframe.OP_STOP), serials[who], time_left(deadline))
             worker.freeze()
         for who, flags in turns.flags.items():
@@ -313,8 +310,7 @@ def _spin(target: Target, warm: list[tuple[str, dict]]) -> dict:
 def _stopped(error: Exception, who: str) -> Stopped:
     if isinstance(error, CommandFailed):
         if budget.ran_out(error.error):
-            return Stopped("not-run", f"{'the base' if who == 'base' else 'the kernel'}: "
-                           f"{budget.kernel_ran_out(error.error)}", who)
+            return Stopped("not-run", budget.kernel_ran_out(error.error, f"the {who.replace('cand', 'kernel')}'s"), who)
         return Stopped("crashed", error.error, who, error.log_tail)
     return Stopped(error.status, error.message, who, error.log_tail)
 
