@@ -33,7 +33,6 @@ STAGE = "profile"
 CALLS = {NCU: 1, TORCH: 5, HOST: 20}
 LIMIT_S = 900.0
 NCU_BUDGET_S = 420.0  # of LIMIT_S, for every benchmark under ncu: past it, torch.profiler has the rest
-NCU_SHARE = NCU_BUDGET_S / LIMIT_S  # ncu's part of a shorter stage, so that torch.profiler keeps time after it
 FAILURES = (WorkerError, CommandFailed, JudgeError, OSError, RuntimeError, KeyError, ValueError)
 
 
@@ -103,11 +102,11 @@ def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress
 
 def _under_ncu(evaluator, workspace: Path, ncu: str, deadline: float, progress: Progress,
                notes: list[str]) -> list[BenchmarkProfile]:
-    """A runner under ncu per benchmark, within NCU_BUDGET_S (and NCU_SHARE) of the stage's time; any failure
-    raises, and the stage falls back to torch.profiler. Where the first benchmark fails with METRICS asked for, it is
+    """A runner under ncu per benchmark, within NCU_BUDGET_S of the stage's time; any failure raises, and the
+    stage falls back to torch.profiler. Where the first benchmark fails with METRICS asked for, it is
     tried once more with ncu's sections alone (a GPU without one of them), and so are the rest."""
     started = time.monotonic()
-    deadline = min(deadline, started + NCU_BUDGET_S, started + NCU_SHARE * (deadline - started))
+    deadline = min(deadline, started + NCU_BUDGET_S)
     metrics, out = True, []
     for index in range(len(evaluator.target.benchmarks)):
         _tell(progress, evaluator.target, index, started)
