@@ -245,3 +245,15 @@ def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
     assert lines[-2:] == [
         "| identical | identical | unchanged | 12.0 | pass, 12.5 us | 10.0 | 180.0 | 2,000 | ok |",
         "| wrong-variant | variant | incorrect | 3.0 | fail: benchmark 0: mismatch | 30.0 | - | 2,000 | ok |"]
+
+
+def test_with_no_judge_eval_py_alone_runs_on_every_submission(problem, tmp_path):
+    """`--no-judge`: eval.py's side alone (judge's ran on another GPU of the host at the same time, 2026-11-28)."""
+    (problem.parent / "eval.py").write_text(FAKE_EVAL)
+    args = parity.parse_args(["--no-judge", "--eval-modes", "leaderboard", "--limit-s", "60", "--root", str(tmp_path)])
+    result = parity.parity(problem, "family/add_py", args, parity.GpuMemory(probe=False), tmp_path / "scratch",
+                           deadline=float("inf"))
+    assert result["judge"] == {"error": "not run (--no-judge)"}
+    assert result["eval"]["identical"]["leaderboard"]["verdict"] == "pass"
+    scratch = tmp_path / "scratch" / parity.slug("family/add_py")
+    assert (scratch / "eval").is_dir() and not (scratch / "ledger.db").exists()  # eval.py's folders, no contest
