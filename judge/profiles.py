@@ -74,7 +74,7 @@ def profile_source(ledger: Ledger, target: Target, source: str, subject: str, ro
     from .stages.profile.stage import profile_kernel
 
     profile = profile_kernel(target, workspace, root / "judge", device=device, peaks=peaks, use_ncu=use_ncu,
-                             progress=progress, **({"timeout_s": timeout_s} if timeout_s is not None else {}))
+                             progress=progress, timeout_s=timeout_s)
     profile.notes = notes + profile.notes
     data = profile.to_json()
     profile_id = ledger.record_profile(target=target.name, kernel_sha256=sha, subject=subject, device=device,

@@ -38,7 +38,7 @@ FAILURES = (WorkerError, CommandFailed, JudgeError, OSError, RuntimeError, KeyEr
 
 def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optional[str] = None,
                    peaks: Optional[Peaks] = None, use_ncu: bool = True, confine: bool = True,
-                   progress: Progress = quiet, timeout_s: float = LIMIT_S) -> Profile:
+                   progress: Progress = quiet, timeout_s: Optional[float] = None) -> Profile:
     """Profile the kernel assembled in `workspace` on every benchmark, with `root` as judge's own directory for it
     (emptied first). Never raises for what the kernel or a tool does: a failure is an unavailable Profile."""
     from ..evaluation import Evaluator
@@ -48,7 +48,7 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
              "peaks": peaks.to_json() if peaks else None}
     if reason:
         return unavailable(reason, **facts)
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + (LIMIT_S if timeout_s is None else timeout_s)
     notes: list[str] = []
     try:
         with Evaluator(target, fresh(Path(root)), confine=confine, warm=False) as evaluator:
