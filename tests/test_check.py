@@ -13,6 +13,10 @@ import pytest
 from judge.stages.check import check, run_correctness
 from judge.stages.evaluation import Evaluator, derive
 from judge.targets import load_target
+from judge.sandbox.confine import landlock_abi
+
+# The cases' seeds are the round's where runners are confined by Landlock, else the evaluation's (nonce 0 here).
+WHOSE = "case" if landlock_abi() > 0 else 0
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
 VARIANTS = FIXTURE / "variants"
@@ -56,8 +60,8 @@ def test_correct_passes_on_secret_seeds(tmp_path):
     assert [(i["stage"], i["case"], i["cases"]) for i in said] == [("correctness", n, 8) for n in range(1, 9)]
     assert [i["seconds"] for i in said] == sorted(i["seconds"] for i in said)
     cases = result.detail.cases
-    expected_seeds = [derive(7, 0, "test", i, call, "default") for i in range(3) for call in (1, 2)]
-    expected_seeds += [derive(7, 0, "benchmark", j, "default") for j in range(2)]
+    expected_seeds = [derive(7, WHOSE, "test", i, call, "default") for i in range(3) for call in (1, 2)]
+    expected_seeds += [derive(7, WHOSE, "benchmark", j, "default") for j in range(2)]
     assert [c.seed for c in cases] == expected_seeds
     assert not {4242, 4243, 5236, 1001, 1, 2} & {c.seed for c in cases}  # task.yml's public seeds are not used
     assert [(c.kind, c.test, c.call) for c in cases] == [
@@ -73,7 +77,7 @@ def test_correct_passes_on_secret_seeds(tmp_path):
 def test_wrong_fails_with_mismatches(tmp_path):
     result = judge_variant(cpu_target(), "wrong", tmp_path)
     assert result.status == "failed"
-    seed = derive(7, 0, "test", 0, 1, "default")
+    seed = derive(7, WHOSE, "test", 0, 1, "default")
     assert result.summary.startswith(
         f"8 of 8 checks failed; first: test 0 (size=127), first call (seed {seed}): output: ")
     first = result.detail.cases[0].outputs[0]
@@ -98,7 +102,7 @@ def test_cache_is_stale_on_the_second_call(tmp_path):
     assert result.status == "failed"
     verdicts = [(c.kind, c.call, c.passed) for c in result.detail.cases]
     assert verdicts == [("test", 1, True), ("test", 2, False)] * 3 + [("benchmark", 1, True)] * 2
-    seed = derive(7, 0, "test", 0, 2, "default")
+    seed = derive(7, WHOSE, "test", 0, 2, "default")
     assert result.summary.startswith(f"3 of 8 checks failed; first: test 0 (size=127), second call (seed {seed})")
 
 
@@ -111,7 +115,7 @@ def test_right_on_test_shapes_only_fails_on_a_benchmark_shape(tmp_path):
     with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
         result = check(evaluator, workspace, nonce=0)
     assert result.status == "failed"
-    seed = derive(7, 0, "benchmark", 0, "default")
+    seed = derive(7, WHOSE, "benchmark", 0, "default")
     assert result.summary == (f"1 of 7 checks failed; first: benchmark 0 (size=200000) (seed {seed}): output has "
                               "99997 NaN/Inf of 200000 elements; check_implementation: mismatch against the reference")
 
@@ -119,7 +123,7 @@ def test_right_on_test_shapes_only_fails_on_a_benchmark_shape(tmp_path):
 def test_exception_crashes(tmp_path):
     result = judge_variant(cpu_target(), "faults", tmp_path)
     assert result.status == "crashed"
-    seed = derive(7, 0, "test", 0, 1, "default")
+    seed = derive(7, WHOSE, "test", 0, 1, "default")
     assert result.summary == (f"crashed: IndexError: index 508 is out of bounds for dimension 0 with size 127 "
                               f"(test 0 (size=127), first call (seed {seed}))")
     assert "Traceback" in result.log_tail
@@ -263,7 +267,7 @@ def test_a_check_or_call_the_device_has_no_room_for_leaves_the_kernel_not_run_an
         "not-run", "not run: its call ran out of device memory beside judge's own processes (OutOfMemoryError: CUDA "
                    "out of memory. Tried to allocate 6.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 2.98 "
                    "GiB is free)")
-    seed = derive(7, 0, "test", 0, 1, "default")
+    seed = derive(7, WHOSE, "test", 0, 1, "default")
     assert hogged.status == "not-run"
     assert hogged.summary == (
         f"not run: the device had no room left to check the output of test 0 (size=100), first call (seed {seed}) "
@@ -310,7 +314,7 @@ def test_named_tuples_and_numbers_reach_the_checker_and_every_timed_check_as_the
         assert case.check_implementation == {"passed": True, "message": ""}
         assert [o["path"] for o in case.outputs] == ["[0][0]", "[0][1]", "[1]"]
         assert case.outputs[2]["dtype"] == "float" and case.outputs[2]["mismatched"] == 0
-    seed = derive(7, 0, "test", 0, 1, "default")
+    seed = derive(7, WHOSE, "test", 0, 1, "default")
     assert results["nan"].status == "failed"
     assert results["nan"].summary == (f"3 of 3 checks failed; first: test 0 (rows=17 cols=33), first call (seed "
                                       f"{seed}): output[1] has 1 NaN/Inf of 1 elements; check_implementation: the "

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
 from .compare import compare_outputs, failed
+from .kept_inputs import KeptInputs, host_budget
 from .memory import RELEASE_ABOVE_BYTES, release as release_cached, without_graph
 from ..machine import facts_here, host_memory
 
@@ -64,6 +65,7 @@ class Oracle:
         # a runner's device block for its correctness cases, one after another: a runner keeps what it maps until
         # it closes, so an area per case would hold every case of a check at once (trimul's 43: 30 GiB)
         self.case_blocks: dict[int, cuda_ipc.Exported] = {}
+        self.inputs = KeptInputs(host_budget())  # correctness inputs that cost more to make than to keep
 
     @property
     def tolerance(self) -> tuple[float, float]:
@@ -77,9 +79,19 @@ class Oracle:
         tensors.sync()
         return data
 
-    def _reference(self, spec: dict, distribution: str):
-        data = self._generate(spec, distribution)
-        return (data, *self._answered(data))
+    def _case_input(self, spec: dict, distribution: str):
+        """A correctness case's inputs: a copy of the kept ones, else made now and kept where that pays
+        (judge.boundary.kept_inputs: every evaluation of the round is checked on the same cases)."""
+        key = KeptInputs.key(spec, distribution)
+        data = self.inputs.get(key)
+        if data is None:
+            started = time.perf_counter()
+            data = self._generate(spec, distribution)
+            made_s = time.perf_counter() - started
+            if self.inputs.offer(key, data, made_s):
+                print(f"judge oracle: inputs kept for the round ({made_s:.1f} s to make; "
+                      f"{self.inputs.bytes >> 20} MiB kept in all): {key}", file=sys.stderr)
+        return data
 
     def _answered(self, data) -> tuple[Any, Any]:
         """The reference run on a copy of `data`: the copy as the reference left it, and the answer, made without
@@ -193,7 +205,8 @@ class Oracle:
 
     def case(self, key: str, spec: dict, distribution: str, runner: int) -> dict:
         """Make a correctness case's inputs and answer, lay them out for `runner`; its `build` plan."""
-        data, after, expected = self._reference(spec, distribution)
+        data = self._case_input(spec, distribution)
+        after, expected = self._answered(data)
         slots = tensors.output_slots(data, after, expected)
         del after
         release_cached()  # the reference's working memory, cached: the runner's call and the check need the room

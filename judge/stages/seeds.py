@@ -1,7 +1,12 @@
 """The seeds of a round's inputs, drawn from its secret: correctness cases, timing sets, projections and offsets.
-Seeds in task.yml are public, the ones used are not; each evaluation has a nonce of its own, so nothing one
-candidate saw or left behind fits another's, except the timing sets a round keeps for every pair (sets_kept), which
-no runner sees before its call and none carries to the next (judge.stages.evaluation)."""
+Seeds in task.yml are public, the ones used are not. Correctness cases are the round's where runners are
+confined: every evaluation is checked on the same secret cases, so that the oracle makes each input once
+(judge.boundary.kept_inputs) and no candidate pays again for a slow generate_input; each test still runs on two
+seeds. No runner can learn another's cases: runners share no process, file or writable name (docs/architecture.md,
+"What a runner shares"), and a workspace is made fresh for each evaluation; unconfined, each evaluation has cases
+of its own. Timing sets are the pair's (each evaluation has a nonce of its own),
+except where the round keeps them for every pair (sets_kept), which no runner sees before its call and none
+carries to the next (judge.stages.evaluation)."""
 
 from __future__ import annotations
 
@@ -40,7 +45,8 @@ class Case:
 
 
 class RoundSeeds:
-    """What an Evaluator derives from its `secret` (it provides `secret`, `target`, `_nonces` and `sets_kept`)."""
+    """What an Evaluator derives from its `secret` (it provides `secret`, `target`, `_nonces`, `sets_kept` and
+    `runners_leave_nothing`)."""
 
     def nonce(self) -> int:
         """A number of one evaluation's own, from which its seeds are derived."""
@@ -48,16 +54,19 @@ class RoundSeeds:
         return derive(self.secret, "evaluation", self._nonces)
 
     def cases(self, nonce: int = 0) -> list[Case]:
-        """Every test twice (two seeds: a kernel that keeps an answer fails the second) and every benchmark
-        once, under every input distribution of the target."""
+        """The correctness cases: every test twice (two seeds: a kernel that keeps an answer fails the second) and
+        every benchmark once, under every input distribution of the target. The round's, the same for every
+        evaluation, where runners are confined so that none can read what another left (runners_leave_nothing);
+        else the evaluation's own (`nonce`)."""
+        whose = "case" if self.runners_leave_nothing else nonce
         out = []
         for dist in self.target.distributions:
             for i, spec in enumerate(self.target.tests):
                 for call in (1, 2):
-                    seed = derive(self.secret, nonce, "test", i, call, dist.name)
+                    seed = derive(self.secret, whose, "test", i, call, dist.name)
                     out.append(Case("test", i, call, dist.name, with_seed(spec, seed)))
             for j, spec in enumerate(self.target.benchmarks):
-                seed = derive(self.secret, nonce, "benchmark", j, dist.name)
+                seed = derive(self.secret, whose, "benchmark", j, dist.name)
                 out.append(Case("benchmark", j, 1, dist.name, with_seed(spec, seed)))
         return out
 

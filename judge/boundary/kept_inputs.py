@@ -1,0 +1,152 @@
+"""Correctness inputs the oracle keeps for the rest of the round, in host memory.
+
+Every evaluation of a round is checked on the round's own secret cases (judge.stages.seeds), so an input made for
+the base's check is the same input the A/A control and every candidate are checked on. Making one can cost far
+more than the check: trimul's Cauchy inputs are drawn on the CPU one number at a time, 16-32 s for one of 1.5-3 GiB
+on an H200 (2026-11-28), and its 43 cases took 310 of a round's 430 s in the oracle. An input is kept where making
+it took more than PAYS times what copying it out took (copying it back in costs about the same), while everything
+kept stays within SHARE of the host memory that was available when the oracle started. Each use gets a copy of its
+own, on the device the input was made on: no two evaluations share a tensor.
+
+Only inputs that a copy reproduces are kept: nested tuples (named ones too), lists and dicts of plain, contiguous
+tensors with storages of their own, and other values (numbers, strings, a config dict's entries) as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+# What keeping may take of the host memory available when the oracle starts.
+SHARE = 0.25
+# Making an input must take this many times its copy out (about its copy back in, for each later use).
+PAYS = 2.0
+# Inputs made faster than this are made again: keeping them would save nothing a round would notice.
+MIN_MAKING_S = 0.05
+
+
+class KeptInputs:
+    """The inputs kept by (distribution, spec), and what keeping them saved."""
+
+    def __init__(self, budget_bytes: int):
+        self.budget_bytes = max(0, int(budget_bytes))
+        self.kept: dict[str, tuple[Any, float]] = {}  # key -> (the host copy, the seconds its making took)
+        self.bytes = 0
+        self.uses = 0
+        self.saved_s = 0.0
+
+    @staticmethod
+    def key(spec: dict, distribution: str) -> str:
+        return json.dumps([distribution, spec], sort_keys=True, default=repr)
+
+    def get(self, key: str) -> Any | None:
+        """A fresh copy of a kept input on the device it was made on, or None where none is kept."""
+        entry = self.kept.get(key)
+        if entry is None:
+            return None
+        host, making_s = entry
+        started = time.perf_counter()
+        data = _copied(host, _to_origin, _Held)
+        _sync()
+        self.uses += 1
+        self.saved_s += max(0.0, making_s - (time.perf_counter() - started))
+        return data
+
+    def offer(self, key: str, data: Any, making_s: float) -> bool:
+        """Keep `data` (which took `making_s` to make) where it pays and fits; whether it was kept."""
+        if key in self.kept or making_s < MIN_MAKING_S:
+            return False
+        leaves = _tensors(data)
+        if leaves is None:
+            return False
+        nbytes = sum(t.numel() * t.element_size() for t in leaves)
+        if self.bytes + nbytes > self.budget_bytes:
+            return False
+        started = time.perf_counter()
+        host = _copied(data, _Held, _torch_tensor())
+        _sync()
+        if making_s <= PAYS * (time.perf_counter() - started):
+            return False
+        self.kept[key] = (host, making_s)
+        self.bytes += nbytes
+        return True
+
+    def summary(self) -> dict:
+        return {"kept": len(self.kept), "bytes": self.bytes, "uses": self.uses, "saved_s": round(self.saved_s, 3)}
+
+
+def host_budget(share: float = SHARE) -> int:
+    """SHARE of the host memory available now (the cgroup's limit where it is lower)."""
+    from ..machine import host_memory
+
+    try:
+        return int(share * host_memory()["free"])
+    except (OSError, KeyError, ValueError):
+        return 0
+
+
+def _tensors(data: Any) -> list | None:
+    """The tensors of `data` where a copy reproduces it, else None: a tensor subclass, a view that is not
+    contiguous, or two tensors that share a storage (a copy would part them) is made again for every use."""
+    import torch
+
+    found, storages = [], set()
+
+    def walk(obj) -> bool:
+        if isinstance(obj, (tuple, list)):
+            return all(walk(x) for x in obj)
+        if isinstance(obj, dict):
+            return all(walk(v) for v in obj.values())
+        if isinstance(obj, torch.Tensor):
+            if type(obj) is not torch.Tensor or not obj.is_contiguous() or obj.is_sparse:
+                return False
+            storage = obj.untyped_storage().data_ptr()
+            if obj.numel() and storage in storages:
+                return False
+            storages.add(storage)
+            found.append(obj)
+        return True
+
+    return found if walk(data) else None
+
+
+def _copied(obj: Any, move, leaf: type) -> Any:
+    """`obj` rebuilt with `move` applied to each `leaf`: tuples (named ones as such), lists and dicts rebuilt, other
+    values as they are."""
+    if isinstance(obj, leaf):
+        return move(obj)
+    if isinstance(obj, tuple):
+        items = [_copied(x, move, leaf) for x in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    if isinstance(obj, list):
+        return [_copied(x, move, leaf) for x in obj]
+    if isinstance(obj, dict):
+        return type(obj)((k, _copied(v, move, leaf)) for k, v in obj.items())
+    return obj
+
+
+def _torch_tensor() -> type:
+    import torch
+
+    return torch.Tensor
+
+
+class _Held:
+    """A tensor kept in host memory, with where it came from and whether it took gradients."""
+
+    def __init__(self, tensor):
+        self.host = tensor.detach().to("cpu", copy=True)
+        self.device = tensor.device
+        self.requires_grad = tensor.requires_grad
+
+
+def _to_origin(held: _Held) -> Any:
+    tensor = held.host.to(held.device, copy=True)
+    return tensor.requires_grad_(True) if held.requires_grad else tensor
+
+
+def _sync() -> None:
+    from .tensors import sync
+
+    sync()

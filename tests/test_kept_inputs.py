@@ -1,0 +1,127 @@
+"""Correctness inputs kept for the round (judge.boundary.kept_inputs): made once where making them is slow, each use
+a copy of its own, and only what a copy reproduces."""
+
+import sys
+from collections import namedtuple
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from judge.boundary import kept_inputs
+from judge.boundary.kept_inputs import KeptInputs
+from judge.boundary.oracle import Oracle
+from judge.stages.seeds import RoundSeeds, derive
+
+Pair = namedtuple("Pair", "x y")
+
+
+def test_a_slow_input_is_kept_and_each_use_gets_a_copy_of_its_own():
+    kept = KeptInputs(budget_bytes=1 << 20)
+    x = torch.arange(6, dtype=torch.float32).requires_grad_(True)
+    data = (Pair(x, torch.ones(2, 3)), {"config": {"dim": 3}, "w": torch.zeros(4, dtype=torch.int64)}, 7)
+    assert kept.offer("k", data, making_s=10.0)
+    first, second = kept.get("k"), kept.get("k")
+    for got in (first, second):
+        assert type(got[0]) is Pair and got[1]["config"] == {"dim": 3} and got[2] == 7
+        assert torch.equal(got[0].x, x.detach()) and got[0].x.requires_grad and not got[0].y.requires_grad
+        assert torch.equal(got[1]["w"], data[1]["w"]) and got[1]["w"].dtype == torch.int64
+    assert first[0].y.data_ptr() != second[0].y.data_ptr() != data[0].y.data_ptr()
+    first[0].y.add_(1)  # what one use does to its copy no other use sees
+    assert torch.equal(second[0].y, torch.ones(2, 3)) and torch.equal(kept.get("k")[0].y, torch.ones(2, 3))
+    summary = kept.summary()
+    assert (summary["kept"], summary["bytes"], summary["uses"]) == (1, 6 * 4 + 6 * 4 + 4 * 8, 3)
+    assert 29.9 < summary["saved_s"] <= 30.0
+
+
+@pytest.mark.parametrize("making_s, budget, data, why", [
+    (kept_inputs.MIN_MAKING_S / 2, 1 << 20, (torch.ones(4),), "made faster than keeping would save"),
+    (10.0, 15, (torch.ones(4),), "past the budget (16 bytes of 15)"),
+    (10.0, 1 << 20, (torch.ones(4, 4).t(),), "a view that is not contiguous"),
+    (10.0, 1 << 20, (lambda t: (t, t.view(2, 2)))(torch.ones(4)), "two tensors on one storage"),
+    (10.0, 1 << 20, (torch.nn.Parameter(torch.ones(4)),), "a tensor subclass"),
+])
+def test_what_is_made_again_for_every_use(making_s, budget, data, why):
+    kept = KeptInputs(budget_bytes=budget)
+    assert not kept.offer("k", data, making_s), why
+    assert kept.get("k") is None and kept.summary() == {"kept": 0, "bytes": 0, "uses": 0, "saved_s": 0.0}
+
+
+def test_inputs_that_fill_the_budget_leave_later_ones_made_again():
+    kept = KeptInputs(budget_bytes=40)
+    assert kept.offer("a", (torch.ones(8),), 10.0)  # 32 bytes
+    assert not kept.offer("b", (torch.ones(4),), 10.0)  # 16 more would pass 40
+    assert kept.offer("c", (torch.ones(2),), 10.0)  # 8 more fit
+    assert kept.summary()["bytes"] == 40 and sorted(kept.kept) == ["a", "c"]
+
+
+SLOW = '''
+import time
+import torch
+made = []
+def generate_input(size, seed):
+    made.append(seed)
+    time.sleep(0.12 if size > 8 else 0)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(size, generator=g), torch.empty(size)
+def ref_kernel(data):
+    a, out = data
+    torch.mul(a, 2, out=out)
+    return out
+def check_implementation(data, output):
+    return True, ""
+'''
+
+
+@pytest.fixture
+def oracle(tmp_path, monkeypatch):
+    """An oracle in this process over a reference whose large inputs are slow to make."""
+    (tmp_path / "reference.py").write_text(SLOW)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "reference", raising=False)
+    made = Oracle(str(tmp_path), {"default": ""}, 1e-5, 1e-5)
+    for runner in (1, 2):
+        (tmp_path / f"x{runner}").mkdir()
+        made.attach(runner, str(tmp_path / f"x{runner}"))
+    yield made
+    for runner in (1, 2):
+        made.detach(runner)
+    sys.modules.pop("reference", None)
+
+
+def test_the_oracle_makes_a_slow_case_once_for_every_evaluation_and_a_fast_one_each_time(oracle, capfd):
+    slow, fast = {"size": 64, "seed": 11}, {"size": 4, "seed": 12}
+    for runner, key in ((1, "c1-0"), (2, "c2-0")):  # two evaluations' runners, the same round's cases
+        oracle.case(key + "s", slow, "default", runner)
+        oracle.case(key + "f", fast, "default", runner)
+    assert sys.modules["reference"].made == [11, 12, 12]
+    first, second = oracle.cases["c1-0s"][0], oracle.cases["c2-0s"][0]
+    assert torch.equal(first[0], second[0]) and first[0].data_ptr() != second[0].data_ptr()
+    assert torch.equal(oracle.cases["c2-0s"][1], 2 * second[0])  # answered on the copy
+    assert (oracle.inputs.summary()["kept"], oracle.inputs.summary()["uses"]) == (1, 1)
+    line = capfd.readouterr().err.strip()
+    assert line.startswith("judge oracle: inputs kept for the round (0.1 s to make; 0 MiB kept in all): ")
+    assert line.endswith('["default", {"seed": 11, "size": 64}]')
+
+
+class _Seeds(RoundSeeds):
+    def __init__(self, confined: bool):
+        self.secret, self._nonces, self.runners_leave_nothing = 7, 0, confined
+        self.target = SimpleNamespace(distributions=[SimpleNamespace(name="default")],
+                                      tests=[{"size": 3, "seed": 1}, {"size": 5, "seed": 2}],
+                                      benchmarks=[{"size": 9, "seed": 3}])
+
+
+def test_confined_evaluations_are_checked_on_the_rounds_cases_and_unconfined_ones_on_their_own():
+    confined, unconfined = _Seeds(True), _Seeds(False)
+    first, second = (confined.cases(confined.nonce()) for _ in range(2))
+    assert [c.spec for c in first] == [c.spec for c in second]
+    assert [c.spec["seed"] for c in first] == [
+        derive(7, "case", "test", 0, 1, "default"), derive(7, "case", "test", 0, 2, "default"),
+        derive(7, "case", "test", 1, 1, "default"), derive(7, "case", "test", 1, 2, "default"),
+        derive(7, "case", "benchmark", 0, "default")]
+    assert len({c.spec["seed"] for c in first}) == 5  # each test on two seeds still
+    mine, theirs = (unconfined.cases(unconfined.nonce()) for _ in range(2))
+    assert not {c.spec["seed"] for c in mine} & {c.spec["seed"] for c in theirs}
+    assert not {c.spec["seed"] for c in mine} & {c.spec["seed"] for c in first}
