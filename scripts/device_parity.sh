@@ -10,6 +10,11 @@
 #   GPUS=2                                    the globs dealt out in turn to this many GPUs of the host, one run of
 #                                             the script on each at once (CUDA_VISIBLE_DEVICES), out in $OUT/gpuN/;
 #                                             give one glob per problem to spread problems
+#   SAMPLE=1                                  where the time and memory go: judge's CLI, oracle and runners sample
+#                                             their stacks (scripts/sampling/sitecustomize.py; not confined, so
+#                                             never for a contest) into $OUT/samples/, each process's GPU memory
+#                                             into $OUT/samples/gpu-memory.{log,peaks}; read them with
+#                                             scripts/sampling/summary.py
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-device-out}
@@ -17,6 +22,13 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpus.csv"
 export PROBLEMS=${PROBLEMS:-}  # the script reads the globs itself, so that the shell expands none of them
+watcher=""
+if [ "${SAMPLE:-0}" = 1 ]; then
+  mkdir -p "$OUT/samples" && touch /tmp/judge_sample_on
+  export JUDGE_SAMPLE_DIR=$PWD/$OUT/samples PYTHONPATH=$PWD/scripts/sampling:$PYTHONPATH
+  [[ "$OUT" = /* ]] && JUDGE_SAMPLE_DIR=$OUT/samples
+  python3 scripts/sampling/gpu_memory.py "$JUDGE_SAMPLE_DIR/gpu-memory" & watcher=$!
+fi
 
 parity_on() {  # GPU OUT SCRATCH PROBLEMS: one run of the script, then judge's own log of each problem's round (its
   # progress lines and the oracle's log's tail), for where the time went
@@ -31,6 +43,9 @@ parity_on() {  # GPU OUT SCRATCH PROBLEMS: one run of the script, then judge's o
     log="$out/judge-$(basename "$scratch").log"
     cp "$scratch/run.log" "$log"
     find "$scratch/work" -name oracle.log -exec sh -c 'echo "== $1"; tail -n 40 "$1"' _ {} \; >> "$log" 2>/dev/null
+    # a runner writes its samples where it may: its workspace or scratch
+    [ "${SAMPLE:-0}" = 1 ] && find "$scratch" -name 'sample-*.txt' -exec sh -c \
+      'cp "$1" "$2/$(basename "$(dirname "$1")")-$(basename "$1")"' _ {} "$JUDGE_SAMPLE_DIR" \;
   done
 }
 
@@ -49,3 +64,4 @@ else
   wait
   tail -n 5 "$OUT"/gpu*/parity.log
 fi
+if [ -n "$watcher" ]; then kill "$watcher"; rm -f /tmp/judge_sample_on; fi
