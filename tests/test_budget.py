@@ -378,3 +378,19 @@ def test_a_plan_the_device_cannot_hold_gives_back_the_spares_before_it_refuses()
     assert spared.closed == 1
     with pytest.raises(JudgeError, match=r"needs 32\.0 GiB .* judge may use 28\.0 GiB"):
         Evaluator.memory_plan(_Round(spares=0))
+
+
+def test_the_oracle_logs_a_benchmarks_memory_beside_its_plan(monkeypatch, capfd):
+    import torch
+
+    from judge.boundary import oracle as oracle_module
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (3 << 30, 80 << 30))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 40 << 30)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 44 << 30)
+    oracle_module._log_memory("benchmark t1-0-14 laid out (2 sets, 2 copies)", 24 << 30)
+    assert capfd.readouterr().err == (
+        "judge oracle: benchmark t1-0-14 laid out (2 sets, 2 copies): this process holds 40960 MiB of tensors "
+        "(45056 MiB reserved by torch) and its areas; the device has 3072 of 81920 MiB free; the plan reserved "
+        "24576 MiB for this benchmark\n")

@@ -292,6 +292,7 @@ class Oracle:
         self.timing[key] = made
         outbox = self._outbox_for(made.output)
         plans = {str(r): staging.plan_for(area, self.files[r], outbox) for r in runners}
+        _log_memory(f"benchmark {key} laid out ({len(seeds) - 1} sets, {copies} copies)", reserve)
         return {"plans": plans, "sets": len(seeds) - 1, "copies": copies,
                 "seconds": round(time.perf_counter() - started, 3)}
 
@@ -390,6 +391,21 @@ class Oracle:
         """The GPU and its clocks as this trusted process sees them (None on a CPU)."""
         facts = facts_here()
         return facts.to_dict() if facts else None
+
+
+def _log_memory(what: str, reserve: int) -> None:
+    """One line in the oracle's log: the device's memory after `what`, beside what judge's plan reserved for it
+    (judge.stages.budget), so that a plan the processes outgrow shows where (cholesky_py's oracle held 60.5 GiB of
+    an H100 where its plan counted far less)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    free, total = torch.cuda.mem_get_info()
+    print(f"judge oracle: {what}: this process holds {torch.cuda.memory_allocated() >> 20} MiB of tensors "
+          f"({torch.cuda.memory_reserved() >> 20} MiB reserved by torch) and its areas; the device has "
+          f"{free >> 20} of {total >> 20} MiB free; the plan reserved {reserve >> 20} MiB for this benchmark",
+          file=sys.stderr)
 
 
 def outbox_need(expected) -> tuple[int, bool]:
