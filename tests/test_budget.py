@@ -112,6 +112,24 @@ def test_a_benchmark_makes_each_set_at_its_first_use_and_answers_it_at_its_first
     assert oracle.reference.made == [10, 11, 13]  # set 1 never used: never made
 
 
+def test_what_making_and_answering_a_set_left_cached_is_given_back_at_once(oracle, monkeypatch):
+    """The plan counts a set's making and answering only while they run: their cached memory goes back right after
+    (cholesky_py's oracle kept 12 GiB of a set's making cached beside the runners' outputs on an H100)."""
+    from judge.boundary import oracle as oracle_module
+
+    released = []
+    monkeypatch.setattr(oracle_module, "release_cached", lambda always=False: released.append(always))
+    _bench(oracle, "t-0-0", [10, 11, 12, 13])
+    released.clear()
+    oracle.turn("t-0-0", stage={"set": 2, "copy": 0, "runners": [1]})  # set 2 made now
+    assert released == [False]
+    oracle._bounds("t-0-0", 2)  # and answered at its first check
+    assert released == [False, False]
+    oracle.turn("t-0-0", stage={"set": 2, "copy": 1, "runners": [1]})
+    oracle._bounds("t-0-0", 2)
+    assert released == [False, False]  # made and answered once: nothing more to give back
+
+
 def test_kept_sets_are_made_once_for_every_pair_and_made_again_for_other_seeds(oracle):
     _bench(oracle, "t-0-0", [10, 11, 12], keep="timing-0")
     oracle.turn("t-0-0", stage={"set": 1, "copy": 0, "runners": [1]})

@@ -337,6 +337,7 @@ class Oracle:
         if index not in area.sets:
             if index not in made.sets:
                 made.sets[index] = self._generate(_with_seed(made.spec, made.seeds[index + 1]), made.distribution)
+                release_cached()  # what making it took: the plan counts it only while a set is made
             area.sets[index] = staging.tensors_of(made.sets[index])
         return area.sets[index]
 
@@ -349,6 +350,7 @@ class Oracle:
             _, answer = self._answered(made.sets[index])
             made.bounds[index] = made.projector.bounds(answer, *self.tolerance)
             del answer
+            release_cached()  # the copy, the answer and the reference's working memory: only while answering
         return made.bounds[index]
 
     def turn(self, key: str, verify: dict | None = None, stage: dict | None = None) -> dict:
