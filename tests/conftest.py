@@ -134,3 +134,33 @@ def judge_env(tmp_path, monkeypatch):
         return runner.invoke(main, list(args), input=input, catch_exceptions=False)
 
     return judge, tmp_path
+
+
+@pytest.fixture
+def oracle_over(tmp_path, monkeypatch):
+    """An oracle in this process over a reference of the test's own: oracle_over(SOURCE, runners=(1,)) writes SOURCE
+    as reference.py in tmp_path and attaches the runners (each an exchange directory x<N>); all are detached after
+    the test."""
+    import sys
+
+    from judge.boundary.oracle import Oracle
+
+    made = []
+
+    def over(source: str, runners=(1,)):
+        (tmp_path / "reference.py").write_text(source)
+        monkeypatch.setattr(sys, "path", list(sys.path))
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.delitem(sys.modules, "reference", raising=False)
+        oracle = Oracle(str(tmp_path), {"default": ""}, 1e-5, 1e-5)
+        for runner in runners:
+            (tmp_path / f"x{runner}").mkdir()
+            oracle.attach(runner, str(tmp_path / f"x{runner}"))
+        made.append((oracle, runners))
+        return oracle
+
+    yield over
+    for oracle, runners in made:
+        for runner in runners:
+            oracle.detach(runner)
+    sys.modules.pop("reference", None)

@@ -57,11 +57,8 @@ def test_kept_sets_count_every_benchmark_at_once():
 # ---- what a verdict costs: sets made once, repetitions from the kernel's duration -----------------------------
 
 import random  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-from judge.boundary.oracle import Oracle  # noqa: E402
 from judge.sandbox.worker import Reply  # noqa: E402
 from judge.stages.timing import stage as timing, turns  # noqa: E402
 
@@ -82,18 +79,9 @@ def check_implementation(data, output):
 
 
 @pytest.fixture
-def oracle(tmp_path, monkeypatch):
+def oracle(oracle_over):
     """An oracle in this process over a reference that counts the inputs it makes."""
-    (tmp_path / "reference.py").write_text(COUNTED)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "reference", raising=False)
-    made = Oracle(str(tmp_path), {"default": ""}, 1e-5, 1e-5)
-    (tmp_path / "x1").mkdir()
-    made.attach(1, str(tmp_path / "x1"))
-    yield made
-    made.detach(1)
-    sys.modules.pop("reference", None)
+    return oracle_over(COUNTED)
 
 
 def _bench(oracle, key, seeds, keep=""):

@@ -10,7 +10,6 @@ import torch
 
 from judge.boundary import kept_inputs
 from judge.boundary.kept_inputs import KeptInputs
-from judge.boundary.oracle import Oracle
 from judge.stages.seeds import RoundSeeds, derive
 
 Pair = namedtuple("Pair", "x y")
@@ -74,20 +73,9 @@ def check_implementation(data, output):
 
 
 @pytest.fixture
-def oracle(tmp_path, monkeypatch):
-    """An oracle in this process over a reference whose large inputs are slow to make."""
-    (tmp_path / "reference.py").write_text(SLOW)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "reference", raising=False)
-    made = Oracle(str(tmp_path), {"default": ""}, 1e-5, 1e-5)
-    for runner in (1, 2):
-        (tmp_path / f"x{runner}").mkdir()
-        made.attach(runner, str(tmp_path / f"x{runner}"))
-    yield made
-    for runner in (1, 2):
-        made.detach(runner)
-    sys.modules.pop("reference", None)
+def oracle(oracle_over):
+    """An oracle in this process over a reference whose large inputs are slow to make, with two runners."""
+    return oracle_over(SLOW, runners=(1, 2))
 
 
 def test_the_oracle_makes_a_slow_case_once_for_every_evaluation_and_a_fast_one_each_time(oracle, capfd):
