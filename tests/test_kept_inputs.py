@@ -28,9 +28,7 @@ def test_a_slow_input_is_kept_and_each_use_gets_a_copy_of_its_own():
     assert first[0].y.data_ptr() != second[0].y.data_ptr() != data[0].y.data_ptr()
     first[0].y.add_(1)  # what one use does to its copy no other use sees
     assert torch.equal(second[0].y, torch.ones(2, 3)) and torch.equal(kept.get("k")[0].y, torch.ones(2, 3))
-    summary = kept.summary()
-    assert (summary["kept"], summary["bytes"], summary["uses"]) == (1, 6 * 4 + 6 * 4 + 4 * 8, 3)
-    assert 29.9 < summary["saved_s"] <= 30.0
+    assert list(kept.kept) == ["k"] and kept.bytes == 6 * 4 + 6 * 4 + 4 * 8
 
 
 @pytest.mark.parametrize("making_s, budget, data, why", [
@@ -43,7 +41,7 @@ def test_a_slow_input_is_kept_and_each_use_gets_a_copy_of_its_own():
 def test_what_is_made_again_for_every_use(making_s, budget, data, why):
     kept = KeptInputs(budget_bytes=budget)
     assert not kept.offer("k", data, making_s), why
-    assert kept.get("k") is None and kept.summary() == {"kept": 0, "bytes": 0, "uses": 0, "saved_s": 0.0}
+    assert kept.get("k") is None and kept.kept == {} and kept.bytes == 0
 
 
 def test_inputs_that_fill_the_budget_leave_later_ones_made_again():
@@ -51,7 +49,7 @@ def test_inputs_that_fill_the_budget_leave_later_ones_made_again():
     assert kept.offer("a", (torch.ones(8),), 10.0)  # 32 bytes
     assert not kept.offer("b", (torch.ones(4),), 10.0)  # 16 more would pass 40
     assert kept.offer("c", (torch.ones(2),), 10.0)  # 8 more fit
-    assert kept.summary()["bytes"] == 40 and sorted(kept.kept) == ["a", "c"]
+    assert kept.bytes == 40 and sorted(kept.kept) == ["a", "c"]
 
 
 SLOW = '''
@@ -87,7 +85,7 @@ def test_the_oracle_makes_a_slow_case_once_for_every_evaluation_and_a_fast_one_e
     first, second = oracle.cases["c1-0s"][0], oracle.cases["c2-0s"][0]
     assert torch.equal(first[0], second[0]) and first[0].data_ptr() != second[0].data_ptr()
     assert torch.equal(oracle.cases["c2-0s"][1], 2 * second[0])  # answered on the copy
-    assert (oracle.inputs.summary()["kept"], oracle.inputs.summary()["uses"]) == (1, 1)
+    assert list(oracle.inputs.kept) == ['["default", {"seed": 11, "size": 64}]']
     line = capfd.readouterr().err.strip()
     assert line.startswith("judge oracle: inputs kept for the round (0.1 s to make; 0 MiB kept in all): ")
     assert line.endswith('["default", {"seed": 11, "size": 64}]')

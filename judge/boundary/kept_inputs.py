@@ -18,6 +18,8 @@ import json
 import time
 from typing import Any
 
+from .tensors import sync
+
 # What keeping may take of the host memory available when the oracle starts.
 SHARE = 0.25
 # Making an input must take this many times its copy out (about its copy back in, for each later use).
@@ -27,14 +29,12 @@ MIN_MAKING_S = 0.05
 
 
 class KeptInputs:
-    """The inputs kept by (distribution, spec), and what keeping them saved."""
+    """The inputs kept by (distribution, spec), in host memory, within `budget_bytes`."""
 
     def __init__(self, budget_bytes: int):
         self.budget_bytes = max(0, int(budget_bytes))
-        self.kept: dict[str, tuple[Any, float]] = {}  # key -> (the host copy, the seconds its making took)
+        self.kept: dict[str, Any] = {}  # key -> the host copy
         self.bytes = 0
-        self.uses = 0
-        self.saved_s = 0.0
 
     @staticmethod
     def key(spec: dict, distribution: str) -> str:
@@ -42,15 +42,11 @@ class KeptInputs:
 
     def get(self, key: str) -> Any | None:
         """A fresh copy of a kept input on the device it was made on, or None where none is kept."""
-        entry = self.kept.get(key)
-        if entry is None:
+        host = self.kept.get(key)
+        if host is None:
             return None
-        host, making_s = entry
-        started = time.perf_counter()
         data = _copied(host, _to_origin, _Held)
-        _sync()
-        self.uses += 1
-        self.saved_s += max(0.0, making_s - (time.perf_counter() - started))
+        sync()
         return data
 
     def offer(self, key: str, data: Any, making_s: float) -> bool:
@@ -63,17 +59,16 @@ class KeptInputs:
         nbytes = sum(t.numel() * t.element_size() for t in leaves)
         if self.bytes + nbytes > self.budget_bytes:
             return False
+        import torch
+
         started = time.perf_counter()
-        host = _copied(data, _Held, _torch_tensor())
-        _sync()
+        host = _copied(data, _Held, torch.Tensor)
+        sync()
         if making_s <= PAYS * (time.perf_counter() - started):
             return False
-        self.kept[key] = (host, making_s)
+        self.kept[key] = host
         self.bytes += nbytes
         return True
-
-    def summary(self) -> dict:
-        return {"kept": len(self.kept), "bytes": self.bytes, "uses": self.uses, "saved_s": round(self.saved_s, 3)}
 
 
 def host_budget(share: float = SHARE) -> int:
@@ -126,12 +121,6 @@ def _copied(obj: Any, move, leaf: type) -> Any:
     return obj
 
 
-def _torch_tensor() -> type:
-    import torch
-
-    return torch.Tensor
-
-
 class _Held:
     """A tensor kept in host memory, with where it came from and whether it took gradients."""
 
@@ -144,9 +133,3 @@ class _Held:
 def _to_origin(held: _Held) -> Any:
     tensor = held.host.to(held.device, copy=True)
     return tensor.requires_grad_(True) if held.requires_grad else tensor
-
-
-def _sync() -> None:
-    from .tensors import sync
-
-    sync()
