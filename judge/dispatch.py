@@ -385,11 +385,11 @@ class EvaluationActor:
             pass
 
     def check_base(self) -> tuple[StageResult, dict]:
-        from .stages.check import check
+        from .stages.check import check_base
 
         if self.gate_reason:
             return not_run("correctness", self.gate_reason), self.where()
-        return check(self.evaluator, self.base_dir, progress=self._progress("(base)")), self.where()
+        return check_base(self.evaluator, self.base_dir, progress=self._progress("(base)")), self.where()
 
     def _progress(self, name: str) -> Progress:
         """The stages' progress, named `name`, sent to the driver's inbox without waiting for it."""

@@ -106,9 +106,9 @@ class StageCalls:
         return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir, fork_spares=fork_spares)
 
     def check_base(self, evaluator: Evaluator, base_dir: Path, progress: Optional[Progress] = None) -> StageResult:
-        from .stages.check import check
+        from .stages.check import check_base
 
-        return check(evaluator, base_dir, progress=progress or quiet)
+        return check_base(evaluator, base_dir, progress=progress or quiet)
 
     def evaluate(self, evaluator: Evaluator, workspace: Path, budget_s: Optional[float],
                  floor: Optional[Floor] = None, progress: Optional[Progress] = None) -> list[StageResult]:

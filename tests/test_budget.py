@@ -39,6 +39,29 @@ def test_a_benchmark_that_cannot_fit_is_refused_in_one_line_with_its_size_and_th
         "80.0 GiB, of which judge may use 63.0 GiB (80% of it less 1.0 GiB in use)")
 
 
+def test_a_benchmark_that_cannot_fit_an_empty_card_ends_the_round_before_the_bases_check(monkeypatch):
+    """Issue 38: refused at the start, in the plan's one line, not after the base's check and the A/A control."""
+    from types import SimpleNamespace
+
+    from judge.stages import check as check_module
+
+    sizes = [BenchmarkBytes(GIB, GIB, 0), BenchmarkBytes(20 * GIB, 10 * GIB, 4 * GIB)]
+    busy = {"name": "NVIDIA H100 80GB HBM3", "total": 80 * GIB, "free": 20 * GIB}  # 60 GiB held by others
+    target = SimpleNamespace(benchmarks=[{}, {}], benchmark_label=["n=1024", "n=32768"].__getitem__)
+    evaluator = SimpleNamespace(bytes_of=lambda i: sizes[i], ask=lambda op: busy, target=target)
+    checked = []
+    monkeypatch.setattr(check_module, "check", lambda *args, **kwargs: checked.append(args) or "checked")
+    with pytest.raises(JudgeError) as error:
+        check_module.check_base(evaluator, "base")
+    assert str(error.value) == (
+        "benchmark 1 (n=32768) needs 128.0 GiB of device memory to be timed (2 input sets and 1 copy of its 20.0 GiB "
+        "input, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); NVIDIA H100 80GB HBM3 has "
+        "80.0 GiB, of which judge may use 64.0 GiB at most (80% of it)")
+    assert checked == []
+    sizes[1] = BenchmarkBytes(4 * GIB, 4 * GIB, 0)  # 24 GiB: fits the card, though not beside the 60 GiB held now
+    assert check_module.check_base(evaluator, "base") == "checked" and checked == [(evaluator, "base")]
+
+
 def test_memory_others_hold_is_left_to_them():
     busy = DeviceMemory("GPU", 80 * GIB, 20 * GIB)  # someone holds 60 GiB
     assert busy.usable == 4 * GIB

@@ -179,14 +179,8 @@ def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]
     for index, size in enumerate(sizes):
         floor = next((p for p in FLOORS if need_of([size], [p]) <= usable), None)
         if floor is None:
-            need = need_of([size], [FLOORS[-1]])
-            raise JudgeError(
-                f"benchmark {index} ({labels[index]}) needs {gib(need)} of device memory to be timed ({MIN_SETS} "
-                f"input sets and 1 copy of its {gib(size.input)} input, its {gib(size.output)} output in "
-                f"{HOLDERS} processes, {gib(size.work)} of working memory in each"
-                f"{f', {gib(size.making)} to make an input before them' if size.making else ''}); {device.name} has "
-                f"{gib(device.total)}, of which judge may use {gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less "
-                f"{gib(device.in_use)} in use)")
+            raise _cannot_fit(index, labels[index], size, device,
+                              f"{gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less {gib(device.in_use)} in use)")
         plans.append(floor)
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i].input):
         if need_of(sizes, plans, kept) <= usable:
@@ -199,6 +193,25 @@ def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]
             f"the benchmarks need {gib(need_of(sizes, plans, kept))} of device memory together to be timed; "
             f"{device.name} has {gib(device.total)}, of which judge may use {gib(max(usable, 0))}")
     return plans
+
+
+def refuse_unfittable(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]) -> None:
+    """Before a round checks its base: JudgeError, in one line, for the first benchmark that cannot be timed on this
+    device even with nothing else on it (its least plan past ROUND_SHARE of the total). What fits an empty device
+    but not beside what others hold is the memory plan's to say, when timing starts (plan_round)."""
+    for index, size in enumerate(sizes):
+        if need_of([size], [FLOORS[-1]]) > ROUND_SHARE * device.total:
+            raise _cannot_fit(index, labels[index], size, device, f"{gib(ROUND_SHARE * device.total)} at most "
+                              f"({ROUND_SHARE:.0%} of it)")
+
+
+def _cannot_fit(index: int, label: str, size: BenchmarkBytes, device: DeviceMemory, may_use: str) -> JudgeError:
+    need = need_of([size], [FLOORS[-1]])
+    return JudgeError(
+        f"benchmark {index} ({label}) needs {gib(need)} of device memory to be timed ({MIN_SETS} input sets and 1 copy "
+        f"of its {gib(size.input)} input, its {gib(size.output)} output in {HOLDERS} processes, {gib(size.work)} of "
+        f"working memory in each{f', {gib(size.making)} to make an input before them' if size.making else ''}); "
+        f"{device.name} has {gib(device.total)}, of which judge may use {may_use}")
 
 
 def growth_room(device: DeviceMemory) -> int:

@@ -50,6 +50,16 @@ def run_correctness(target: Target, workspace: Path, *, timeout_s: float | None 
         return check(evaluator, workspace, timeout_s=timeout_s)
 
 
+def check_base(evaluator: Evaluator, base_dir: Path, progress: Progress = quiet) -> StageResult:
+    """A round's check of its base, after one look at whether its benchmarks can be timed on this device at all:
+    one that cannot, even with nothing else on the device, ends the round now in one line (budget.refuse_unfittable),
+    not after the base's check and the A/A control."""
+    sizes = [evaluator.bytes_of(index) for index in range(len(evaluator.target.benchmarks))]
+    labels = [evaluator.target.benchmark_label(index) for index in range(len(sizes))]
+    budget.refuse_unfittable(budget.DeviceMemory(**evaluator.ask("memory")), sizes, labels)
+    return check(evaluator, base_dir, progress=progress)
+
+
 def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None, timing_next: bool = False,
           nonce: int | None = None, progress: Progress = quiet) -> StageResult:
     """Start a runner for `workspace`, check every case, close the runner. With `timing_next` the timing stage's
