@@ -3,10 +3,11 @@
 On 2026-11-28 cholesky_py's timed calls at n=16384 and n=32768 ran 20-100 times slower inside judge's timed pairs
 (the runner waited 17.5 s in torch.cuda.synchronize during a warm-up of two calls) than the same cholesky_ex in a
 plain process (44 ms and 289 ms on an H200, pinned to two cores or not), while the same runners' correctness calls
-were fast. A timed pair's inputs differ from a correctness case's in three ways this probe takes one at a time:
-they sit in the oracle's allocation mapped by CUDA IPC (judge.boundary.cuda_ipc, as a case's block does), at an
-offset below a page drawn per pair (judge.stages.seeds.SHIFT_STEP), and a second runner maps them too and is
-stopped (SIGSTOP) while the first calls.
+were fast. This probe takes apart what a timed runner's call has that a plain process's does not, one thing at a time: the
+input in the oracle's allocation mapped by CUDA IPC (judge.boundary.cuda_ipc, as a correctness case's block is), at
+an offset below a page drawn per pair (judge.stages.seeds.SHIFT_STEP), a second runner that maps it too and is
+stopped (SIGSTOP) while the first calls, the pair's two cores, and the runner's confinement (seccomp, Landlock,
+namespaces: judge.sandbox.confine).
 
     python3 benchmarks/shared_input_probe.py [--sizes 8192,16384,32768] [--reps 3]
 
@@ -40,9 +41,11 @@ def _timed(torch, call, reps: int) -> float:
     return sorted(times)[len(times) // 2] * 1e3
 
 
-def importer(handle: str, n: int, shift: int, reps: int, hold: bool) -> None:
-    """In a process of its own: map the exporter's allocation and time calls on the matrix at `shift` (or, with
-    `hold`, only map it and wait, as a pair's stopped runner does)."""
+def importer(handle: str, n: int, shift: int, reps: int, mode: str) -> None:
+    """In a process of its own: map the exporter's allocation and time calls on the matrix at `shift`; `mode`:
+    "hold" only maps it and waits, as a pair's stopped runner does; "pinned" runs on the last two cores, as a
+    timed pair does; "confined" also confines itself as a runner does (judge.sandbox.confine: seccomp, Landlock,
+    namespaces) after mapping, before the calls."""
     import torch
 
     from judge.boundary import cuda_ipc
@@ -51,9 +54,19 @@ def importer(handle: str, n: int, shift: int, reps: int, hold: bool) -> None:
     mapped = cuda_ipc.Imported(handle)
     matrix = cuda_ipc.view(mapped.pointer, {"offset": shift, "dtype": "float32", "shape": [1, n, n],
                                             "stride": [n * n, n, 1]})
-    if hold:
+    if mode == "hold":
         print("mapped", flush=True)
         time.sleep(3600)
+    if mode in ("pinned", "confined"):
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[-2:])
+    if mode == "confined":
+        import tempfile
+
+        from judge.sandbox import confine
+
+        scratch = Path(tempfile.mkdtemp())
+        print(json.dumps({"confinement": confine.apply(confine.Policy(
+            writable=[scratch], readable=confine.system_readable(), network=False)).to_dict()}), file=sys.stderr)
     cholesky = _timed(torch, lambda: torch.linalg.cholesky_ex(matrix, check_errors=False), reps)
     matmul = _timed(torch, lambda: matrix @ matrix, reps)
     print(json.dumps({"cholesky_ms": round(cholesky, 1), "matmul_ms": round(matmul, 1)}), flush=True)
@@ -71,15 +84,32 @@ def _child(args: list[str], **kwargs) -> subprocess.Popen:
                             **kwargs)
 
 
+def _imported(handle: str, n: int, shift: int, reps: int, mode: str, stopped_peer: bool) -> dict:
+    """One importer's times, with a stopped peer mapping the same allocation where `stopped_peer`."""
+    peer = None
+    if stopped_peer:
+        peer = _child([handle, str(n), str(shift), "1", "hold"], start_new_session=True)
+        peer.stdout.readline()
+        os.kill(peer.pid, signal.SIGSTOP)
+    try:
+        done = _child([handle, str(n), str(shift), str(reps), mode])
+        lines = done.communicate(timeout=600)[0].strip().splitlines()
+        return json.loads(lines[-1]) if lines else {"cholesky_ms": "-", "matmul_ms": "-"}
+    finally:
+        if peer is not None:
+            os.kill(peer.pid, signal.SIGKILL)
+            peer.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="8192,16384,32768")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--importer", nargs=5, metavar=("HANDLE", "N", "SHIFT", "REPS", "HOLD"), help=argparse.SUPPRESS)
+    parser.add_argument("--importer", nargs=5, metavar=("HANDLE", "N", "SHIFT", "REPS", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.importer:
-        handle, n, shift, reps, hold = args.importer
-        importer(handle, int(n), int(shift), int(reps), hold == "1")
+        handle, n, shift, reps, mode = args.importer
+        importer(handle, int(n), int(shift), int(reps), mode)
         return 0
     import torch
 
@@ -97,21 +127,12 @@ def main() -> int:
                                                 "stride": [n * n, n, 1]})
             view.copy_(spd)
             torch.cuda.synchronize()
-            for stopped_peer in (False, True):
-                peer = None
-                if stopped_peer:
-                    peer = _child([area.handle, str(n), str(shift), "1", "1"], start_new_session=True)
-                    peer.stdout.readline()
-                    os.kill(peer.pid, signal.SIGSTOP)
-                try:
-                    done = _child([area.handle, str(n), str(shift), str(args.reps), "0"])
-                    line = done.communicate(timeout=600)[0].strip().splitlines()
-                    got = json.loads(line[-1]) if line else {"cholesky_ms": "-", "matmul_ms": "-"}
-                finally:
-                    if peer is not None:
-                        os.kill(peer.pid, signal.SIGKILL)
-                        peer.wait()
+            for stopped_peer, mode in ((False, "plain"), (True, "plain"), (True, "pinned"), (True, "confined")):
+                if shift and mode != "plain":
+                    continue  # the runner's setting is taken apart at offset 0; the offsets on their own
+                got = _imported(area.handle, n, shift, args.reps, mode, stopped_peer)
                 where = f"IPC-mapped, offset {shift} B" + (", a stopped peer maps it too" if stopped_peer else "")
+                where += {"plain": "", "pinned": ", pinned to two cores", "confined": ", pinned and confined"}[mode]
                 print(f"| {n} | {where} | {got['cholesky_ms']} | {got['matmul_ms']} |", flush=True)
         area.free()
         spd = None  # its memory back before the next size
