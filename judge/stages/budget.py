@@ -195,6 +195,13 @@ def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]
     return plans
 
 
+def benchmark_sizes(target, bytes_of) -> tuple[list[BenchmarkBytes], list[str]]:
+    """Each benchmark of `target` as the plan takes it: its measured bytes (`bytes_of(index)`, the oracle's) and its
+    label."""
+    indices = range(len(target.benchmarks))
+    return [bytes_of(i) for i in indices], [target.benchmark_label(i) for i in indices]
+
+
 def refuse_unfittable(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]) -> None:
     """Before a round checks its base: JudgeError, in one line, for the first benchmark that cannot be timed on this
     device even with nothing else on it (its least plan past ROUND_SHARE of the total). What fits an empty device

@@ -54,8 +54,7 @@ def check_base(evaluator: Evaluator, base_dir: Path, progress: Progress = quiet)
     """A round's check of its base, after one look at whether its benchmarks can be timed on this device at all:
     one that cannot, even with nothing else on the device, ends the round now in one line (budget.refuse_unfittable),
     not after the base's check and the A/A control."""
-    sizes = [evaluator.bytes_of(index) for index in range(len(evaluator.target.benchmarks))]
-    labels = [evaluator.target.benchmark_label(index) for index in range(len(sizes))]
+    sizes, labels = budget.benchmark_sizes(evaluator.target, evaluator.bytes_of)
     budget.refuse_unfittable(budget.DeviceMemory(**evaluator.ask("memory")), sizes, labels)
     return check(evaluator, base_dir, progress=progress)
 

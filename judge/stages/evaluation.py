@@ -132,8 +132,7 @@ class Evaluator(RoundSeeds):
         the device's memory as the oracle finds it (judge.stages.budget); sets are kept from one pair to the next
         where `keep_sets` and they fit. A benchmark that cannot fit is the round's JudgeError, before any timing."""
         if self._memory_plan is None:
-            sizes = [self.bytes_of(index) for index in range(len(self.target.benchmarks))]
-            labels = [self.target.benchmark_label(i) for i in range(len(sizes))]
+            sizes, labels = budget.benchmark_sizes(self.target, self.bytes_of)
             while True:  # where the device is short, the spares' contexts go first: they only save time
                 device = budget.DeviceMemory(**self.ask("memory"))
                 try:
