@@ -149,7 +149,7 @@ def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, 
         for n in range(aa):
             on_event("calibrate", what=f"A/A {n + 1} of {aa}")
             stages = _watched(on_event, f"(A/A {n + 1})", kernel_stages, evaluator,
-                              target.assemble(root / f"aa-{n + 1}", base_source), budget_s)
+                              target.assemble(root / f"aa-{n + 1}", base_source), budget_s, control=True)
             controls.append(_run_record(stages, f"A/A {n + 1}"))
         floor = floor_from([c["logs"] for c in controls], target_minimum(target), MIN_PAIRS, device)
         delays = _delays(evaluator, target, controls)
@@ -167,13 +167,13 @@ def calibrate(ledger: Ledger, target: Target, base_source: str, work_dir: Path, 
     return result
 
 
-def _watched(on_event: Callable[..., None], name: str, kernel_stages, *args) -> list:
+def _watched(on_event: Callable[..., None], name: str, kernel_stages, *args, control: bool = False) -> list:
     """One run's kernel stages with their progress as `progress` events named `name`, and `evaluated` at the end
-    (judge.cli.progress shows them as a round's)."""
+    (judge.cli.progress shows them as a round's); an A/A run is a `control` (its pairs set the floor)."""
     from .dispatch import progress_of
 
     started = time.monotonic()
-    stages = kernel_stages(*args, progress=progress_of(on_event, name))
+    stages = kernel_stages(*args, progress=progress_of(on_event, name), control=control)
     on_event("evaluated", proposal=name, seconds=round(time.monotonic() - started, 1))
     return stages
 

@@ -36,7 +36,7 @@ def control_job(run) -> Optional[ControlJob]:
     workspace = run.root / "control"
     fresh(workspace)
     run.target.assemble(workspace, source)
-    return ControlJob(Job(None, "(control)", source, workspace), now())
+    return ControlJob(Job(None, "(control)", source, workspace, control=True), now())
 
 
 def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object]:

@@ -68,10 +68,11 @@ def describe_place(place: dict) -> str:
 
 
 def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=None,
-                  progress: Progress = quiet) -> list[StageResult]:
+                  progress: Progress = quiet, control: bool = False) -> list[StageResult]:
     """Correctness in a runner of the candidate's, then timing against the base in process pairs (both with
     inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower. `progress` hears
-    of each case and each timed benchmark as it starts (judge.stages.progress)."""
+    of each case and each timed benchmark as it starts (judge.stages.progress). A `control` is timed by the
+    controls' rule (judge.stages.timing.stage.enough_pairs)."""
     from .stages.check import check
     from .stages.timing.stage import measure
 
@@ -80,7 +81,7 @@ def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=N
     if not result.passed:
         return [result]
     return [result, measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce,
-                            progress=progress)]
+                            progress=progress, control=control)]
 
 
 def progress_of(on_event, name: str) -> Progress:
@@ -137,7 +138,8 @@ class LocalDispatch:
             run.on_event("stage", proposal=job.name, stage="correctness and timing")
             started = time.monotonic()
             stages = run.settings.stages.evaluate(run.open_evaluator(), job.workspace, run.settings.timing_budget_s,
-                                                  run.floor, progress=progress_of(run.on_event, job.name))
+                                                  run.floor, progress=progress_of(run.on_event, job.name),
+                                                  control=job.control)
             run.on_event("evaluated", proposal=job.name, seconds=round(time.monotonic() - started, 1))
             yield job, stages, None
 
@@ -259,7 +261,7 @@ class RayDispatch:
         """`actor` evaluates one job (its key, the job) against the round's floor: the pool's call, and the control's."""
         key, job = item
         floor = self.run.floor.to_json() if self.run.floor else None
-        return actor.evaluate.remote(key, job.name, job.source, floor)
+        return actor.evaluate.remote(key, job.name, job.source, floor, job.control)
 
     def close(self) -> None:
         """Close every actor; what each one's runner commands cost goes out as a `worker-tallies` event first
@@ -404,7 +406,7 @@ class EvaluationActor:
 
         return send
 
-    def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None
+    def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None, control: bool = False
                  ) -> tuple[str, list[StageResult], dict]:
         from .workspaces import fresh
         from .noise import Floor
@@ -412,7 +414,8 @@ class EvaluationActor:
         if self.gate_reason:
             return key, [not_run("correctness", self.gate_reason), not_run("timing", self.gate_reason)], self.where()
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
-        stages = kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor), self._progress(name))
+        stages = kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor), self._progress(name),
+                               control)
         return key, stages, self.where()
 
     def close(self) -> dict[str, list]:

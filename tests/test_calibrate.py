@@ -65,9 +65,10 @@ class Model:
         self.delays: list[dict[int, float]] = []  # what each slowed copy's mixin asked for, in order
         self.bases: list = []  # what the base each slowed copy was judged against asked for (None: no mixin)
         self.floors: list = []
+        self.controls: list[bool] = []  # whether each run was timed by the controls' rule, in order
         self.aa_runs = 0
 
-    def kernel_stages(self, evaluator, workspace: Path, budget_s=None, floor=None, progress=None):
+    def kernel_stages(self, evaluator, workspace: Path, budget_s=None, floor=None, progress=None, control=False):
         delays = mixin_delays(workspace)
         base = mixin_delays(evaluator.base_dir)
         if delays is not None:
@@ -81,6 +82,7 @@ class Model:
             noise = NOISE[self.aa_runs % len(NOISE)]
             self.aa_runs += 1
         self.floors.append(floor)
+        self.controls.append(control)
         benchmarks = []
         for index in range(len(self.target.benchmarks)):
             slowed = base_us(index) + delays.get(input_bytes(index), 0.0)
@@ -124,6 +126,7 @@ def test_slowdowns_are_fractions_of_the_base_s_own_time_judged_against_the_floor
     # the A/A runs are judged against the target's minimum, the slowed copies against the floor they set
     assert machine.floors[:2] == [None, None]
     assert machine.floors[2:] == [calibration.Floor.from_json(result["floor"])] * 2
+    assert machine.controls == [True, True, False, False]  # the A/A runs set the floor: timed as controls
     assert result["floor"] == {"effect": 0.01728, "min_effect": 0.01, "source": "controls", "controls": 2,
                                "device": DEVICE}
     assert result["aa_verdicts"] == ["unchanged", "inconclusive"]  # the second, at 3 pairs, spans past 1%

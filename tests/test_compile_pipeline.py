@@ -72,11 +72,11 @@ class WaitingCompiles(FakeStages):
         self.log.append(f"{workspace.name} compiled")
         return result
 
-    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None):
+    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
         self.log.append(f"{workspace.name} judged")
         if workspace.name == "a-first":
             self.first_judged.set()
-        return super().evaluate(evaluator, workspace, budget_s, floor, progress)
+        return super().evaluate(evaluator, workspace, budget_s, floor, progress, control)
 
 
 def test_a_candidate_is_judged_while_later_ones_compile(tmp_path):
@@ -105,9 +105,9 @@ class LoggedStages(FakeStages):
         self.log.append("compiled")
         return result
 
-    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None):
+    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
         self.log.append("judged")
-        return super().evaluate(evaluator, workspace, budget_s, floor, progress)
+        return super().evaluate(evaluator, workspace, budget_s, floor, progress, control)
 
 
 def test_a_cpu_targets_compiles_all_end_before_its_first_candidate_is_judged(tmp_path, monkeypatch):

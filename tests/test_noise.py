@@ -64,3 +64,48 @@ def test_a_floor_past_the_ceiling_turns_unchanged_into_inconclusive():
 ])
 def test_the_ceiling_is_the_larger_of_max_floor_and_the_targets_minimum(effect, min_effect, too_wide):
     assert Floor(effect=effect, min_effect=min_effect, source="controls", controls=2).too_wide is too_wide
+
+
+# ---- how many pairs a comparison takes (judge.stages.timing.stage.enough_pairs) ------------------------------
+
+STRAY = [0.0, 0.0, math.log(1.35)]  # identical code: two quiet pairs and one stray pair at 1.35x
+
+
+def test_one_stray_pair_of_three_sets_a_floor_that_hides_a_threefold_slowdown():
+    """Why a control does not stop at three pairs: the floor those three would set is 296%, past a 3.5x slowdown
+    (the dispatch test's ten-times kernel reads 0.22-0.37x on a 2-core VM), which then could not be called slower;
+    each quiet pair after them narrows it, to 53% at MAX_PAIRS."""
+    floor = floor_from([STRAY], 0.01, 3)
+    assert floor.percent() == "295.7%" and floor.too_wide
+    assert math.log(3.5) < math.log1p(floor.effect)
+    quiet = [0.0, 0.01, -0.01, 0.0, 0.005]
+    assert [floor_from([STRAY + quiet[:k]], 0.01, 3).percent() for k in range(1, 6)] == \
+        ["137.6%", "93.3%", "73.2%", "60.9%", "52.6%"]
+
+
+def test_a_wild_control_goes_on_past_its_budget_while_a_candidate_stops():
+    from judge.stages.timing.stage import enough_pairs
+
+    floor = Floor(effect=0.01, min_effect=0.01)
+    spent = dict(elapsed=30.0, budget=10.0, limit=300.0, longest_pair=10.0)
+    assert enough_pairs(STRAY, floor, **spent)  # a candidate: three pairs and its budget spent
+    assert not enough_pairs(STRAY, floor, control=True, **spent)
+    assert not enough_pairs(STRAY + [0.0] * 4, floor, control=True, **spent)  # 7 pairs: 61%, still past 25%
+    # a quiet control stops at its budget as a candidate does; one whose floor is within the ceiling too
+    assert enough_pairs([0.0, 0.01, -0.01], floor, control=True, **spent)
+    assert not floor_from([[0.0, 0.03, -0.02]], 0.01, 3).too_wide
+    assert enough_pairs([0.0, 0.03, -0.02], floor, control=True, **spent)
+
+
+@pytest.mark.parametrize("pairs, elapsed, longest, enough", [
+    (8, 30.0, 10.0, True),  # MAX_PAIRS: no more, control or not
+    (3, 280.0, 10.0, True),  # the stage's limit (300 s) leaves no room for two more pairs of 10 s
+    (3, 279.0, 10.0, False),
+    (3, 285.0, 5.0, False),
+    (2, 290.0, 10.0, False),  # never fewer than MIN_PAIRS: the stage's own deadline stops it
+])
+def test_a_wild_control_stops_at_the_cap_or_where_the_limit_leaves_no_room(pairs, elapsed, longest, enough):
+    from judge.stages.timing.stage import enough_pairs
+
+    logs = (STRAY * 3)[:pairs]
+    assert enough_pairs(logs, Floor(effect=0.01, min_effect=0.01), elapsed, 10.0, True, 300.0, longest) is enough

@@ -125,12 +125,13 @@ def test_a_proposal_named_like_judges_own_workspaces_leaves_them_alone(setup):
     """A proposal id is any slug, so 'base', 'control' and 'peer' are ids a contestant may pick. Before, a proposal
     'base' was assembled into the round's base directory: every candidate was then timed against its kernel."""
     ledger, settings = setup
-    bases = []
+    bases, controls = [], []
 
     class Watching(FakeStages):
-        def evaluate(self, session, workspace, budget_s, floor=None, progress=None):
+        def evaluate(self, session, workspace, budget_s, floor=None, progress=None, control=False):
             bases.append((session.base_dir / "submission.py").read_text())
-            return super().evaluate(session, workspace, budget_s, floor, progress)
+            controls.extend([workspace] if control else [])
+            return super().evaluate(session, workspace, budget_s, floor, progress, control)
 
     settings.stages = Watching()
     for pid, verdict in [("base", "speedup 0.5"), ("control", "speedup 0.5"), ("peer", "speedup 0.5"),
@@ -141,6 +142,7 @@ def test_a_proposal_named_like_judges_own_workspaces_leaves_them_alone(setup):
     assert outcomes(summary)["honest"][0] == "faster" and summary.winner == "honest"
     root = settings.work_dir / "axpy" / "round-1"
     assert (root / "base" / "submission.py").read_text() == (root / "control" / "submission.py").read_text() == BASE
+    assert controls == [root / "control"]  # the proposal named 'control' is timed as a candidate is
 
 
 def test_the_round_starts_its_oracle_and_spares_before_it_compiles_the_base(setup):
@@ -191,7 +193,7 @@ def two_workers(monkeypatch, base_fails: bool = False) -> list:
             ran = None
             if control is not None:
                 ran = (self.run.settings.stages.evaluate(self.run.open_evaluator(), control.workspace, None,
-                                                         self.run.floor), second)
+                                                         self.run.floor, control=control.control), second)
             return BaseCheck(result, first, ran)
 
         def evaluate(self, jobs):
