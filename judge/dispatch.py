@@ -72,7 +72,7 @@ def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=N
     """Correctness in a runner of the candidate's, then timing against the base in process pairs (both with
     inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower. `progress` hears
     of each case and each timed benchmark as it starts (judge.stages.progress). A `control` is timed by the
-    controls' rule (judge.stages.timing.stage.enough_pairs)."""
+    controls' rule (judge.noise.enough_pairs)."""
     from .stages.check import check
     from .stages.timing.stage import measure
 

@@ -7,6 +7,7 @@ of their own. The target's `min_effect` (judge.toml) is the floor's lower limit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -129,6 +130,8 @@ def recorded_floor(detail, default: Optional[Floor] = None) -> Floor:
 MIN_PAIRS = 3
 """The fewest process pairs a timing verdict rests on (judge.stages.timing.stage stops no sooner): the floor is
 sized for an estimate over this many."""
+MAX_PAIRS = 8
+"""The most process pairs a comparison takes: one still undecided then is inconclusive."""
 
 FLOOR_SIGMAS = 4.0
 SIGMA_BOUND = 0.1  # the lower tail of chi-square that bounds the standard deviation from above
@@ -152,6 +155,26 @@ def floor_from(samples: list[list[float]], minimum: float, min_pairs: int, devic
     if effect <= minimum:
         return Floor(effect=minimum, min_effect=minimum, source="min_effect", controls=len(usable), device=device)
     return Floor(effect=round(effect, 5), min_effect=minimum, source="controls", controls=len(usable), device=device)
+
+
+def enough_pairs(logs: list[float], floor: Floor, elapsed: float, budget: float, control: bool = False,
+                 limit: float = math.inf, longest_pair: float = 0.0) -> bool:
+    """Whether a comparison stops after these pairs' geomean log ratios: at MAX_PAIRS; else once it has MIN_PAIRS
+    and is decided or has spent its budget. A control goes on past its budget while the floor its own pairs
+    would set is past the ceiling (noise.Floor.too_wide) and the stage's limit leaves room for two more pairs of
+    the longest so far: its spread sets the floor of every verdict of the round, and from three pairs one stray
+    pair sets a floor that hides a threefold slowdown (a 1.35x pair of identical code beside two of 1.0x sets
+    296%), where a few more pairs show it for the stray it was."""
+    if len(logs) >= MAX_PAIRS:
+        return True
+    if len(logs) < MIN_PAIRS:
+        return False
+    if control and elapsed + 2 * longest_pair < limit and \
+            floor_from([logs], floor.min_effect, MIN_PAIRS).too_wide:
+        return False
+    from .stats import settled
+
+    return settled(logs, floor.effect, MIN_PAIRS, MAX_PAIRS) or elapsed > budget
 
 
 def device_name(facts: Optional[dict]) -> str:

@@ -66,7 +66,7 @@ def test_the_ceiling_is_the_larger_of_max_floor_and_the_targets_minimum(effect, 
     assert Floor(effect=effect, min_effect=min_effect, source="controls", controls=2).too_wide is too_wide
 
 
-# ---- how many pairs a comparison takes (judge.stages.timing.stage.enough_pairs) ------------------------------
+# ---- how many pairs a comparison takes (judge.noise.enough_pairs) ------------------------------
 
 STRAY = [0.0, 0.0, math.log(1.35)]  # identical code: two quiet pairs and one stray pair at 1.35x
 
@@ -84,7 +84,7 @@ def test_one_stray_pair_of_three_sets_a_floor_that_hides_a_threefold_slowdown():
 
 
 def test_a_wild_control_goes_on_past_its_budget_while_a_candidate_stops():
-    from judge.stages.timing.stage import enough_pairs
+    from judge.noise import enough_pairs
 
     floor = Floor(effect=0.01, min_effect=0.01)
     spent = dict(elapsed=30.0, budget=10.0, limit=300.0, longest_pair=10.0)
@@ -105,7 +105,7 @@ def test_a_wild_control_goes_on_past_its_budget_while_a_candidate_stops():
     (2, 290.0, 10.0, False),  # never fewer than MIN_PAIRS: the stage's own deadline stops it
 ])
 def test_a_wild_control_stops_at_the_cap_or_where_the_limit_leaves_no_room(pairs, elapsed, longest, enough):
-    from judge.stages.timing.stage import enough_pairs
+    from judge.noise import enough_pairs
 
     logs = (STRAY * 3)[:pairs]
     assert enough_pairs(logs, Floor(effect=0.01, min_effect=0.01), elapsed, 10.0, True, 300.0, longest) is enough

@@ -37,7 +37,7 @@ from ...workspaces import fresh
 from ..evaluation import Evaluator
 from ..lease import RunnerLease
 from ..progress import Progress, quiet
-from ...noise import MIN_PAIRS, Floor, default_floor, floor_from
+from ...noise import MAX_PAIRS, MIN_PAIRS, Floor, default_floor, enough_pairs
 from ...boundary.runner import spin_cycles, spin_for
 from ...errors import JudgeError
 from .. import budget
@@ -49,7 +49,6 @@ from ...sandbox.worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "timing"
 BUDGET_PER_BENCHMARK_S = 5.0
-MAX_PAIRS = 8
 
 
 class Stopped(Exception):
@@ -104,7 +103,7 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
             control: bool = False) -> StageResult:
     """Time the kernel assembled in `workspace` against the round's base, pair after pair (module docstring).
     `progress` hears of each benchmark of each pair as it starts (judge.stages.progress). A `control` (the base
-    against an identical copy, whose pairs set the noise floor) stops by `enough_pairs`' rule for controls."""
+    against an identical copy, whose pairs set the noise floor) stops by noise.enough_pairs' rule for controls."""
     target = evaluator.target
     floor = floor or default_floor(target)
     nonce = evaluator.nonce() if nonce is None else nonce
@@ -139,24 +138,6 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     finally:
         evaluator.discard_prebound()
     return _result(evaluator, pairs, floor, facts, time.monotonic() - started)
-
-
-def enough_pairs(logs: list[float], floor: Floor, elapsed: float, budget: float, control: bool = False,
-                 limit: float = math.inf, longest_pair: float = 0.0) -> bool:
-    """Whether a comparison stops after these pairs' geomean log ratios: at MAX_PAIRS; else once it has MIN_PAIRS
-    and is decided or has spent its budget. A control goes on past its budget while the floor its own pairs
-    would set is past the ceiling (noise.Floor.too_wide) and the stage's limit leaves room for two more pairs of
-    the longest so far: its spread sets the floor of every verdict of the round, and from three pairs one stray
-    pair sets a floor that hides a fourfold slowdown (a 1.35x pair of identical code beside two of 1.0x sets
-    296%), where a few more pairs show it for the stray it was."""
-    if len(logs) >= MAX_PAIRS:
-        return True
-    if len(logs) < MIN_PAIRS:
-        return False
-    if control and elapsed + 2 * longest_pair < limit and \
-            floor_from([logs], floor.min_effect, MIN_PAIRS).too_wide:
-        return False
-    return stats.settled(logs, floor.effect, MIN_PAIRS, MAX_PAIRS) or elapsed > budget
 
 
 def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float,
