@@ -99,6 +99,57 @@ def test_records_on_cpu(tmp_path, small_target):
     assert detail.confinement["network"].startswith("none (network namespace")
 
 
+# The base kernel, its output spoiled by how many more threads torch would run than the process has cores.
+COUNTS_THREADS = '''
+import os
+import torch
+
+
+def custom_kernel(data):
+    a, b, out = data
+    torch.add(a, b, out=out)
+    out[0] += torch.get_num_threads() - len(os.sched_getaffinity(0))
+    return out
+'''
+# Appended to the reference: its check fails in an oracle whose torch runs more threads than its cores.
+CHECKS_THREADS = '''
+import os as _os
+
+_check = check_implementation
+
+
+def check_implementation(data, output):
+    threads, cores = torch.get_num_threads(), len(_os.sched_getaffinity(0))
+    if threads != cores:
+        return False, f"the oracle runs {threads} threads on {cores} cores"
+    return _check(data, output)
+'''
+
+
+def test_a_process_of_judges_runs_as_many_torch_threads_as_the_cores_it_is_pinned_to(tmp_path, small_target):
+    """The oracle, the correctness runner and the timed pair, each as a process started on its cores would: a pool
+    sized for more cores than its own spins at every barrier (judge.sandbox.child._threads_follow_cores: a QR
+    problem's check took 56 times as long). On a 2-core VM the oracle starts with two threads and gets one core."""
+    import shutil
+
+    from judge.stages.check import check
+    from judge.stages.evaluation import Evaluator
+
+    shutil.copytree(FIXTURE, tmp_path / "problems" / "vecadd")
+    shutil.copy(FIXTURE.parent / "utils.py", tmp_path / "problems")
+    reference = tmp_path / "problems" / "vecadd" / "reference.py"
+    reference.write_text(reference.read_text() + CHECKS_THREADS)
+    target = load_target(tmp_path / "problems" / "vecadd")
+    target.arch, target.benchmarks, target.speed_of_light_us = "cpu", small_target.benchmarks, []
+    base = assemble(target, tmp_path, "base", target.kernel_source())
+    cand = assemble(target, tmp_path, "cand", COUNTS_THREADS)
+    with Evaluator(target, tmp_path / "round", base_dir=base) as evaluator:
+        checked = check(evaluator, cand, nonce=0)
+        assert checked.status == "passed", checked.summary
+        timed = timing.measure(evaluator, cand, budget_s=1, timeout_s=120, nonce=0)
+    assert timed.status == "passed", timed.summary
+
+
 def test_candidate_crash_in_timing(tmp_path, small_target):
     base = assemble(small_target, tmp_path, "base", small_target.kernel_source())
     cand = assemble(small_target, tmp_path, "cand", variant("faults"))

@@ -64,6 +64,27 @@ def _start() -> str:
     return workspace
 
 
+_affinity = os.sched_getaffinity  # bound before candidate code exists
+
+
+def _threads_follow_cores(last: frozenset | None) -> frozenset | None:
+    """torch's intra-op threads (OpenMP's and MKL's) as many as the cores this process may run on, set again
+    whenever judge has pinned it to other cores since the last time (judge.core_blocks.pin, from the parent): a
+    pool sized for the cores a process saw at start and squeezed onto fewer spins at every barrier (a problem's
+    QR check took 0.37 s on two cores, 20.7 s with its two threads pinned to one and 0.56 s with one thread). A
+    process started on those cores gets as many; a kernel may still set its own number after (its own cores
+    bound what it gains). Returns the cores now matched."""
+    try:
+        cores = frozenset(_affinity(0))
+    except OSError:
+        return last
+    torch = sys.modules.get("torch")
+    if cores == last or torch is None:
+        return last if torch is None else cores
+    torch.set_num_threads(len(cores))
+    return cores
+
+
 def _confine(policy_json: dict | None) -> dict | None:
     if policy_json is None:
         return None
@@ -130,12 +151,14 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
         send({"serial": serial, "ok": False, "error": _error_line(error)})
         os._exit(1)
     send({"serial": serial, "ok": True, "value": {"pid": os.getpid(), "confinement": confinement, "phases_us": phases}})
+    cores = None
     for line in commands:
         received = _clock()
         message = json.loads(line)
         if message["op"] == "exit":
             break
         try:
+            cores = _threads_follow_cores(cores)
             if message["op"] not in allowed:
                 raise ValueError(f"unknown command {message['op']!r}")
             value = getattr(server, message["op"])(**message["args"])
