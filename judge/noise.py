@@ -165,16 +165,12 @@ def enough_pairs(logs: list[float], floor: Floor, elapsed: float, budget: float,
     the longest so far: its spread sets the floor of every verdict of the round, and from three pairs one stray
     pair sets a floor that hides a threefold slowdown (a 1.35x pair of identical code beside two of 1.0x sets
     296%), where a few more pairs show it for the stray it was."""
-    if len(logs) >= MAX_PAIRS:
-        return True
-    if len(logs) < MIN_PAIRS:
-        return False
-    if control and elapsed + 2 * longest_pair < limit and \
-            floor_from([logs], floor.min_effect, MIN_PAIRS).too_wide:
-        return False
     from .stats import settled
 
-    return settled(logs, floor.effect, MIN_PAIRS, MAX_PAIRS) or elapsed > budget
+    if control and MIN_PAIRS <= len(logs) < MAX_PAIRS and elapsed + 2 * longest_pair < limit and \
+            floor_from([logs], floor.min_effect, MIN_PAIRS).too_wide:
+        return False
+    return settled(logs, floor.effect, MIN_PAIRS, MAX_PAIRS) or (len(logs) >= MIN_PAIRS and elapsed > budget)
 
 
 def device_name(facts: Optional[dict]) -> str:

@@ -79,9 +79,10 @@ def _threads_follow_cores(last: frozenset | None) -> frozenset | None:
     except OSError:
         return last
     torch = sys.modules.get("torch")
-    if cores == last or torch is None:
-        return last if torch is None else cores
-    torch.set_num_threads(len(cores))
+    if torch is None:
+        return last
+    if cores != last:
+        torch.set_num_threads(len(cores))
     return cores
 
 
