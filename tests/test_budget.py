@@ -34,8 +34,9 @@ def test_a_benchmark_that_cannot_fit_is_refused_in_one_line_with_its_size_and_th
     with pytest.raises(JudgeError) as error:
         plan_memory(H100, sizes, ["n=1024", "n=32768"])
     assert str(error.value) == (
-        "benchmark 1 (n=32768) needs 128.0 GiB of device memory to be timed (2 input sets and 1 copy of its 20.0 GiB "
-        "input, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); NVIDIA H100 80GB HBM3 has "
+        "benchmark 1 (n=32768) needs 148.0 GiB of device memory to be timed (2 input sets of its 20.0 GiB input and a "
+        "copy in each of the pair's 2 runners, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); "
+        "NVIDIA H100 80GB HBM3 has "
         "80.0 GiB, of which judge may use 63.0 GiB (80% of it less 1.0 GiB in use)")
 
 
@@ -54,8 +55,9 @@ def test_a_benchmark_that_cannot_fit_an_empty_card_ends_the_round_before_the_bas
     with pytest.raises(JudgeError) as error:
         check_module.check_base(evaluator, "base")
     assert str(error.value) == (
-        "benchmark 1 (n=32768) needs 128.0 GiB of device memory to be timed (2 input sets and 1 copy of its 20.0 GiB "
-        "input, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); NVIDIA H100 80GB HBM3 has "
+        "benchmark 1 (n=32768) needs 148.0 GiB of device memory to be timed (2 input sets of its 20.0 GiB input and a "
+        "copy in each of the pair's 2 runners, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); "
+        "NVIDIA H100 80GB HBM3 has "
         "80.0 GiB, of which judge may use 64.0 GiB at most (80% of it)")
     assert checked == []
     sizes[1] = BenchmarkBytes(4 * GIB, 4 * GIB, 0)  # 24 GiB: fits the card, though not beside the 60 GiB held now
@@ -72,9 +74,10 @@ def test_memory_others_hold_is_left_to_them():
 def test_kept_sets_count_every_benchmark_at_once():
     sizes = [BenchmarkBytes(GIB, 0, 0)] * 3
     plans = [BenchmarkPlan(2, 2)] * 3
-    # copies of all three (6 GiB), then one benchmark's three sets and its one spare input (4 GiB), or all nine sets
-    assert budget.need_of(sizes, plans) == 10 * GIB
-    assert budget.need_of(sizes, plans, kept=True) == 6 * GIB + 9 * GIB + GIB
+    # each runner's two copies of one benchmark, in memory it reuses for the next (4 GiB), then one benchmark's three
+    # sets and its one spare input (4 GiB), or all nine sets
+    assert budget.need_of(sizes, plans) == 8 * GIB
+    assert budget.need_of(sizes, plans, kept=True) == 4 * GIB + 9 * GIB + GIB
 
 
 # ---- what a verdict costs: sets made once, repetitions from the kernel's duration -----------------------------
@@ -199,8 +202,9 @@ def test_a_pair_of_long_calls_takes_the_repetitions_it_was_given_and_first_uses_
 
 
 def test_an_input_too_large_for_two_copies_gets_one():
-    # GPU MODE's linalg/cholesky_py n=32768: a 4 GiB input and output; two copies would not fit beside the rest
-    device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 70 * GIB)
+    # GPU MODE's linalg/cholesky_py n=32768: a 4 GiB input and output; two copies in each of the pair's runners (16
+    # GiB) would not fit beside the rest (64 GiB in all, 58 usable), one in each does (56 GiB)
+    device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 74 * GIB)
     plan = plan_memory(device, [BenchmarkBytes(4 * GIB, 4 * GIB, 4 * GIB)], ["n=32768"])
     assert plan.benchmarks == [BenchmarkPlan(sets=2, copies=1)] and plan.need <= device.usable
 
@@ -220,13 +224,15 @@ def test_the_oracles_outbox_is_counted_once():
 
 def test_a_round_keeps_its_sets_only_where_every_benchmarks_sets_fit_at_once():
     sizes = [BenchmarkBytes(GIB, 0, 0)] * 4
-    # at the minimum: 4 x 2 copies, then 4 x 3 sets kept (or one benchmark's 3 made per pair), and one spare input
-    assert budget.need_of(sizes, [BenchmarkPlan(2, 2)] * 4, kept=True) == 21 * GIB
-    assert budget.need_of(sizes, [BenchmarkPlan(2, 2)] * 4) == 12 * GIB
+    # at the minimum: 2 copies in each of 2 runners, then 4 x 3 sets kept (or one benchmark's 3 made per pair), and one
+    # spare input
+    assert budget.need_of(sizes, [BenchmarkPlan(2, 2)] * 4, kept=True) == 17 * GIB
+    assert budget.need_of(sizes, [BenchmarkPlan(2, 2)] * 4) == 8 * GIB
     roomy = DeviceMemory("GPU", 80 * GIB, 80 * GIB)
     assert budget.plan_round(roomy, sizes, ["b"] * 4, keep=True).kept
     assert not budget.plan_round(roomy, sizes, ["b"] * 4, keep=False).kept
-    tight = DeviceMemory("GPU", 20 * GIB, 20 * GIB)  # 16 GiB usable: too little to keep, enough to make them again
+    # 14.4 GiB usable: too little to keep even with one copy in each runner (15 GiB), enough to make them again
+    tight = DeviceMemory("GPU", 18 * GIB, 18 * GIB)
     plan = budget.plan_round(tight, sizes, ["b"] * 4, keep=True)
     assert not plan.kept and plan.need <= tight.usable
 
@@ -280,13 +286,14 @@ def test_an_input_whose_making_does_not_fit_beside_the_runners_is_made_before_th
     device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 64 * GIB)  # 48 GiB usable
     plan = plan_memory(device, [size], ["n=32768"])
     assert plan.benchmarks == [BenchmarkPlan(sets=2, copies=2, eager=True)]  # made first: room for two copies
-    assert plan.need == 8 * GIB + 12 * GIB + 16 * GIB <= device.usable < 4 * GIB + 12 * GIB + 36 * GIB
+    # two copies in each runner, three sets, the calls' needs; made at first use even one copy each would not fit
+    assert plan.need == 16 * GIB + 12 * GIB + 16 * GIB <= device.usable < 8 * GIB + 12 * GIB + 36 * GIB
     with pytest.raises(JudgeError) as refused:
         plan_memory(DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 40 * GIB), [size], ["n=32768"])
     assert str(refused.value) == (
-        "benchmark 0 (n=32768) needs 32.0 GiB of device memory to be timed (2 input sets and 1 copy of its 4.0 GiB "
-        "input, its 4.0 GiB output in 3 processes, 0.0 GiB of working memory in each, 12.0 GiB to make an input "
-        "before them); NVIDIA H100 80GB HBM3 has 80.0 GiB, of which judge may use 24.0 GiB (80% of it less 40.0 GiB "
+        "benchmark 0 (n=32768) needs 36.0 GiB of device memory to be timed (2 input sets of its 4.0 GiB input and a "
+        "copy in each of the pair's 2 runners, its 4.0 GiB output in 3 processes, 0.0 GiB of working memory in each, "
+        "12.0 GiB to make an input before them); NVIDIA H100 80GB HBM3 has 80.0 GiB, of which judge may use 24.0 GiB (80% of it less 40.0 GiB "
         "in use)")
 
 
@@ -298,58 +305,72 @@ def test_a_benchmark_planned_eager_makes_every_set_when_it_is_laid_out(oracle):
     assert oracle.reference.made == [10, 11, 12, 13]
 
 
-def test_benchmarks_that_fit_alone_but_not_together_step_down_the_largest_first():
-    # cholesky_py on an H100 (2026-11-28): n=32768 fitted alone with one copy and its sets made at first use, but
-    # beside the other benchmarks' copies the round needed 57.1 GiB of 53.8 and was refused; made up front it fits
+def test_a_pairs_runners_hold_the_copies_of_one_benchmark_and_reuse_that_memory_for_the_next():
+    # cholesky_py on an H100 (2026-11-28): its 15 benchmarks' copies, all in the oracle's areas until the pair closed,
+    # helped refuse the round; each runner now builds every benchmark in one allocation of its own, grown as needed
     large, small = BenchmarkBytes(4 * GIB, 4 * GIB, 0, 12 * GIB), BenchmarkBytes(GIB, GIB, 0, 3 * GIB)
-    device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 63 * GIB)  # 47 GiB usable
-    assert budget.need_of([large], [BenchmarkPlan(2, 1)]) == 52 * GIB > device.usable
-    device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 69 * GIB)  # 53 GiB usable: alone, one copy fits
-    assert budget.need_of([small, large], [BenchmarkPlan(2, 2), BenchmarkPlan(2, 1)]) == 54 * GIB > device.usable
+    # one copy of the large input in each runner (8 GiB), its three sets and its calls' needs (48 GiB): the small
+    # benchmark's two copies fit in the same memory
+    assert budget.need_of([small, large], [BenchmarkPlan(2, 2), BenchmarkPlan(2, 1)]) == 56 * GIB
+    device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 69 * GIB)  # 53 GiB usable
     plan = plan_memory(device, [small, large], ["n=16384", "n=32768"])
     assert plan.benchmarks[1] == BenchmarkPlan(sets=2, copies=2, eager=True)
     assert plan.benchmarks[0].copies >= 2 and not plan.benchmarks[0].eager
-    assert plan.need <= device.usable
-    with pytest.raises(JudgeError) as refused:  # even made up front with one copy each, they do not fit together
-        plan_memory(DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 58 * GIB), [small, large] * 3, ["b"] * 6)
-    # one copy of each (15 GiB), a large one's three sets (12 GiB) and what its calls need (16 GiB)
-    assert str(refused.value) == ("the benchmarks need 43.0 GiB of device memory together to be timed; NVIDIA H100 "
-                                  "80GB HBM3 has 80.0 GiB, of which judge may use 42.0 GiB")
-    assert plan_memory(DeviceMemory("GPU", 80 * GIB, 74 * GIB), [small, large] * 3, ["b"] * 6).need <= 58 * GIB
+    assert plan.need == 16 * GIB + 12 * GIB + 16 * GIB
 
 
-def test_each_holder_counts_the_projection_weights_it_keeps():
-    from judge.boundary.tensors import Projector
+def test_benchmarks_that_fit_alone_but_not_together_step_down_the_largest_first():
+    # one with a large input (its copies), one with a large output (its calls' needs): each fits alone, not together
+    wide, deep = BenchmarkBytes(8 * GIB, 0, 0), BenchmarkBytes(GIB, 8 * GIB, 0)
+    assert budget.need_of([wide], [BenchmarkPlan(2, 1)]) == 48 * GIB
+    assert budget.need_of([deep], [BenchmarkPlan(2, 1, True)]) == 37 * GIB
+    assert budget.need_of([wide, deep], [BenchmarkPlan(2, 1), BenchmarkPlan(2, 1, True)]) == 51 * GIB
+    with pytest.raises(JudgeError) as refused:
+        plan_memory(DeviceMemory("GPU", 80 * GIB, 66 * GIB), [wide, deep], ["wide", "deep"])  # 50 GiB usable
+    assert str(refused.value) == ("the benchmarks need 51.0 GiB of device memory together to be timed; GPU has 80.0 "
+                                  "GiB, of which judge may use 50.0 GiB")
+    plan = plan_memory(DeviceMemory("GPU", 80 * GIB, 67 * GIB), [wide, deep], ["wide", "deep"])  # 51 GiB usable
+    # the deep one's second copy fits in the memory the wide one's copy takes anyway
+    assert plan.benchmarks == [BenchmarkPlan(2, 1), BenchmarkPlan(2, 2, True)] and plan.need == 51 * GIB
 
-    # int8 weights for both projections, and their float64 copy where that stays under 1 GiB
-    assert Projector.held_bytes(1 << 20) == 2 * (1 << 20) + 16 * (1 << 20)
-    assert Projector.held_bytes(1 << 30) == 2 * GIB  # cholesky_py's n=32768 output: 2 GiB in each of 3 processes
-    size = BenchmarkBytes(4 * GIB, 4 * GIB, 0, 0, 2 * GIB)
-    assert size.fixed() == 4 * GIB + 8 * GIB + 3 * 6 * GIB
-    assert size.answering() == 10 * GIB and size.peak(eager=True) == 8 * GIB + 2 * 6 * GIB + 2 * GIB
+
+class _Mapped:
+    """cuda_ipc.Imported as the driver would map a handle: `sizes` says each handle's allocation's bytes."""
+
+    sizes: dict = {}
+
+    def __init__(self, handle):
+        self.handle, self.nbytes, self.closed = handle, self.sizes[handle], False
+
+    def close(self):
+        self.closed = True
 
 
-class _Block:
-    def __init__(self, nbytes):
-        self.nbytes = nbytes
+def test_the_oracle_maps_only_memory_a_runner_allocated_large_enough_for_its_inputs(monkeypatch, tmp_path):
+    """A runner allocates the device memory its inputs live in (reading mapped memory across rows ran a thousand
+    times slower, an H200, 2026-11-28); its process can hand the oracle any handle, and the oracle writes every byte
+    the plan lays out, so the driver's size of what it maps must hold them."""
+    from judge.boundary import cuda_ipc, exchange, staging
 
-
-def test_a_runners_cases_share_one_block_grown_as_needed_and_retired_when_it_closes(oracle, monkeypatch):
-    """trimul on an H100 (2026-11-28): an area per correctness case, each kept mapped by the runner until it closed,
-    held all 43 cases' inputs at once (30 GiB beside the oracle's 41). A runner's cases now take one block in turn."""
-    from judge.boundary import staging
-
-    monkeypatch.setattr(staging, "exported_zeroed", _Block)
-    first = oracle._case_block(1, 3 << 30)
-    assert oracle._case_block(1, 1 << 30) is first  # a smaller case: the same block, wiped after each verify
-    grown = oracle._case_block(1, 4 << 30)
-    assert grown.nbytes == 4 << 30 and oracle.retired == [first]  # still mapped by the runner: freed at collect
-    assert oracle._case_block(2, 1 << 20) is not grown  # another runner never maps this one's block
-    oracle.areas["c-0"] = staging.Area(None, [], 0, grown, [], borrowed=True)
-    oracle._retire("c-0")
-    assert oracle.retired == [first]  # a case's area gives its block back to the runner, not to collect
-    oracle.detach(1)
-    assert oracle.retired == [first, grown] and 1 not in oracle.case_blocks
+    monkeypatch.setattr(cuda_ipc, "Imported", _Mapped)
+    _Mapped.sizes = {"small": 1 << 20, "large": 3 << 30, "larger": 4 << 30}
+    files = staging.RunnerFiles(exchange.HostFile(tmp_path / "in"), exchange.HostFile(tmp_path / "out"))
+    assert files.bind("anything") is None and files.device is None  # a plan without a device part maps nothing
+    files.want_device(2 << 30)
+    assert files.bind(None) == "the runner handed over no device memory for its inputs"
+    assert files.bind("small") == ("the runner handed over 1048576 bytes of device memory for inputs that need "
+                                   "2147483648")
+    assert files.device is None
+    assert files.bind("large") is None and files.device.handle == "large"
+    large = files.device
+    files.want_device(1 << 30)  # a smaller benchmark: the runner keeps its memory, the oracle its mapping
+    assert files.bind("large") is None and files.device is large and not large.closed
+    files.want_device(4 << 30)  # a larger one: let go before the runner frees it for a larger allocation
+    assert large.closed and files.device is None
+    assert files.bind("larger") is None and files.device.nbytes == 4 << 30
+    larger = files.device
+    files.close()
+    assert larger.closed and files.device is None
 
 
 def test_a_timed_call_out_of_device_memory_is_no_verdict_on_either_kernel():
@@ -379,7 +400,7 @@ def test_growth_past_the_floor_leaves_each_holder_the_cache_it_may_keep():
 
 
 class _Round:
-    """What Evaluator.memory_plan reads of an evaluator: a device that frees 6 GiB once its spares are closed."""
+    """What Evaluator.memory_plan reads of an evaluator: a device that frees 8 GiB once its spares are closed."""
 
     def __init__(self, spares: int):
         self.spares, self.closed, self._memory_plan, self.keep_sets = spares, 0, None, False
@@ -389,7 +410,7 @@ class _Round:
         return BenchmarkBytes(4 * GIB, 4 * GIB, 0, 12 * GIB)
 
     def ask(self, op):
-        return {"name": "GPU", "total": 80 * GIB, "free": (44 + 6 * self.closed) * GIB, "cache": 4 * GIB}
+        return {"name": "GPU", "total": 80 * GIB, "free": (44 + 8 * self.closed) * GIB, "cache": 4 * GIB}
 
     def give_back_spares(self):
         if not self.spares:
@@ -401,11 +422,11 @@ class _Round:
 def test_a_plan_the_device_cannot_hold_gives_back_the_spares_before_it_refuses():
     from judge.stages.evaluation import Evaluator
 
-    # 28 GiB usable with the spares, 34 without: the floor (made up front, one copy) needs 32 GiB
+    # 28 GiB usable with the spares, 36 without: the floor (made up front, a copy in each runner) needs 36 GiB
     spared = _Round(spares=12)
     assert Evaluator.memory_plan(spared).benchmarks == [BenchmarkPlan(sets=2, copies=1, eager=True)]
     assert spared.closed == 1
-    with pytest.raises(JudgeError, match=r"needs 32\.0 GiB .* judge may use 28\.0 GiB"):
+    with pytest.raises(JudgeError, match=r"needs 36\.0 GiB .* judge may use 28\.0 GiB"):
         Evaluator.memory_plan(_Round(spares=0))
 
 

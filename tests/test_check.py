@@ -276,6 +276,33 @@ def test_a_check_or_call_the_device_has_no_room_for_leaves_the_kernel_not_run_an
     assert honest.status == "passed", honest.summary
 
 
+def test_a_check_that_finds_no_room_beside_the_kernels_runner_is_made_again_once_that_runner_is_closed(tmp_path):
+    """trimul's wrong variant on an H200 (2026-11-28): its runner held 62 GiB after its call while the problem's own
+    checker, finding the output wrong, needed 6 GiB more; the kernel was called not run. What memory a kernel keeps
+    must not turn a wrong verdict into none: the check runs again with that runner closed, and the next case gets a
+    new one. This checker runs out of memory while the process that made the output (its pid in the output) lives."""
+    target = small_cpu_problem(
+        tmp_path / "hogged",
+        "import torch\n\ndef generate_input(size, seed):\n"
+        "    return torch.randn(size, generator=torch.Generator().manual_seed(seed))\n\n"
+        "def ref_kernel(data):\n    return data * 2\n\n"
+        "def _alive(pid):\n"
+        "    try:\n        return '\\nState:\\tZ' not in open(f'/proc/{pid}/status').read()\n"
+        "    except OSError:\n        return False\n\n"
+        "def check_implementation(data, output):\n"
+        "    if _alive(int(output[0])):  # the kernel's process holds the room\n"
+        "        raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 6.00 GiB.')\n"
+        "    return (True, '') if torch.allclose(output[1:], data[1:] * 2) else (False, 'not doubled')\n",
+        "import os\n\ndef custom_kernel(data):\n    out = data * 2\n    out[0] = float(os.getpid())\n    return out\n")
+    wrong = "import os\n\ndef custom_kernel(data):\n    out = data * 3\n    out[0] = float(os.getpid())\n    return out\n"
+    with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
+        honest = check(evaluator, target.assemble(tmp_path / "ws", target.kernel_source()), nonce=0)
+        spoiled = check(evaluator, target.assemble(tmp_path / "wrong", wrong), nonce=1)
+    assert (honest.status, honest.summary) == ("passed", "3 of 3 checks passed (1 tests x 2 seeds + 1 benchmarks)")
+    assert spoiled.status == "failed" and spoiled.summary.startswith("3 of 3 checks failed; first: test 0 (size=100)")
+    assert spoiled.summary.endswith("not doubled")
+
+
 ROWMAX = Path(__file__).parent / "fixtures" / "gpumode" / "rowmax"
 
 

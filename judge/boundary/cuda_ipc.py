@@ -1,11 +1,13 @@
-"""GPU memory that several processes map at once: the timing inputs that base and candidate share.
+"""GPU memory one process allocates and another maps: a runner's inputs, which the oracle writes in, and the
+oracle's outbox, which runners copy their outputs into.
 
-Where a buffer lands in GPU memory moves a kernel's time: on an H100, eight allocations of one 4M-element
-vecadd in one process differed by up to 1.6%, and four processes with eight allocations each still differed by
-up to 0.9%, so a base and a candidate on buffers of their own measured an identical kernel 0.3-0.6% apart.
-On the same physical memory that difference is gone. The trusted oracle makes one dedicated allocation
-(cuMemAlloc: nothing else of its lives in it) and exports it; each runner maps it (cuIpcOpenMemHandle) and
-views its tensors there. CUDA's driver API through ctypes, so nothing but libcuda is needed.
+Which side allocates matters. A kernel that reads its input across rows (a transposing copy, which
+torch.linalg.cholesky_ex makes first) ran 1,000 times slower on memory mapped from another process than on memory
+of its own (an H200, 2026-11-28: a 16384x16384 float32 transpose 2,637 ms against 1.9 ms, cholesky_ex 2,681 ms
+against 44 ms), while reads and writes in memory order ran at full speed either way (a matmul 164 ms both; the
+oracle's write of the matrix into a runner's memory 0.7 ms). So a runner allocates the memory its kernel reads
+(cuMemAlloc: nothing else of its lives in it) and exports it; the oracle maps it (cuIpcOpenMemHandle) and
+writes each set in, in memory order. CUDA's driver API through ctypes, so nothing but libcuda is needed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def _cuda() -> Any:
                            ("cuIpcGetMemHandle", [ctypes.POINTER(_Handle), ctypes.c_uint64]),
                            ("cuIpcOpenMemHandle_v2", [pointer, _Handle, ctypes.c_uint]),
                            ("cuIpcCloseMemHandle", [ctypes.c_uint64]),
+                           ("cuMemGetAddressRange_v2", [pointer, ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]),
                            ("cuGetErrorName", [result, ctypes.POINTER(ctypes.c_char_p)])):
             function = getattr(driver, name)
             function.argtypes, function.restype = args, result
@@ -93,7 +96,8 @@ class Exported:
 
 
 class Imported:
-    """Another process's exported allocation, mapped into this one."""
+    """Another process's exported allocation, mapped into this one; `nbytes` is the allocation's size as the
+    driver knows it, not as the exporter says it."""
 
     def __init__(self, handle_hex: str):
         handle = decode(handle_hex)
@@ -101,6 +105,14 @@ class Imported:
         _check(_cuda().cuIpcOpenMemHandle_v2(ctypes.byref(pointer), handle, ctypes.c_uint(_IPC_LAZY_PEER)),
                "cuIpcOpenMemHandle")
         self.pointer = pointer.value
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        try:
+            _check(_cuda().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size),
+                                                   ctypes.c_uint64(self.pointer)), "cuMemGetAddressRange")
+        except IpcError:
+            self.close()
+            raise
+        self.nbytes = size.value if base.value == self.pointer else 0
 
     def close(self) -> None:
         if self.pointer:

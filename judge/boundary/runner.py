@@ -53,6 +53,7 @@ class Runner:
         self.kernel = None
         self.channel: tuple[int, int] | None = None  # the command and reply pipes (judge.sandbox.child sets them)
         self.device_maps: dict[str, cuda_ipc.Imported] = {}
+        self.inputs: cuda_ipc.Exported | None = None  # the device memory its inputs live in, its own, grown as needed
         self.host_maps: dict[str, exchange.MappedFile] = {}
         self.stretch: dict[str, Any] = {}
         self.threads_before: int | None = None  # Python threads alive when warm-up ended
@@ -82,12 +83,19 @@ class Runner:
     # ---- what the oracle hands over ----------------------------------------------------------------------
 
     def build(self, plan: dict) -> dict:
-        """Map the memory of `plan` (judge.boundary.oracle's: the skeleton, each copy's layouts, the areas and outboxes)
-        and build each copy's data there; the next `calls` stretch calls the kernel on them."""
+        """Build each copy of `plan` (judge.boundary.oracle's: the skeleton, each copy's layouts, the host area and the
+        outboxes) in memory this process holds: its own device memory for the device part (allocated here and
+        exported, `device` in the reply: the oracle maps it and writes the inputs in) and its host file, mapped. The
+        next `calls` stretch calls the kernel on them."""
         self.stretch = {}
         if self.cuda:  # the last benchmark's cached outputs, which a larger benchmark cannot reuse, go back first
             self.torch.cuda.empty_cache()
         device = plan.get("device")
+        if device and (self.inputs is None or self.inputs.nbytes < device["bytes"]):
+            if self.inputs is not None:  # the oracle let go of it before it sent this plan (RunnerFiles.want_device)
+                self.inputs.free()
+                self.inputs = None
+            self.inputs = cuda_ipc.Exported(device["bytes"])
         host = plan["host"]
         views = []
         for layouts in plan["copies"]:
@@ -104,13 +112,13 @@ class Runner:
         host_box = self._host(box["host"]["path"], box["host"]["bytes"])
         outboxes["host"] = (host_box.view(_raw(box["host"]["bytes"])), box["host"]["bytes"])
         self.stretch = {"datas": views, "outboxes": outboxes}
-        return {"copies": len(views)}
+        return {"copies": len(views), "device": self.inputs.handle if device else None}
 
     def _view(self, layout: dict, device: dict | None, host: dict):
         if layout["area"] == exchange.DEVICE:
             if device is None:
                 raise exchange.ExchangeError("a device tensor without a device area")
-            return cuda_ipc.view(self._device(device["handle"]).pointer, layout)
+            return cuda_ipc.view(self.inputs.pointer, layout)
         return self._host(host["path"], host["bytes"]).view(layout)
 
     def _device(self, handle: str) -> cuda_ipc.Imported:

@@ -1,12 +1,14 @@
-"""The oracle's side of the exchange (judge.boundary.exchange): the memory it hands runners, what it writes there before a
-call, and how it reads an output back.
+"""The oracle's side of the exchange (judge.boundary.exchange): the memory it writes runners' inputs into, and how it
+reads an output back.
 
-An `Area` holds one piece of data in as many copies as the timed calls take in turn: the device part is one
-exported allocation that every runner of a comparison maps (both kernels then run on the same physical
-memory), the host part lives in each runner's own file. Before a call the oracle writes one input set into the
-copy the call takes, fills its floating output slots with NaN, empties the outbox and, on the GPU timing path,
-writes the buffer that empties L2; after a call it reads the outbox (zeroing what it read) and, where runners
-share the device part, wipes the copy the call used, so that no other runner finds an input or an answer there.
+An `Area` lays out one piece of data in as many copies as the timed calls take in turn. Its host part lives in
+each runner's own file; its device part in each runner's own device memory, which the runner allocates when it
+builds the area and the oracle maps (`RunnerFiles.bind`): a kernel reads its inputs from memory of its own process,
+as it would in GPU MODE's eval.py (judge.boundary.cuda_ipc says what reading mapped memory cost). Before a call the
+oracle writes one input set into the copy the call takes, in the memory of the runner that calls, fills its
+floating output slots with NaN, empties the outbox and, on the GPU timing path, writes its own buffer that empties
+L2; after a call it reads the outbox (zeroing what it read). No runner maps another runner's inputs, so nothing a
+kernel leaves in its own reaches the other kernel of its pair.
 """
 
 from __future__ import annotations
@@ -26,14 +28,52 @@ OUTBOX_MIN_BYTES = 1 << 20
 
 @dataclass
 class RunnerFiles:
-    """A runner's host files: inputs in, outputs out."""
+    """A runner's host files (inputs in, outputs out) and, on a GPU, its device memory for inputs as mapped here."""
 
     inbox: exchange.HostFile
     outbox: exchange.HostFile
+    device: cuda_ipc.Imported | None = None
+    device_handle: str = ""
+    device_wanted: int = 0  # the bytes the last plan asked the runner to have
+
+    def want_device(self, nbytes: int) -> None:
+        """The runner is asked for `nbytes` of device memory: a smaller one mapped here is let go first, so that the
+        runner may free it when it allocates the larger (memory another process still maps must not be freed)."""
+        self.device_wanted = nbytes
+        if self.device is not None and self.device.nbytes < nbytes:
+            self.device.close()
+            self.device = None
+
+    def bind(self, handle: str | None) -> str | None:
+        """Map the device memory the runner says it allocated for the plan (`handle`, its `build` reply): None, or
+        what is wrong with it. A runner's process can send anything here, so the driver's own size of the
+        allocation must hold every byte the plan writes: the oracle writes nothing outside it."""
+        if self.device_wanted == 0:
+            return None
+        if self.device is not None and handle == self.device_handle:
+            return None
+        if self.device is not None:
+            self.device.close()
+            self.device = None
+        if not isinstance(handle, str):
+            return "the runner handed over no device memory for its inputs"
+        try:
+            mapped = cuda_ipc.Imported(handle)
+        except cuda_ipc.IpcError as error:
+            return f"the runner's device memory for its inputs could not be mapped ({error})"
+        if mapped.nbytes < self.device_wanted:
+            mapped.close()
+            return (f"the runner handed over {mapped.nbytes} bytes of device memory for inputs that need "
+                    f"{self.device_wanted}")
+        self.device, self.device_handle = mapped, handle
+        return None
 
     def close(self) -> None:
         self.inbox.close()
         self.outbox.close()
+        if self.device is not None:
+            self.device.close()
+            self.device = None
 
 
 @dataclass
@@ -43,12 +83,11 @@ class Area:
     skeleton: Any
     copies: list[list[dict]]
     host_bytes: int
-    device: cuda_ipc.Exported | None
+    device_bytes: int  # what each runner's device memory must hold (0: no tensor on the device)
     poison: list[int]  # indices (skeleton order) of the floating output tensors
     sets: dict[Any, list] = field(default_factory=dict)  # set name -> its tensors, skeleton order
-    flush: Any = None  # the L2 flush buffer's view (GPU timing), or None
+    flush: Any = None  # the oracle's L2 flush buffer (GPU timing), or None
     nans: dict[int, Any] = field(default_factory=dict)  # a NaN tensor per poisoned output, made once
-    borrowed: bool = False  # the device part is a block the oracle lends case after case (never retired with it)
 
     def nan(self, index: int, like):
         if index not in self.nans:
@@ -58,27 +97,18 @@ class Area:
         return self.nans[index]
 
 
-def lay_out(data, slots: list[str], copies: int, *, shift: int = 0, flush_bytes: int = 0,
-            block: Callable[[int], cuda_ipc.Exported] | None = None) -> Area:
-    """An Area for `data` (its tensors define the layouts), `copies` copies, the device part allocated (with an
-    L2 flush buffer after the copies when `flush_bytes`), every offset moved by `shift` bytes. With `block`, the
-    device part is the zeroed block it gives for the bytes needed, not an allocation of the area's own."""
+def lay_out(data, slots: list[str], copies: int, *, shift: int = 0, flush: Any = None) -> Area:
+    """An Area for `data` (its tensors define the layouts), `copies` copies, every offset moved by `shift` bytes;
+    `flush`: the oracle's L2 flush buffer, written before each GPU-timed call."""
     import torch
 
     tree, leaves = exchange.skeleton(data)
     layouts, ends = exchange.plan(leaves, copies, {exchange.DEVICE: shift, exchange.HOST: shift})
-    device = None
-    flush = None
-    device_bytes = ends[exchange.DEVICE] + flush_bytes
-    if any(t.is_cuda for t in leaves) or flush_bytes:
-        device = (block or exported_zeroed)(exchange.aligned(device_bytes))
-        if flush_bytes:
-            flush = cuda_ipc.view(device.pointer, {"offset": ends[exchange.DEVICE], "dtype": "int32",
-                                                   "shape": [flush_bytes // 4], "stride": [1]})
+    device_bytes = exchange.aligned(ends[exchange.DEVICE]) if any(t.is_cuda for t in leaves) else 0
     paths = [path for path, leaf in tensors.leaves(data) if isinstance(leaf, torch.Tensor)]
     poison = [i for i, (path, leaf) in enumerate(zip(paths, leaves))
               if path in slots and leaf.is_floating_point()]
-    return Area(tree, layouts, ends[exchange.HOST], device, poison, flush=flush, borrowed=block is not None)
+    return Area(tree, layouts, ends[exchange.HOST], device_bytes, poison, flush=flush)
 
 
 def exported_zeroed(nbytes: int) -> cuda_ipc.Exported:
@@ -95,9 +125,11 @@ def tensors_of(data) -> list:
 
 
 def plan_for(area: Area, files: RunnerFiles, outbox: dict) -> dict:
-    """What a runner's `build` is sent: the skeleton, the layouts and where each area and outbox is."""
+    """What a runner's `build` is sent: the skeleton, the layouts, where the host part and the outboxes are, and how
+    much device memory the runner must have for the device part (its reply's handle then goes to `files.bind`)."""
     files.inbox.reserve(area.host_bytes)
-    device = {"handle": area.device.handle, "bytes": area.device.nbytes} if area.device is not None else None
+    files.want_device(area.device_bytes)
+    device = {"bytes": area.device_bytes} if area.device_bytes else None
     host_out = outbox["host"]
     files.outbox.reserve(host_out)
     return {"skeleton": area.skeleton, "copies": area.copies, "device": device,
@@ -106,30 +138,23 @@ def plan_for(area: Area, files: RunnerFiles, outbox: dict) -> dict:
 
 
 def stage(area: Area, name: Any, copy: int, files: list[RunnerFiles], flush: bool) -> None:
-    """Write set `name` into copy `copy` (the device part once, each runner's host part), NaN into its floating
-    output slots and, for the GPU clocks, the L2 flush buffer last."""
+    """Write set `name` into copy `copy` of each runner of `files` (device and host parts alike), NaN into its
+    floating output slots and, for the GPU clocks, the L2 flush buffer last."""
     values = list(area.sets[name])
     layouts = area.copies[copy]
     for index in area.poison:
         values[index] = area.nan(index, values[index])
     for value, layout in zip(values, layouts):
-        if layout["area"] == exchange.DEVICE:
-            cuda_ipc.view(area.device.pointer, layout).copy_(value)
-        else:
-            for runner in files:
+        for runner in files:
+            if layout["area"] == exchange.DEVICE:
+                if runner.device is None:
+                    raise exchange.ExchangeError("a device input for a runner whose device memory is not mapped")
+                cuda_ipc.view(runner.device.pointer, layout).copy_(value)
+            else:
                 runner.inbox.write(layout, value)
     if flush and area.flush is not None:
         area.flush.zero_()
     tensors.sync()
-
-
-def wipe(area: Area) -> None:
-    """Zero the device part whole, every copy and the padding between, after a call: the next runner to map it
-    finds nothing of this call. Whole, not the copy the call used: a kernel can write anywhere in memory it maps,
-    and the other runner of its pair maps the same, so a mark left in another copy or between tensors would
-    reach it (issue 39). At most COPY_MEMORY_BYTES and the L2 flush buffer, zeroed while both runners wait."""
-    if area.device is not None:
-        _zero(area.device)
 
 
 def _zero(exported: cuda_ipc.Exported) -> None:

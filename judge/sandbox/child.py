@@ -24,8 +24,8 @@ from time import perf_counter as _clock  # CLOCK_MONOTONIC on Linux: the parent'
 # The exit code of a child whose reply channel was swapped in its own process (judge.sandbox.worker reads it).
 REPLY_TAMPERED_EXIT = 86
 RUNNER_OPS = {"load", "build", "warm_up", "calls", "audit", "profile"}
-ORACLE_OPS = {"plan", "memory", "attach", "detach", "collect", "case", "stage", "verify_case", "benchmark", "turn",
-              "release", "facts"}
+ORACLE_OPS = {"plan", "memory", "attach", "detach", "bind", "collect", "case", "stage", "verify_case", "check_again",
+              "benchmark", "turn", "release", "facts"}
 CALL_OPS = {"run"}
 ERROR_CHARS = 2000
 

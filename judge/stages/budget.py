@@ -29,6 +29,8 @@ MIN_COPIES, MAX_COPIES, COPIES_CAP_BYTES = 2, 8, 2 << 30
 # Processes that hold a benchmark's output and working memory at once while it is timed: the pair's two runners and
 # the oracle computing an answer.
 HOLDERS = 3
+# Runners that hold a benchmark's copies, each in its own memory (judge.boundary.staging): the pair's two.
+COPY_HOLDERS = 2
 GIB = 1 << 30
 
 
@@ -125,10 +127,11 @@ def gib(nbytes: int) -> str:
 
 
 def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool = False) -> int:
-    """The peak bytes of a plan: every benchmark's copies stay allocated until the pair's runners close (they map
-    them), while one benchmark at a time holds its fixed needs; its sets and warm-up set too, or every benchmark
-    its own where the sets are `kept` from one pair to the next."""
-    areas = sum(p.copies * s.input for s, p in zip(sizes, plans))
+    """The peak bytes of a plan: each of the pair's runners holds the copies of the largest benchmark it has built
+    (its memory for inputs grows, and is reused for smaller ones), while one benchmark at a time holds its fixed
+    needs; its sets and warm-up set too, or every benchmark its own where the sets are `kept` from one pair to the
+    next."""
+    areas = COPY_HOLDERS * max((p.copies * s.input for s, p in zip(sizes, plans)), default=0)
     sets = [(p.sets + 1) * s.input for s, p in zip(sizes, plans)]
     peaks = [s.peak(p.eager) for s, p in zip(sizes, plans)]
     if kept:
@@ -174,10 +177,10 @@ def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]
     """Each benchmark's first floor that fits it alone; then, while the benchmarks do not fit together (every one's
     copies stay allocated while a pair runs), the largest step down first, each to its first floor that makes
     them fit, else to its floor that needs least itself. JudgeError where one cannot fit alone, or all not together."""
-    usable = device.usable
+    usable, room = device.usable, growth_room(device)
     plans = []
-    for index, size in enumerate(sizes):
-        floor = next((p for p in FLOORS if need_of([size], [p]) <= usable), None)
+    for index, size in enumerate(sizes):  # a floor that leaves each holder its cache, else one that fits at all
+        floor = next((p for limit in (room, usable) for p in FLOORS if need_of([size], [p]) <= limit), None)
         if floor is None:
             raise _cannot_fit(index, labels[index], size, device,
                               f"{gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less {gib(device.in_use)} in use)")
@@ -215,8 +218,8 @@ def refuse_unfittable(device: DeviceMemory, sizes: list[BenchmarkBytes], labels:
 def _cannot_fit(index: int, label: str, size: BenchmarkBytes, device: DeviceMemory, may_use: str) -> JudgeError:
     need = need_of([size], [FLOORS[-1]])
     return JudgeError(
-        f"benchmark {index} ({label}) needs {gib(need)} of device memory to be timed ({MIN_SETS} input sets and 1 copy "
-        f"of its {gib(size.input)} input, its {gib(size.output)} output in {HOLDERS} processes, {gib(size.work)} of "
+        f"benchmark {index} ({label}) needs {gib(need)} of device memory to be timed ({MIN_SETS} input sets of its "
+        f"{gib(size.input)} input and a copy in each of the pair's {COPY_HOLDERS} runners, its {gib(size.output)} output in {HOLDERS} processes, {gib(size.work)} of "
         f"working memory in each{f', {gib(size.making)} to make an input before them' if size.making else ''}); "
         f"{device.name} has {gib(device.total)}, of which judge may use {may_use}")
 

@@ -18,6 +18,7 @@ from ..devices import gate
 from ..workspaces import fresh
 from ..errors import JudgeError
 from . import budget
+from .build import build
 from .evaluation import Case, Evaluator
 from .lease import RunnerLease
 from .details import CheckDetail, CheckedCase
@@ -32,6 +33,15 @@ STAGE = "correctness"
 
 class Tampered(Exception):
     """What a call's reply or the frame's entry showed of the kernel's changes (the stage is tampered)."""
+
+
+class CheckBesideRunner(Exception):
+    """The oracle's check of a case ran out of device memory while the kernel's runner held its own: checked again
+    once that runner is closed, as a verdict must not depend on what memory a kernel keeps."""
+
+    def __init__(self, key: str, entry: CheckedCase):
+        super().__init__(key)
+        self.key, self.entry = key, entry
 
 
 class NoRoom(Exception):
@@ -93,12 +103,8 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
         worker.call("load", time_left(deadline))
         if timing_next and evaluator.base_dir is not None:
             _prebind_timing(evaluator, workspace)
-        cases = []
-        planned = evaluator.cases(nonce)
-        for n, case in enumerate(planned):
-            progress(stage=STAGE, case=n + 1, cases=len(planned), seconds=round(time.monotonic() - started, 1))
-            cases.append(_run_case(evaluator, worker, case, n, nonce, deadline))
-        changes = worker.call("audit", time_left(deadline)).value
+        cases, changes, worker = _run_cases(evaluator, lease, worker, workspace, nonce, (started, deadline),
+                                            lambda **info: progress(stage=STAGE, **info))
     except NoRoom:
         _no_timing_follows(evaluator, lease)
         raise
@@ -120,7 +126,7 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
                          check_implementation=any(c.check_implementation is not None for c in cases),
                          confinement=confinement, secret_seeds=True, runner_start_s=runner_start_s,
                          distributions=[d.name for d in target.distributions])
-    tail = worker.log_tail()
+    tail = worker.log_tail() if worker is not None else ""
     lease.release()
     if changes:
         evaluator.discard_prebound()
@@ -133,6 +139,30 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
         return StageResult(STAGE, "failed", summary, seconds, detail, tail)
     return StageResult(STAGE, "passed", f"{len(cases)} of {len(cases)} checks passed ({_counts(target)})",
                        seconds, detail, tail)
+
+
+def _run_cases(evaluator: Evaluator, lease: RunnerLease, worker: Worker, workspace: Path, nonce: int,
+               clock: tuple[float, float], progress: Progress) -> tuple[list[CheckedCase], list[str], Worker | None]:
+    """Every case in `worker`, then its audit: the cases, what the audits found, the runner still open (None where
+    the last case's check closed it); `clock`: the stage's start and deadline. A check that finds no room beside the
+    runner closes it (its audit taken first) and runs again; the next case loads the kernel in a new runner."""
+    (started, deadline), cases, changes = clock, [], []
+    planned = evaluator.cases(nonce)
+    for n, case in enumerate(planned):
+        progress(case=n + 1, cases=len(planned), seconds=round(time.monotonic() - started, 1))
+        if worker is None:
+            worker = lease.acquire(workspace)
+            worker.call("load", time_left(deadline))
+        try:
+            cases.append(_run_case(evaluator, worker, case, n, nonce, deadline))
+        except CheckBesideRunner as pending:
+            changes += worker.call("audit", time_left(deadline)).value
+            lease.release(wait=True)
+            worker = None
+            cases.append(_check_again(evaluator, pending))
+    if worker is not None:
+        changes += worker.call("audit", time_left(deadline)).value
+    return cases, changes, worker
 
 
 def _prebind_timing(evaluator: Evaluator, workspace: Path) -> None:
@@ -157,7 +187,7 @@ def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: i
     key = f"c{nonce}-{n}"
     made = evaluator.ask("case", key=key, spec=case.spec, distribution=case.distribution, runner=worker.pid)
     try:
-        worker.call("build", time_left(deadline), plan=made["plan"])
+        build(evaluator, worker, made["plan"], time_left(deadline))
         serial, entered = worker.enter("calls", time_left(deadline), count_threads=False)
         worker.freeze()
         found = entered.value.get("found") or []
@@ -189,9 +219,20 @@ def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: i
     except JudgeError as error:
         if not budget.ran_out(error):
             raise
-        raise NoRoom(f"the device had no room left to check the output of {_where(entry)} "
-                     f"({budget.ran_out_line(error)})") from None
+        raise CheckBesideRunner(key, entry) from None
     return entry.updated(**verdict)  # the oracle's verdict: passed, reason, outputs[, check_implementation]
+
+
+def _check_again(evaluator: Evaluator, pending: CheckBesideRunner) -> CheckedCase:
+    """A case's check once more, its kernel's runner closed: NoRoom where even then the device has too little."""
+    try:
+        verdict = evaluator.ask("check_again", key=pending.key)
+    except JudgeError as error:
+        if not budget.ran_out(error):
+            raise
+        raise NoRoom(f"the device had no room left to check the output of {_where(pending.entry)} "
+                     f"({budget.ran_out_line(error)})") from None
+    return pending.entry.updated(**verdict)
 
 
 def describe_failure(case: CheckedCase) -> str:

@@ -322,7 +322,7 @@ class TimedBenchmark(Detail):
     spin_us: float = ABSENT  # the GPU spin that hides the launch (gpu clock)
     sets: int = ABSENT  # input sets the timed calls rotate through
     copies: int = ABSENT  # physical copies of the inputs the timed calls run on in turn (each set copied in)
-    placement: str = ABSENT  # shared: both kernels on the same device memory; separate (why): each on its own
+    placement: str = ABSENT  # separate: each kernel's inputs in its runner's own memory; shared (older ledgers): one area
     processes: int = ABSENT  # runner processes per kernel: one per process pair
     process_medians_us: dict = ABSENT  # base and cand: the analysed clock's median in each of their processes
     pair_log_ratios: list[float] = ABSENT  # each process pair's log(base median / candidate median)

@@ -267,10 +267,10 @@ class Evaluator(RoundSeeds):
             for worker in self._prebound.pop(workspace):
                 self.close_runner(worker)
 
-    def close_runner(self, worker: Worker) -> None:
-        """End a runner and drop its files at the oracle (its device memory is freed at the next collect) and its
-        scratch directory."""
-        worker.close(wait=False)
+    def close_runner(self, worker: Worker, wait: bool = False) -> None:
+        """End a runner (`wait`: until it has exited, its device memory freed) and drop its files at the oracle and
+        its scratch directory."""
+        worker.close(wait=wait)
         if self._oracle is not None:
             try:
                 self.ask("detach", runner=worker.pid)

@@ -32,11 +32,12 @@ class RunnerLease:
         self.held.append(worker)
         return worker
 
-    def release(self) -> None:
-        """End every runner held (its files dropped at the oracle), then free the oracle's retired memory."""
+    def release(self, wait: bool = False) -> None:
+        """End every runner held (its files dropped at the oracle; `wait`: until each has exited, so that its device
+        memory is free), then free the oracle's retired memory."""
         held, self.held = self.held, []
         for worker in held:
-            self.evaluator.close_runner(worker)
+            self.evaluator.close_runner(worker, wait)
         self.evaluator.collect()
 
     def __enter__(self) -> RunnerLease:

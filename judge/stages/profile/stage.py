@@ -22,6 +22,7 @@ from ...errors import JudgeError
 from ...sandbox.worker import CommandFailed, WorkerError, time_left
 from ...targets import Target
 from ...workspaces import fresh
+from ..build import build
 from ..progress import Progress, quiet
 from ..seeds import Case, derive, with_seed
 from . import ncu as nsight
@@ -157,7 +158,7 @@ def _calls(evaluator, worker, index: int, calls: int, mode: str, deadline: float
     made = evaluator.ask("benchmark", key=key, spec=target.benchmarks[index], distribution=target.distributions[0].name,
                          seeds=seeds, projection_seed=seeds[1], copies=1, runners=[worker.pid])
     try:
-        worker.call("build", time_left(deadline), plan=made["plans"][str(worker.pid)])
+        build(evaluator, worker, made["plans"][str(worker.pid)], time_left(deadline))
         evaluator.ask("stage", key=key, name="warm", copies=[0], runners=[worker.pid])
         worker.call("warm_up", time_left(deadline))
         return worker.call("profile", time_left(deadline), calls=calls, mode=mode).value

@@ -35,6 +35,7 @@ from ... import stats
 from ...devices import gate
 from ...workspaces import fresh
 from ..evaluation import Evaluator
+from ..build import bound
 from ..lease import RunnerLease
 from ..progress import Progress, quiet
 from ...noise import MAX_PAIRS, MIN_PAIRS, Floor, default_floor, enough_pairs
@@ -68,7 +69,7 @@ class PairBenchmark:
     spin_us: float
     sets: int
     copies: int
-    placement: str  # "shared" (a GPU target's pair shares the inputs' area) or "separate" (a CPU target's)
+    placement: str  # "separate": each runner's inputs in its own memory (ledgers before 2026-11-28: GPU pairs "shared")
     measuring_s: float
     strays: list[int]  # processes a runner started that left its process group
     analysed: str  # the clock whose repetitions the verdict reads (PairTurns.analysed_clock)
@@ -234,8 +235,7 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
         evaluator.ask("release", key=key)
     strays = sorted(pid for w in runners.values() for pid in w.strays())
     return PairBenchmark(index=index, series=turns.series, spin_us=round(spin["us"], 1), sets=sets, copies=copies,
-                         placement="separate" if target.on_cpu else "shared", measuring_s=measuring_s, strays=strays,
-                         analysed=turns.analysed_clock(),
+                         placement="separate", measuring_s=measuring_s, strays=strays, analysed=turns.analysed_clock(),
                          failure=turns.failure if turns.failure and turns.failure != "raised" else None)
 
 
@@ -263,7 +263,7 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
             worker.start("build", plan=made["plans"][str(worker.pid)])
         for who, worker in runners.items():
             current = who
-            worker.finish(time_left(deadline))
+            bound(evaluator, worker, worker.finish(time_left(deadline)))
             worker.freeze()
         evaluator.ask("stage", key=key, name="warm", copies=list(range(copies)),
                       runners=[w.pid for w in runners.values()])
