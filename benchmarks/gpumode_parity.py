@@ -429,17 +429,34 @@ class Ran:
     stdout: str
     stderr_tail: str
     memory: dict = field(default_factory=dict)
+    marks: dict = field(default_factory=dict)  # each mark asked for: the seconds of its last line on stderr
 
 
 def run_process(argv: list[str], *, cwd: Path, env: dict, timeout_s: float, memory: GpuMemory, log_path: Path,
-                pass_fds: tuple = (), interrupt_first: bool = False) -> Ran:
+                pass_fds: tuple = (), interrupt_first: bool = False, marks: tuple[str, ...] = ()) -> Ran:
     """Run one command in a session of its own, timed on the wall clock with the GPU's memory sampled; past its
-    limit it gets SIGINT first where `interrupt_first` (judge then stops its runners itself), then its group SIGKILL."""
+    limit it gets SIGINT first where `interrupt_first` (judge then stops its runners itself), then its group SIGKILL.
+    Its stderr goes to `log_path` as it is; `marks`: texts whose last line's time Ran.marks keeps (a judge run's last
+    verdict, which a run stopped in its base's profile reached in honest seconds)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    seen: dict[str, float] = {}
     with open(log_path, "w") as err, tempfile.TemporaryFile("w+") as out, PeakSampler(memory) as sampler:
         started = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, pass_fds=pass_fds,
-                                start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.PIPE if marks else err,
+                                pass_fds=pass_fds, start_new_session=True, text=bool(marks),
+                                errors="replace" if marks else None)
+        pump = None
+        if marks:
+            def copy_lines() -> None:
+                for line in proc.stderr:
+                    err.write(line)
+                    err.flush()
+                    for mark in marks:
+                        if mark in line:
+                            seen[mark] = round(time.monotonic() - started, 2)
+
+            pump = threading.Thread(target=copy_lines, daemon=True)
+            pump.start()
         try:
             rc: Optional[int] = proc.wait(timeout=max(timeout_s, 1.0))
         except subprocess.TimeoutExpired:
@@ -456,10 +473,12 @@ def run_process(argv: list[str], *, cwd: Path, env: dict, timeout_s: float, memo
                 pass
             proc.wait()
         seconds = time.monotonic() - started
+        if pump is not None:
+            pump.join(timeout=30)
         out.seek(0)
         stdout = out.read()
     tail = log_path.read_text(errors="replace")[-2000:]
-    return Ran(rc, round(seconds, 2), stdout, tail, sampler.summary())
+    return Ran(rc, round(seconds, 2), stdout, tail, sampler.summary(), dict(seen))
 
 
 def judge_argv(ledger: Path, kernels: Path, *args: str) -> list[str]:
@@ -521,6 +540,10 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
+# A verdict's line among `judge run --json`'s events on stderr.
+VERDICT_EVENT = '"kind": "verdict"'
+
+
 def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: float, memory: GpuMemory,
               dry_run: bool, timing_budget: Optional[float]) -> dict:
     """The submissions as proposals in a scratch contest, then one `judge run` of round 1 on the problem."""
@@ -539,8 +562,9 @@ def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: f
     if timing_budget:
         args += ["--timing-budget", str(timing_budget)]
     ran = run_process(judge_argv(ledger, kernels, *args), cwd=scratch, env=env, timeout_s=timeout_s, memory=memory,
-                      log_path=scratch / "run.log", interrupt_first=True)
-    out |= {"rc": ran.rc, "seconds": ran.seconds, "memory": ran.memory}
+                      log_path=scratch / "run.log", interrupt_first=True, marks=(VERDICT_EVENT,))
+    out |= {"rc": ran.rc, "seconds": ran.seconds, "memory": ran.memory,
+            "last_verdict_s": ran.marks.get(VERDICT_EVENT)}
     try:
         summaries = json.loads(ran.stdout)
     except json.JSONDecodeError:
@@ -648,9 +672,15 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
     mean seconds per submission in each mode, their ratio, the peaks, and each row's honesty."""
     judge, evals = result.get("judge", {}), result.get("eval", {})
     out: dict[str, Any] = {}
-    # A command killed at its limit took no honest number of seconds: it counts in no mean.
+    # A command killed at its limit took no honest number of seconds: it counts in no mean. A judge run stopped
+    # after every candidate's verdict (in the round's profile of its base, which eval.py has no counterpart of)
+    # counts to its last verdict.
     if judge.get("seconds") is not None and judge.get("rc") is not None and judge.get("submitted"):
         out["judge_s_per_candidate"] = round(judge["seconds"] / judge["submitted"], 2)
+    elif judge.get("submitted") and judge.get("last_verdict_s") and all(
+            name in judge.get("verdicts", {}) for name in judge.get("accepted", [])):
+        out["judge_s_per_candidate"] = round(judge["last_verdict_s"] / judge["submitted"], 2)
+        out["judge_stopped_after_verdicts"] = True
     for mode in ("test", "benchmark", "leaderboard"):
         seconds = [e[mode]["seconds"] for e in evals.values()
                    if e.get(mode, {}).get("seconds") is not None and e[mode].get("rc") is not None]
@@ -734,7 +764,9 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
                      "commands are in parity.json")
     lb = summary.get("eval_leaderboard_s_per_submission")
     lines += [f"judge submit refused {name}: {cell(why)}" for name, why in judge.get("refused", {}).items()]
-    lines.append(f"judge: {judge.get('submitted', 0)} candidates, round {seconds(judge.get('seconds'))} s wall, "
+    stopped = (f" (stopped at its limit; its last verdict at {seconds(judge.get('last_verdict_s'))} s, the base's "
+               "profile after it)") if summary.get("judge_stopped_after_verdicts") else ""
+    lines.append(f"judge: {judge.get('submitted', 0)} candidates, round {seconds(judge.get('seconds'))} s wall{stopped}, "
                  f"{seconds(summary.get('judge_s_per_candidate'))} s per candidate (its setup, the base's check and "
                  f"the A/A control included); peak GPU memory {mib(summary.get('judge_peak_mib'), total_mib)}")
     lines.append(f"eval.py: leaderboard {seconds(lb)} s per submission, benchmark "

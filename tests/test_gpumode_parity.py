@@ -3,6 +3,7 @@ wrong variant, the cases it gives eval.py, how it reads eval.py's output, and on
 our own, in plain Python) with its verdict and its seconds."""
 
 import importlib.util
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -245,6 +246,35 @@ def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
     assert lines[-2:] == [
         "| identical | identical | unchanged | 12.0 | pass, 12.5 us | 10.0 | 180.0 | 2,000 | ok |",
         "| wrong-variant | variant | incorrect | 3.0 | fail: benchmark 0: mismatch | 30.0 | - | 2,000 | ok |"]
+
+
+def test_a_judge_run_stopped_in_its_bases_profile_counts_its_seconds_to_its_last_verdict(tmp_path):
+    """cholesky_py on an H200 (2026-11-28): every verdict in by about 340 s, then the round's profile of its base ran
+    into the 450 s limit and the table had no seconds per candidate. The profile has no counterpart in eval.py."""
+    script = ("import sys, time\n"
+              "print('{\"kind\": \"verdict\", \"proposal\": \"a\"}', file=sys.stderr, flush=True)\n"
+              "time.sleep(0.5)\n"
+              "print('{\"kind\": \"verdict\", \"proposal\": \"b\"}', file=sys.stderr, flush=True)\n"
+              "print('{\"kind\": \"stage\", \"stage\": \"profile\"}', file=sys.stderr, flush=True)\n"
+              "time.sleep(60)\n")
+    ran = parity.run_process([sys.executable, "-c", script], cwd=tmp_path, env=dict(os.environ), timeout_s=2.0,
+                             memory=parity.GpuMemory(probe=False), log_path=tmp_path / "run.log",
+                             marks=(parity.VERDICT_EVENT,))
+    assert ran.rc is None and 0.5 <= ran.marks[parity.VERDICT_EVENT] < 2.0
+    assert (tmp_path / "run.log").read_text().count('"kind": "verdict"') == 2  # the log as the command wrote it
+    subs = [parity.Submission(name, "identical", "submission.py", "") for name in ("a", "b")]
+    judge = {"submitted": 2, "accepted": ["a", "b"], "rc": None, "seconds": 450.3, "last_verdict_s": 340.0,
+             "verdicts": {"a": {"outcome": "unchanged"}, "b": {"outcome": "incorrect"}}}
+    summary = parity.summarize({"judge": judge, "eval": {}}, subs)
+    assert summary["judge_s_per_candidate"] == 170.0 and summary["judge_stopped_after_verdicts"]
+    lines = parity.problem_markdown({"problem": "linalg/cholesky_py", "ranking_by": "geom", "benchmarks": 15,
+                                     "notes": [], "submissions": [], "judge": judge, "summary": summary},
+                                    143771.0).splitlines()
+    assert lines[2] == ("judge: 2 candidates, round 450.3 s wall (stopped at its limit; its last verdict at 340.0 s, "
+                        "the base's profile after it), 170.0 s per candidate (its setup, the base's check and the A/A "
+                        "control included); peak GPU memory -")
+    cut = judge | {"verdicts": {"a": {"outcome": "unchanged"}}}  # stopped before its last candidate's verdict
+    assert "judge_s_per_candidate" not in parity.summarize({"judge": cut, "eval": {}}, subs)
 
 
 def test_with_no_judge_eval_py_alone_runs_on_every_submission(problem, tmp_path):
