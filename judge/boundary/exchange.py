@@ -1,12 +1,12 @@
-"""Memory the trusted oracle owns and a runner maps: where every input a kernel is called on arrives, and where
-its output leaves.
+"""Memory the trusted oracle and a runner both reach: where every input a kernel is called on arrives, and where its
+output leaves.
 
 A runner never makes its own inputs: the oracle generates them from secret seeds, keeps them in its own memory
 and writes one input set into memory the runner maps only when that set's call is next, while the runner
 waits (judge.boundary.callframe). The runner's process therefore holds no set before its call. Outputs go the other
 way: the runner copies what the kernel returned into an outbox the oracle reads, and the oracle projects and
-compares it. Two kinds of memory: device memory exported by CUDA IPC (judge.boundary.cuda_ipc), which base and
-candidate runners map at once so that both kernels run on the same physical memory, and a host file per runner
+compares it. Two kinds of memory: device memory the runner allocates and exports by CUDA IPC, which the oracle
+maps and writes in memory order (judge.boundary.cuda_ipc says why the runner owns it), and a host file per runner
 for CPU tensors, which the oracle reads and writes with pread/pwrite only (never mapped on its side, so that a
 runner that truncates its file cannot fault the oracle).
 

@@ -6,7 +6,7 @@ benchmark, the verdict's interval is Student's t over the pairs, and pairs are a
 undecided, from MIN_PAIRS up to MAX_PAIRS (or the budget), after which an undecided comparison is inconclusive.
 Base and candidate are treated alike in every pair: both runners come from the same spares, bind and load the
 same way, sit on the same cores, neither ran the correctness cases, who goes first alternates by pair and by
-round, and both run the same secret input sets in the same physical memory (GPU) at an offset drawn per pair.
+round, and both run the same secret input sets, each in its own memory, at an offset drawn per pair.
 
 Inside a pair (judge.stages.timing.turns) each timed call is one record to a runner in its call frame (judge.boundary.callframe); the
 oracle writes the call's input set in before and checks its output after. Clocks:
@@ -434,11 +434,11 @@ def _timed_benchmark(benches: list[PairBenchmark], target: Target, deciding: str
 METHOD = {
     "gpu": "process pairs (a fresh base and candidate process each, on the same cores, neither having run the "
            "correctness cases), taking turns (order alternated), inputs written in by the oracle before each call "
-           "on the same physical memory, L2 flushed, launch hidden behind a GPU spin, CUDA events; device-wide "
+           "into the runner's own memory, L2 flushed, launch hidden behind a GPU spin, CUDA events; device-wide "
            "span where a kernel leaves side-stream work; Student's t over the pairs",
     "call": "process pairs (a fresh base and candidate process each, on the same cores, neither having run the "
             "correctness cases), taking turns (order alternated), inputs written in by the oracle before each "
-            "call on the same physical memory, L2 flushed, GPU idle at the start, CUDA events around the whole "
+            "call into the runner's own memory, L2 flushed, GPU idle at the start, CUDA events around the whole "
             "call (launch included), device-wide; Student's t over the pairs",
     "host": "process pairs (a fresh base and candidate process each, on the same cores, neither having run the "
             "correctness cases), taking turns (order alternated), inputs written in by the oracle before each "

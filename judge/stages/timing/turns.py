@@ -2,8 +2,8 @@
 frame (judge.boundary.callframe), taking turns while the other is stopped, the oracle writing each call's input set in
 between and checking each call's output.
 
-A turn is: the oracle checks the previous call's output and wipes the copy it used, then writes this call's set
-into a copy (with NaN in the outputs, zeros in the outbox and, on the GPU clocks, the L2 flush buffer written
+A turn is: the oracle checks the previous call's output, then writes this call's set into a copy in the calling
+runner's own memory (with NaN in the outputs, zeros in the outbox and, on the GPU clocks, the L2 flush buffer written
 last), all while every runner is stopped; then one record to the runner whose turn it is, which calls the kernel
 and answers with its times and where it put the output. The parent's clock times the record's round trip.
 """
@@ -147,7 +147,7 @@ class PairTurns:
         return True
 
     def check_pending(self, stage: dict | None) -> bool:
-        """The oracle checks the previous call's output (wiping its copy) and writes the next set, in one step."""
+        """The oracle checks the previous call's output and writes the next set, in one step."""
         pending, self.pending = self.pending, None
         answer = self.evaluator.ask("turn", key=self.key, verify=pending.verify if pending else None, stage=stage)
         if pending and answer["problem"]:
@@ -156,7 +156,7 @@ class PairTurns:
         return True
 
     def release(self, who: str) -> None:
-        """Let a runner drop the results it kept, once the oracle has read the last one and wiped its copy."""
+        """Let a runner drop the results it kept, once the oracle has read the last one."""
         if not self.check_pending(None):
             return
         worker = self.runners[who]
