@@ -303,6 +303,31 @@ def test_a_check_that_finds_no_room_beside_the_kernels_runner_is_made_again_once
     assert spoiled.summary.endswith("not doubled")
 
 
+def test_a_runner_that_finds_no_device_memory_for_its_inputs_leaves_the_kernel_not_run(tmp_path, monkeypatch):
+    """A runner allocates the device memory its inputs live in (judge/stages/build.py): where the device has no room
+    for it, that is judge's room and the processes beside it, not the kernel's crash."""
+    from judge.sandbox.worker import CommandFailed
+    from judge.stages import check as check_module
+
+    def no_room(*args):
+        raise CommandFailed("IpcError: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2)")
+
+    monkeypatch.setattr(check_module, "build", no_room)
+    target = small_cpu_problem(
+        tmp_path / "full", "import torch\n\ndef generate_input(size, seed):\n"
+        "    return torch.randn(size, generator=torch.Generator().manual_seed(seed))\n\n"
+        "def ref_kernel(data):\n    return data * 2\n\n"
+        "def check_implementation(data, output):\n"
+        "    return (True, '') if torch.allclose(output, data * 2) else (False, 'not doubled')\n",
+        "def custom_kernel(data):\n    return data * 2\n")
+    with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
+        result = check(evaluator, target.assemble(tmp_path / "ws", target.kernel_source()), nonce=0)
+    seed = derive(7, WHOSE, "test", 0, 1, "default")
+    assert (result.status, result.summary) == (
+        "not-run", f"not run: the device had no room left for the inputs of test 0 (size=100), first call (seed "
+                   f"{seed}) (IpcError: cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2))")
+
+
 ROWMAX = Path(__file__).parent / "fixtures" / "gpumode" / "rowmax"
 
 

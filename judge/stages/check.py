@@ -187,7 +187,13 @@ def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: i
     key = f"c{nonce}-{n}"
     made = evaluator.ask("case", key=key, spec=case.spec, distribution=case.distribution, runner=worker.pid)
     try:
-        build(evaluator, worker, made["plan"], time_left(deadline))
+        try:
+            build(evaluator, worker, made["plan"], time_left(deadline))
+        except CommandFailed as error:  # the runner's allocation for the inputs: judge's room, not the kernel's
+            if not budget.ran_out(error.error):
+                raise
+            raise NoRoom(f"the device had no room left for the inputs of {_where(entry)} "
+                         f"({budget.ran_out_line(error.error)})") from None
         serial, entered = worker.enter("calls", time_left(deadline), count_threads=False)
         worker.freeze()
         found = entered.value.get("found") or []
