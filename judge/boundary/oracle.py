@@ -115,7 +115,9 @@ class Oracle:
         if cuda:
             torch.cuda.reset_peak_memory_stats()
             start = torch.cuda.memory_allocated()
+        made = time.perf_counter()
         data = self._generate(spec, distribution)
+        making_s = time.perf_counter() - made
         input_bytes = sum(t.numel() * t.element_size() for _, t in tensors.leaves(data) if isinstance(t, torch.Tensor))
         if cuda:  # what making an input takes beyond it (cholesky_py's n=32768: a product and its transpose)
             making = torch.cuda.max_memory_allocated() - start - input_bytes
@@ -132,7 +134,7 @@ class Oracle:
         work = max(0, torch.cuda.max_memory_allocated() - before - output_bytes) if cuda else output_bytes
         return {"slots": tensors.output_slots(data, after, expected), "shapes": [list(t.shape) for t in outputs],
                 "input_bytes": input_bytes, "output_bytes": output_bytes, "work_bytes": work,
-                "making_bytes": max(0, making) if cuda else 0}
+                "making_bytes": max(0, making) if cuda else 0, "making_s": round(making_s, 4)}
 
     def memory(self) -> dict:
         """The memory of the device timing runs on, as it is now (the oracle's cache given back first): a GPU's, or

@@ -64,6 +64,7 @@ class BenchmarkBytes:
     work: int = 0  # the reference's peak beyond its inputs and outputs
     making: int = 0  # generate_input's peak beyond the input it makes
     weights: int = 0  # the projections' weights of its outputs (int8), which every holder keeps for the benchmark
+    making_s: float = 0.0  # seconds generate_input took for that input: what keeping its sets saves per set
 
     def fixed(self) -> int:
         """What timing this benchmark holds whatever its sets and copies: one more input (the set an answer is
@@ -98,7 +99,7 @@ class MemoryPlan:
     device: DeviceMemory
     benchmarks: list[BenchmarkPlan]
     need: int  # bytes the plan holds at its peak
-    kept: bool = False  # every benchmark's sets held at once, kept from one pair to the next
+    kept: tuple[bool, ...] = ()  # per benchmark: its sets held all round, kept from one pair to the next
 
 
 def ran_out(error: Exception) -> bool:
@@ -126,20 +127,25 @@ def gib(nbytes: int) -> str:
     return f"{nbytes / GIB:.1f} GiB"
 
 
-def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool = False) -> int:
+def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool | tuple[bool, ...] = False) -> int:
     """The peak bytes of a plan: each of the pair's runners holds the copies of the largest benchmark it has built
     (its memory for inputs grows, and is reused for smaller ones), while one benchmark at a time holds its fixed
-    needs; its sets and warm-up set too, or every benchmark its own where the sets are `kept` from one pair to the
-    next."""
+    needs and its sets and warm-up set; a benchmark whose sets are `kept` (all, or per benchmark) from one pair to the
+    next holds them all round."""
+    keep = _per_benchmark(kept, len(sizes))
     areas = COPY_HOLDERS * max((p.copies * s.input for s, p in zip(sizes, plans)), default=0)
     sets = [(p.sets + 1) * s.input for s, p in zip(sizes, plans)]
-    peaks = [s.peak(p.eager) for s, p in zip(sizes, plans)]
-    if kept:
-        return areas + sum(sets) + max(peaks, default=0)
-    return areas + max((n + peak for n, peak in zip(sets, peaks)), default=0)
+    held = sum(n for n, k in zip(sets, keep) if k)
+    peaks = [s.peak(p.eager) + (0 if k else n) for s, p, n, k in zip(sizes, plans, sets, keep)]
+    return areas + held + max(peaks, default=0)
 
 
-def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], kept: bool = False) -> MemoryPlan:
+def _per_benchmark(kept: bool | tuple[bool, ...], count: int) -> tuple[bool, ...]:
+    return (bool(kept),) * count if isinstance(kept, bool) else tuple(kept)
+
+
+def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str],
+                kept: bool | tuple[bool, ...] = False) -> MemoryPlan:
     """Sets and copies per benchmark within `device.usable`: each at its floor (_floors), then grown in turn
     (copies, then sets, smallest benchmarks first) up to their caps while the plan leaves each of its HOLDERS the
     cache it may keep (growth_room: growth only buys time and averaging; cholesky_py's round, grown to the last
@@ -162,7 +168,7 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
                 trial[i] = BenchmarkPlan(**{**plans[i].__dict__, field: current + 1})
                 if need_of(sizes, trial, kept) <= room:
                     plans, grown = trial, True
-    return MemoryPlan(device, plans, need_of(sizes, plans, kept), kept)
+    return MemoryPlan(device, plans, need_of(sizes, plans, kept), _per_benchmark(kept, len(sizes)))
 
 
 # A benchmark's least sets and copies, in the order they are preferred: one copy where two do not fit (the calls then
@@ -173,7 +179,8 @@ FLOORS = (BenchmarkPlan(MIN_SETS, MIN_COPIES), BenchmarkPlan(MIN_SETS, 1), Bench
           BenchmarkPlan(MIN_SETS, 1, True))
 
 
-def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], kept: bool) -> list[BenchmarkPlan]:
+def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str],
+            kept: bool | tuple[bool, ...]) -> list[BenchmarkPlan]:
     """Each benchmark's first floor that fits it alone; then, while the benchmarks do not fit together (every one's
     copies stay allocated while a pair runs), the largest step down first, each to its first floor that makes
     them fit, else to its floor that needs least itself. JudgeError where one cannot fit alone, or all not together."""
@@ -231,13 +238,22 @@ def growth_room(device: DeviceMemory) -> int:
 
 
 def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], keep: bool) -> MemoryPlan:
-    """A round's plan: with its sets kept across pairs where `keep` and they fit so, else made again for every pair
-    (the JudgeError of a benchmark that cannot fit even then)."""
-    if keep:
+    """A round's plan: where `keep`, every benchmark's sets kept across pairs where they all fit so, else those of
+    the benchmarks whose sets take longest to make, one at a time while the plan stays in the growth room, and the
+    others made again for every pair (the JudgeError of a benchmark that cannot fit even then). cholesky_py's
+    n=32768 sets, made again in every pair on an H200 (2026-11-28) because its 15 benchmarks' sets did not fit at
+    once, took most of the 8 s that benchmark cost a pair."""
+    plain = plan_memory(device, sizes, labels)
+    if not keep:
+        return plain
+    room = growth_room(device)  # kept sets only save time: never at the floors' edge
+    kept = (False,) * len(sizes)
+    for index in sorted(range(len(sizes)), key=lambda i: -sizes[i].making_s) if sizes else ():
+        trial = kept[:index] + (True,) + kept[index + 1:]
         try:
-            plan = plan_memory(device, sizes, labels, kept=True)
-            if plan.need <= growth_room(device):  # kept sets only save time: never at the floors' edge
-                return plan
+            fits = plan_memory(device, sizes, labels, kept=trial).need <= room
         except JudgeError:
-            pass
-    return plan_memory(device, sizes, labels)
+            fits = False
+        if fits:
+            kept = trial
+    return plan_memory(device, sizes, labels, kept=kept) if any(kept) else plain

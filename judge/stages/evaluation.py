@@ -154,17 +154,17 @@ class Evaluator(RoundSeeds):
             spare.close()
         return bool(idle)
 
-    @property
-    def sets_kept(self) -> bool:
-        """Whether a benchmark's timing sets are kept from one pair to the next (and across the round)."""
-        return self.memory_plan().kept
+    def keeps(self, index: int) -> bool:
+        """Whether benchmark `index`'s timing sets are kept from one pair to the next (and across the round)."""
+        return self.memory_plan().kept[index]
 
     def bytes_of(self, index: int) -> budget.BenchmarkBytes:
         spec = with_seed(self.target.benchmarks[index], 0)
         plan = self.plan(Case("benchmark", index, 1, self.target.distributions[0].name, spec))
         return budget.BenchmarkBytes(max(1, plan.get("input_bytes", 1)), plan.get("output_bytes", 0),
                                      plan.get("work_bytes", 0), plan.get("making_bytes", 0),
-                                     sum(Projector.held_bytes(math.prod(shape)) for shape in plan.get("shapes", [])))
+                                     sum(Projector.held_bytes(math.prod(shape)) for shape in plan.get("shapes", [])),
+                                     plan.get("making_s", 0.0))
 
     # ---- runners ---------------------------------------------------------------------------------------
 

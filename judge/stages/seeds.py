@@ -5,8 +5,8 @@ confined: every evaluation is checked on the same secret cases, so that the orac
 seeds. No runner can learn another's cases: runners share no process, file or writable name (docs/architecture.md,
 "What a runner shares"), and a workspace is made fresh for each evaluation; unconfined, each evaluation has cases
 of its own. Timing sets are the pair's (each evaluation has a nonce of its own),
-except where the round keeps them for every pair (sets_kept), which no runner sees before its call and none
-carries to the next (judge.stages.evaluation)."""
+except for the benchmarks whose sets the round keeps for every pair (keeps), which no runner sees before its call and
+none carries to the next (judge.stages.evaluation)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class Case:
 
 
 class RoundSeeds:
-    """What an Evaluator derives from its `secret` (it provides `secret`, `target`, `_nonces`, `sets_kept` and
+    """What an Evaluator derives from its `secret` (it provides `secret`, `target`, `_nonces`, `keeps(index)` and
     `runners_leave_nothing`)."""
 
     def nonce(self) -> int:
@@ -74,18 +74,18 @@ class RoundSeeds:
         """The warm-up seed, then one seed per timing input set of benchmark `index` in one process pair: the
         round's own where the sets are kept (every pair and comparison of the round times the same sets), else
         the pair's."""
-        if self.sets_kept:
+        if self.keeps(index):
             return [derive(self.secret, "timing", index, n) for n in range(sets + 1)]
         return [derive(self.secret, nonce, "timing", pair, index, n) for n in range(sets + 1)]
 
     def projection_seed(self, index: int, nonce: int, pair: int) -> int:
-        if self.sets_kept:
+        if self.keeps(index):
             return derive(self.secret, "projection", index)
         return derive(self.secret, nonce, "projection", pair, index)
 
     def kept_name(self, index: int) -> str:
         """The name the oracle keeps benchmark `index`'s timing sets under ('' where they are not kept)."""
-        return f"timing-{index}" if self.sets_kept else ""
+        return f"timing-{index}" if self.keeps(index) else ""
 
     def shift(self, nonce: int, pair: int, index: int) -> int:
         """Where a pair's inputs start below a page (drawn): both kernels of the pair share it."""
