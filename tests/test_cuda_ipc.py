@@ -64,3 +64,45 @@ def test_a_handle_travels_as_text_with_every_byte():
     assert cuda_ipc.encode(handle) == raw.hex()
     with pytest.raises(cuda_ipc.IpcError, match="a memory handle is 64 bytes, this one 3"):
         cuda_ipc.decode("00aabb")
+
+
+def _owner(nbytes: int, queue, written, closed) -> None:
+    """A runner's side: allocate, export, and once the other process has written, read what it wrote; free it only
+    once the other process has closed its mapping (memory another process maps must not be freed)."""
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    mine = cuda_ipc.Exported(nbytes)
+    queue.put(mine.handle)
+    written.wait(120)
+    seen = cuda_ipc.view(mine.pointer, {"offset": 0, "dtype": "float32", "shape": [nbytes // 4], "stride": [1]})
+    queue.put(float(seen.sum()))
+    closed.wait(120)
+    mine.free()
+
+
+@pytest.mark.gpu
+def test_the_oracle_maps_memory_a_runner_allocated_knows_its_size_and_writes_into_it():
+    """The direction judge uses since 2026-11-28 (reading mapped memory across rows ran a thousand times slower on
+    an H200): the runner allocates, the oracle maps, learns the allocation's size from the driver, and writes."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    context = multiprocessing.get_context("spawn")
+    queue, written, closed = context.Queue(), context.Event(), context.Event()
+    nbytes = 3 << 20
+    child = context.Process(target=_owner, args=(nbytes, queue, written, closed))
+    child.start()
+    mapped = cuda_ipc.Imported(queue.get(timeout=120))
+    try:
+        assert mapped.nbytes >= nbytes  # the driver's size, whatever the exporter says
+        cuda_ipc.view(mapped.pointer, {"offset": 0, "dtype": "float32", "shape": [nbytes // 4],
+                                       "stride": [1]}).fill_(1.0)
+        torch.cuda.synchronize()
+        written.set()
+        assert queue.get(timeout=120) == float(nbytes // 4)  # the runner reads what the oracle wrote
+    finally:
+        mapped.close()
+        closed.set()
+        child.join(120)
+    assert child.exitcode == 0
