@@ -8,6 +8,7 @@ CUDA events around each call, warm-up excluded. The host's launch overhead per c
 
     python benchmarks/peer_fp8_group_gemm.py [--ceilings] [--reps 200] [--set NUM_STAGES=6] [--kernel FILE]
     python benchmarks/peer_fp8_group_gemm.py --ledger docs/examples/fp8-contest/fp8-contest.db --round 5
+        (the ledger is shipped as fp8-contest.db.xz: `xz -dk` it first)
 
 With --ledger and --round the kernel is that round's base as judge builds it (judge.schedule.base_for: the
 round-1 kernel with each earlier winner's patch applied), written to a temporary file.

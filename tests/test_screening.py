@@ -1,6 +1,7 @@
 """The static screen flags what a judge should look at in a patched kernel, and stays quiet on honest kernels."""
 
 import glob
+import lzma
 import sqlite3
 import textwrap
 import tomllib
@@ -73,22 +74,29 @@ EXAMPLE_FLAGS = {
     "fp8_group_gemm_sm90/cluster-1x2-multicast-a-v2": CLUSTERS,
     "fp8_group_gemm_sm90/cluster-1x4-multicast-a": CLUSTERS,
 }
-CONTEST = ROOT / "docs/examples/fp8-contest/fp8-contest.db"
+CONTEST = ROOT / "docs/examples/fp8-contest/fp8-contest.db.xz"  # shipped compressed: the tree travels to GPUs
 
 
-def _round_base(target: str, round: int) -> str:
+@pytest.fixture(scope="module")
+def contest(tmp_path_factory) -> Path:
+    ledger = tmp_path_factory.mktemp("contest") / "fp8-contest.db"
+    ledger.write_bytes(lzma.decompress(CONTEST.read_bytes()))
+    return ledger
+
+
+def _round_base(target: str, round: int, contest: Path) -> str:
     """A proposal's base: the target's kernel in round 1, later the Hopper contest's compounded base."""
     if round == 1:
         return (ROOT / "kernels" / target / "submission.py").read_text()
-    with sqlite3.connect(CONTEST) as con:
+    with sqlite3.connect(contest) as con:
         [(source,)] = con.execute("select base_source from rounds where target = ? and round = ?", (target, round))
     return source
 
 
 @pytest.mark.parametrize("patch", sorted(glob.glob(str(ROOT / "proposals/**/patch.diff"), recursive=True)))
-def test_the_example_proposals_flags(patch):
+def test_the_example_proposals_flags(patch, contest):
     meta = tomllib.loads((Path(patch).parent / "proposal.toml").read_text())
-    base = _round_base(meta["target"], meta["round"])
+    base = _round_base(meta["target"], meta["round"], contest)
     text = Path(patch).read_text()
     forbidden = load_target(ROOT / "kernels" / meta["target"]).forbidden
     flags = screen_patch(base, apply_patch(base, text, "submission.py"), text, forbidden)
