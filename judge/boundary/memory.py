@@ -20,6 +20,13 @@ def release(always: bool = False) -> None:
         torch.cuda.empty_cache()
 
 
+def ran_out(error: BaseException | str) -> bool:
+    """Whether a failure was the device running out of memory (torch's OutOfMemoryError, CUDA's out-of-memory
+    error, in the oracle or a runner): room that judge's processes and a pair's runners share, not the reference's
+    or the kernel's fault."""
+    return "out of memory" in str(error).lower().replace("_", " ")
+
+
 def without_graph(call, *args, fresh=None):
     """`call(*args)` with autograd off: an answer or a check needs no graph, and a reference that runs an nn.Module
     with parameters holds every activation through one while it runs (trimul's, 25 GiB at seqlen 1024). Where the

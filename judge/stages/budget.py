@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..boundary.memory import ran_out  # noqa: F401 (the stages ask budget.ran_out)
 from ..boundary.staging import OUTBOX_FACTOR
 from ..errors import JudgeError
 
@@ -100,12 +101,6 @@ class MemoryPlan:
     benchmarks: list[BenchmarkPlan]
     need: int  # bytes the plan holds at its peak
     kept: tuple[bool, ...] = ()  # per benchmark: its sets held all round, kept from one pair to the next
-
-
-def ran_out(error: Exception) -> bool:
-    """Whether an oracle's failure was the device running out of memory (torch's OutOfMemoryError, CUDA's
-    out-of-memory error): room that judge's processes and a pair's runners share, not the reference's fault."""
-    return "out of memory" in str(error).lower().replace("_", " ")
 
 
 def ran_out_line(error: Exception | str) -> str:
