@@ -221,7 +221,8 @@ def _cannot_fit(index: int, label: str, size: BenchmarkBytes, device: DeviceMemo
     need = need_of([size], [FLOORS[-1]])
     return JudgeError(
         f"benchmark {index} ({label}) needs {gib(need)} of device memory to be timed ({MIN_SETS} input sets of its "
-        f"{gib(size.input)} input and a copy in each of the pair's {COPY_HOLDERS} runners, its {gib(size.output)} output in {HOLDERS} processes, {gib(size.work)} of "
+        f"{gib(size.input)} input and a copy in each of the pair's {COPY_HOLDERS} runners, its {gib(size.output)} "
+        f"output in {HOLDERS} processes, {gib(size.work)} of "
         f"working memory in each{f', {gib(size.making)} to make an input before them' if size.making else ''}); "
         f"{device.name} has {gib(device.total)}, of which judge may use {may_use}")
 
@@ -238,17 +239,15 @@ def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[s
     others made again for every pair (the JudgeError of a benchmark that cannot fit even then). cholesky_py's
     n=32768 sets, made again in every pair on an H200 (2026-11-28) because its 15 benchmarks' sets did not fit at
     once, took most of the 8 s that benchmark cost a pair."""
-    plain = plan_memory(device, sizes, labels)
+    plan = plan_memory(device, sizes, labels)
     if not keep:
-        return plain
+        return plan
     room = growth_room(device)  # kept sets only save time: never at the floors' edge
-    kept = (False,) * len(sizes)
-    for index in sorted(range(len(sizes)), key=lambda i: -sizes[i].making_s) if sizes else ():
-        trial = kept[:index] + (True,) + kept[index + 1:]
+    for index in sorted(range(len(sizes)), key=lambda i: -sizes[i].making_s):
         try:
-            fits = plan_memory(device, sizes, labels, kept=trial).need <= room
+            trial = plan_memory(device, sizes, labels, kept=plan.kept[:index] + (True,) + plan.kept[index + 1:])
         except JudgeError:
-            fits = False
-        if fits:
-            kept = trial
-    return plan_memory(device, sizes, labels, kept=kept) if any(kept) else plain
+            continue
+        if trial.need <= room:
+            plan = trial
+    return plan
