@@ -766,7 +766,8 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
     lines += [f"judge submit refused {name}: {cell(why)}" for name, why in judge.get("refused", {}).items()]
     stopped = (f" (stopped at its limit; its last verdict at {seconds(judge.get('last_verdict_s'))} s, the base's "
                "profile after it)") if summary.get("judge_stopped_after_verdicts") else ""
-    lines.append(f"judge: {judge.get('submitted', 0)} candidates, round {seconds(judge.get('seconds'))} s wall{stopped}, "
+    lines.append(f"judge: {judge.get('submitted', 0)} candidates, round {seconds(judge.get('seconds'))} s wall"
+                 f"{stopped}, "
                  f"{seconds(summary.get('judge_s_per_candidate'))} s per candidate (its setup, the base's check and "
                  f"the A/A control included); peak GPU memory {mib(summary.get('judge_peak_mib'), total_mib)}")
     lines.append(f"eval.py: leaderboard {seconds(lb)} s per submission, benchmark "

@@ -159,7 +159,8 @@ def main() -> int:
         own = cuda_ipc.Exported(spd.numel() * 4)
         mine = cuda_ipc.view(own.pointer, layout)
         mine.copy_(spd)
-        row(n, "a cuMemAlloc of its own, exported (cuda_ipc.Exported), not mapped elsewhere", _three(torch, mine, args.reps))
+        row(n, "a cuMemAlloc of its own, exported (cuda_ipc.Exported), not mapped elsewhere",
+            _three(torch, mine, args.reps))
         mine = None
         own.free()
         owner_child = subprocess.Popen([sys.executable, __file__, "--owner", str(n), str(args.reps)],

@@ -3,7 +3,9 @@
 
 - The judge CLI on a contest directory: FIXTURE is the axpy target that the `judge_env` fixture links in as
   kernels/axpy, PATCH a patch that applies to its base, and proposal_dir() writes a proposal folder for it.
-- judge_toml_error(): edit a target's judge.toml, load the target, and get its one-line error."""
+- judge_toml_error(): edit a target's judge.toml, load the target, and get its one-line error.
+- EXAMPLE_LEDGERS and example_ledger(): the ledgers of docs/examples, which ship xz-compressed (the tree travels to
+  the GPU machine beside a 57 MiB bundle), each decompressed into a folder of the test's."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_LEDGERS = sorted((ROOT / "docs" / "examples").rglob("*.db.xz"))
 FIXTURE = Path(__file__).parent / "fixtures" / "axpy"
 PATCH = (
     "--- a/submission.py\n+++ b/submission.py\n@@ -5,3 +5,3 @@\n # knobs\n-SCALE = 2.0\n+SCALE = 2.0  # same, faster?\n CHUNKS = 1\n"
@@ -83,3 +86,12 @@ def use_dsl_arch(monkeypatch, arch: str) -> None:
         for dsl in list(DSLSingletonMeta._instances.values()):
             dsl.envar.arch = arch  # each DSL (CuTe's, its experimental one) as if it had read it first
             dsl.compile_options = type(dsl.compile_options)()  # as the DSL starts: no option of an earlier compile
+
+
+def example_ledger(compressed: Path, folder: Path) -> Path:
+    """A shipped example ledger (`name.db.xz`), decompressed into `folder` as `name.db`."""
+    import lzma
+
+    ledger = folder / compressed.name.removesuffix(".xz")
+    ledger.write_bytes(lzma.decompress(compressed.read_bytes()))
+    return ledger

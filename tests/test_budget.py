@@ -240,8 +240,9 @@ def test_a_round_keeps_its_sets_only_where_every_benchmarks_sets_fit_at_once():
 
 def test_a_round_keeps_the_sets_that_take_longest_to_make_where_not_all_fit():
     """cholesky_py on an H200 (2026-11-28): its 15 benchmarks' sets did not fit at once, so every pair made its
-    n=32768 sets again (4 GiB each, a 32768-wide float32 product: most of the 8 s that benchmark cost a pair). The
-    sets that are slow to make are kept first; quick ones are made again where the room runs out."""
+    n=32768 sets again (4 GiB each, a 32768-wide float32 product: a large part, not timed apart, of the 8 s that
+    benchmark cost a pair). The sets that are slow to make are kept first; quick ones are made again where the room
+    runs out."""
     slow, quick = BenchmarkBytes(4 * GIB, 4 * GIB, making_s=1.5), BenchmarkBytes(2 * GIB, 0, making_s=0.01)
     sizes, labels = [quick, quick, slow], ["quick", "quick", "slow"]
     # all kept: a copy of 4 GiB in each runner, 6 + 6 + 12 GiB of sets held, the slow one's calls 16 GiB

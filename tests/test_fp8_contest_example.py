@@ -2,10 +2,11 @@
 judge renders from its ledger today: the example is a record a reader checks numbers against, so a patch edited
 after the run, or a scorecard no longer reproducible from the ledger, must show."""
 
-import lzma
 from pathlib import Path
 
 import pytest
+
+from harness import example_ledger
 
 from judge import actions
 from judge.ledger import Ledger
@@ -24,9 +25,7 @@ WINNERS = {1: "epilogue-paired-stores", 2: "epilogue-smem-rows", 3: "cluster-1x2
 
 @pytest.fixture()
 def ledger(tmp_path):
-    copy = tmp_path / "fp8-contest.db"  # shipped xz-compressed: the tree travels to the GPU machine
-    copy.write_bytes(lzma.decompress((EXAMPLE / "fp8-contest.db.xz").read_bytes()))
-    return Ledger(copy, create=False)
+    return Ledger(example_ledger(EXAMPLE / "fp8-contest.db.xz", tmp_path), create=False)
 
 
 def _folder(round_: int) -> Path:

@@ -1,13 +1,14 @@
 """The static screen flags what a judge should look at in a patched kernel, and stays quiet on honest kernels."""
 
 import glob
-import lzma
 import sqlite3
 import textwrap
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from harness import EXAMPLE_LEDGERS, example_ledger
 
 from judge.errors import JudgeError
 from judge.stages.patch import apply_patch
@@ -79,9 +80,7 @@ CONTEST = ROOT / "docs/examples/fp8-contest/fp8-contest.db.xz"  # shipped compre
 
 @pytest.fixture(scope="module")
 def contest(tmp_path_factory) -> Path:
-    ledger = tmp_path_factory.mktemp("contest") / "fp8-contest.db"
-    ledger.write_bytes(lzma.decompress(CONTEST.read_bytes()))
-    return ledger
+    return example_ledger(CONTEST, tmp_path_factory.mktemp("contest"))
 
 
 def _round_base(target: str, round: int, contest: Path) -> str:
@@ -103,9 +102,9 @@ def test_the_example_proposals_flags(patch, contest):
     assert [(f.rule, f.line) for f in flags] == EXAMPLE_FLAGS.get(f"{meta['target']}/{meta['id']}", [])
 
 
-@pytest.mark.parametrize("db", sorted((ROOT / "docs/examples").rglob("*.db")), ids=lambda p: p.name)
-def test_the_patches_of_the_example_ledgers_get_the_flags_of_their_proposals(db):
-    with sqlite3.connect(db) as con:
+@pytest.mark.parametrize("shipped", EXAMPLE_LEDGERS, ids=lambda p: p.name)
+def test_the_patches_of_the_example_ledgers_get_the_flags_of_their_proposals(shipped, tmp_path):
+    with sqlite3.connect(example_ledger(shipped, tmp_path)) as con:
         bases = dict(con.execute("select round, base_source from rounds"))
         rows = con.execute("select proposal_id, target, round, patch from revisions where patch is not null").fetchall()
     assert rows

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import EXAMPLE_LEDGERS, example_ledger
+
 from judge.stages.compile import resources
 from judge.stages import details as stage_details
 from judge.stages.details import (ABSENT, CheckDetail, CompileDetail, CompiledConfig, CompileError, KernelResources,
@@ -28,9 +30,9 @@ def _stored(detail) -> str:
     return json.dumps(detail.to_json(), sort_keys=True, default=str)  # as judge.ledger writes detail_json
 
 
-@pytest.mark.parametrize("db", sorted((ROOT / "docs" / "examples").rglob("*.db")), ids=lambda p: p.name)
-def test_every_stored_detail_of_an_example_ledger_round_trips_byte_for_byte(db):
-    with sqlite3.connect(db) as con:
+@pytest.mark.parametrize("shipped", EXAMPLE_LEDGERS, ids=lambda p: p.name)
+def test_every_stored_detail_of_an_example_ledger_round_trips_byte_for_byte(shipped, tmp_path):
+    with sqlite3.connect(example_ledger(shipped, tmp_path)) as con:
         rows = con.execute("select stage, detail_json from stage_results").fetchall()
     assert rows
     for stage, text in rows:

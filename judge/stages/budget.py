@@ -238,7 +238,7 @@ def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[s
     the benchmarks whose sets take longest to make, one at a time while the plan stays in the growth room, and the
     others made again for every pair (the JudgeError of a benchmark that cannot fit even then). cholesky_py's
     n=32768 sets, made again in every pair on an H200 (2026-11-28) because its 15 benchmarks' sets did not fit at
-    once, took most of the 8 s that benchmark cost a pair."""
+    once, took a large part, not timed apart, of the 8 s that benchmark cost a pair."""
     plan = plan_memory(device, sizes, labels)
     if not keep:
         return plan
