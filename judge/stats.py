@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
@@ -92,6 +93,22 @@ def median_ci(values: Sequence[float], *, confidence: float = CONFIDENCE, resamp
         reps[start:start + len(idx)] = _row_medians(v[idx])
     low, high = _percentiles(reps, confidence)
     return float(np.median(v)), low, high
+
+
+def median_half_width(values: Sequence[float], confidence: float = CONFIDENCE) -> float:
+    """Half the width of a distribution-free interval of the median, relative to the median: its ends are the
+    order statistics a binomial (normal approximation) puts around the middle rank, so a few wild samples on either
+    side move it no more than any others. How well a series pins its median; infinity for a median that is not
+    positive or a series too short for the interval to leave out its extremes."""
+    ordered = sorted(values)
+    n = len(ordered)
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    low = math.floor((n - z * math.sqrt(n)) / 2)
+    high = math.ceil((n + z * math.sqrt(n)) / 2) - 1
+    middle = median(ordered) if n else 0.0
+    if low < 1 or high > n - 2 or not middle > 0:
+        return math.inf
+    return (ordered[high] - ordered[low]) / (2 * middle)
 
 
 def geomean(values: Sequence[float]) -> float:

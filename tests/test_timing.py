@@ -84,7 +84,9 @@ def test_records_on_cpu(tmp_path, small_target):
         assert bench.processes == pairs == len(bench.pair_log_ratios)
         assert [len(bench.process_medians_us[k]) for k in ("base", "cand")] == [pairs, pairs]
         assert bench.reps == len(bench.base_us) == len(bench.cand_us) == len(bench.rep_pairs)
-        assert bench.reps >= pairs * turns.REPS_PER_PAIR and sorted(set(bench.rep_pairs)) == list(range(pairs))
+        assert sorted(set(bench.rep_pairs)) == list(range(pairs))
+        # each pair: REPS_PER_PAIR repetitions per kernel, or PRECISE_REPS where both kernels' calls were steady
+        assert {bench.rep_pairs.count(p) for p in range(pairs)} <= {turns.PRECISE_REPS, turns.REPS_PER_PAIR}
         assert bench.ci_low <= bench.speedup <= bench.ci_high
         assert bench.speedup == pytest.approx(math.exp(sum(bench.pair_log_ratios) / pairs), rel=1e-4)
         assert set(bench.clocks) == {"host"}
@@ -210,13 +212,13 @@ def test_every_runner_spins_the_cycles_the_base_runners_rate_gives():
 class _FakeRunner:
     """A runner in its call frame, as judge.stages.timing.turns sees one: the records it is sent, decoded."""
 
-    def __init__(self, pid):
-        self.pid, self.sent, self.frozen = pid, [], 0
+    def __init__(self, pid, times=lambda call: 10.0 + 0.5 * (call % 2)):
+        self.pid, self.sent, self.frozen, self.times = pid, [], 0, times
 
     def record(self, record_for, timeout_s, name="call"):
         magic, serial, op, clock, copy, spin, null = callframe.COMMAND.unpack(record_for(len(self.sent) + 1))
         self.sent.append({"op": op, "clock": clock, "copy": copy, "spin": spin, "null": null})
-        value = {"status": 0, "us": 10.0, "tail_us": 5.0, "host_us": 3.0, "null_tail_us": 4.0 if null else -1.0,
+        value = {"status": 0, "us": self.times(len(self.sent)), "tail_us": 5.0, "host_us": 3.0, "null_tail_us": 4.0 if null else -1.0,
                  "leaves": [["device", 0, 0, [4], [1]]], "problem": "", "modes": 0, "hooks": 0, "monitoring": 0,
                  "dispatch_changed": 0, "threads": 0, "thread_in_kernel": "", "release": 0}
         return Reply(value, 0.0002)
@@ -256,6 +258,30 @@ def test_a_pair_takes_turns_with_the_oracle_in_between_and_measures_the_null_tai
     reps = pair.series[("base", "gpu")]
     assert [r["null_tail_us"] for r in reps[:5]] == [4.0, None, None, None, 4.0]
     assert [r["spin_us"] for r in reps[:2]] == [100.0, 100.0]  # the parent's, not the runner's
+
+
+def _pair_of(base_times, cand_times, reps=turns.REPS_PER_PAIR):
+    runners = {"base": _FakeRunner(11, base_times), "cand": _FakeRunner(22, cand_times)}
+    pair = turns.PairTurns(_FakeOracle(), "k", 0, runners, ["gpu", "call"], "gpu", 8, 2,
+                           {"us": 100.0, "cycles": {"spin": 1, "null": 1}}, random.Random(1), "base",
+                           time.monotonic() + 60, reps=reps)
+    pair.run()
+    return pair
+
+
+def test_steady_calls_stop_at_twenty_once_every_set_of_the_clock_is_used_and_noisy_ones_go_on_to_fifty():
+    steady = lambda call: 1000.0 + call % 3  # noqa: E731  (0.2% apart: the median pinned to 0.1%)
+    noisy = lambda call: 1000.0 * (1 + 0.05 * ((call * 7919) % 11 - 5) / 5)  # noqa: E731  (+-5%)
+    pair = _pair_of(steady, steady)
+    gpu = {who: pair.series[(who, "gpu")] for who in ("base", "cand")}
+    assert [len(s) for s in gpu.values()] == [turns.PRECISE_REPS, turns.PRECISE_REPS] == [20, 20]
+    assert {r["set"] for r in gpu["base"] if r["cold"]} == {0, 2, 4, 6}  # every set the GPU clock first uses
+    # both kernels must be steady: one noisy kernel keeps the pair to REPS_PER_PAIR, whichever it is
+    for base_times, cand_times in ((steady, noisy), (noisy, steady), (noisy, noisy)):
+        pair = _pair_of(base_times, cand_times)
+        assert [len(pair.series[(w, "gpu")]) for w in ("base", "cand")] == [turns.REPS_PER_PAIR] * 2
+    # fewer repetitions than PRECISE_REPS (long calls): all of them, steady or not
+    assert [len(_pair_of(steady, steady, reps=6).series[(w, "gpu")]) for w in ("base", "cand")] == [6, 6]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import audits
+from ... import stats
 from ...boundary import callframe
 from ...boundary.runner import LONG_CALL_US
 from ...sandbox.worker import Worker, time_left
@@ -29,6 +30,12 @@ REPS_PER_PAIR = 50
 # ratio (GPU MODE's eval.py takes three calls in one process, stopping at 0.1% relative error).
 MEASURE_S = 0.25
 MIN_REPS = 2
+# Where both kernels' calls are steady, fewer say as much: a benchmark's turns in a pair stop once each kernel has
+# PRECISE_REPS repetitions on the analysed clock and its median is pinned to within PRECISION (half the width of a
+# 95% interval of the median, stats.median_half_width), the sets of that clock all used; else they go on to `reps`.
+# A pair's ratio is then known to about 0.7%, against control floors of 1.9-7.7% (H100 and H200, 2026-11).
+PRECISE_REPS = 20
+PRECISION = 0.005
 MAX_ROUNDS = 4000
 # The clock that does not decide is measured on one round in this many (about REPS_PER_PAIR / 7 repetitions).
 # Where the GPU clock decides and a kernel leaves work on a side stream, the call clock becomes the one analysed
@@ -75,11 +82,11 @@ class PairTurns:
 
     def run(self) -> None:
         """Every round until the analysed clock has `reps` repetitions per kernel (or a failure)."""
-        schedule = first_uses(self.sets, self.clocks, self.deciding, self.other_every, self.reps)
+        schedule = first_uses(self.sets, self.clocks, self.deciding, self.other_every, self.least_reps)
         rounds = 0
         while rounds < MAX_ROUNDS and self.failure is None:
             analysed = self.analysed_clock()
-            if len(self.series[("base", analysed)]) >= self.reps:
+            if len(self.series[("base", analysed)]) >= self.reps or self.precise(analysed, schedule):
                 break
             clock = clock_of(rounds, self.clocks, self.deciding, self.other_every)
             set_index = set_for(schedule, self.used, self.rng, clock, len(self.series[("base", clock)]))
@@ -94,6 +101,21 @@ class PairTurns:
                 if audits.samples(self.series, "gpu")[2] == "device-wide":
                     self.other_every = SIDE_STREAM_OTHER_EVERY
         self.settle_last()
+
+    @property
+    def least_reps(self) -> int:
+        """The repetitions every benchmark gets on its analysed clock, however steady (PRECISE_REPS, or `reps`
+        where that is fewer): the first uses of the sets are spread over them."""
+        return min(self.reps, PRECISE_REPS)
+
+    def precise(self, clock: str, schedule: dict[str, dict[int, int]]) -> bool:
+        """Whether the turns may stop before `reps`: both kernels have `least_reps` calls on `clock`, each one's
+        median pinned to PRECISION, and every set planned for `clock` has had its first use, so that the replay
+        check has as many first calls on the clock it reads as a longer series would give it."""
+        series = [[rep["us"] for rep in self.series[(who, clock)]] for who in ("base", "cand")]
+        if min(len(s) for s in series) < self.least_reps or not set(schedule.get(clock, {}).values()) <= self.used:
+            return False
+        return all(stats.median_half_width(s) <= PRECISION for s in series)
 
     def analysed_clock(self) -> str:
         """The clock whose samples decide: the call clock where side-stream work moved the GPU clock's there."""
