@@ -329,3 +329,48 @@ def test_a_rounds_profile_of_its_base_takes_a_share_of_the_rounds_own_time():
     assert round_profile_s(60.0) == 180.0  # a short round: the FP8 target's ncu profile (97 s on an H100) still fits
     assert round_profile_s(2000.0) == 500.0  # a quarter of a long round (cholesky_py's ran past 500 s)
     assert round_profile_s(10_000.0) == 900.0  # never past the stage's own limit
+
+
+class _Clock:
+    """time.monotonic for the profile stage, moved on by hand."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+
+def _ncu_stage_with(monkeypatch, seconds_each: float, fail_at: int | None = None):
+    """stage._under_ncu over four benchmarks, each taking `seconds_each` on a clock of its own (benchmark `fail_at`
+    fails once the deadline has passed, as a runner that ran past it does)."""
+    clock = _Clock()
+    monkeypatch.setattr(stage, "time", clock)
+    target = SimpleNamespace(benchmarks=[{}] * 4, benchmark_label=lambda i: f"n={i}")
+
+    def one(evaluator, workspace, ncu_path, index, metrics, deadline):
+        clock.now += seconds_each
+        if index == fail_at:
+            clock.now = max(clock.now, deadline)
+            raise RuntimeError("timed-out: ran past the stage's time limit; the runner's log ends: ...")
+        return BenchmarkProfile(index, f"n={index}", call_us=10.0)
+
+    monkeypatch.setattr(stage, "_one_under_ncu", one)
+    return stage._under_ncu(SimpleNamespace(target=target), Path("w"), "ncu", clock.now + 100.0,
+                            lambda **info: None, [])
+
+
+def test_a_profile_whose_time_runs_out_under_ncu_keeps_the_benchmarks_it_profiled(monkeypatch):
+    # 40 s each, 100 s in all: after two, 20 s are left, less than one takes; the third is not started
+    benchmarks = _ncu_stage_with(monkeypatch, 40.0)
+    assert [(b.index, b.error) for b in benchmarks] == [
+        (0, None), (1, None), (2, "not profiled: the profile's time ran out after 80 s"),
+        (3, "not profiled: the profile's time ran out after 80 s")]
+    profile = Profile("ok", tool="ncu", device="NVIDIA H200", benchmarks=benchmarks)
+    assert profile.line == "profiled with ncu on NVIDIA H200 (2 of 4 benchmarks)"
+    # one that runs past the deadline itself: those before it are kept
+    benchmarks = _ncu_stage_with(monkeypatch, 30.0, fail_at=2)
+    assert [b.error for b in benchmarks] == [None, None] + ["not profiled: the profile's time ran out after 100 s"] * 2
+    # with nothing profiled yet, a failure is ncu's, as before: the stage falls back to torch.profiler
+    with pytest.raises(RuntimeError, match="timed-out"):
+        _ncu_stage_with(monkeypatch, 10.0, fail_at=0)

@@ -42,13 +42,12 @@ def profile_cmd(ctx: Context, proposal_id, target, work_dir, no_ncu, again, as_j
 
 def profile_lines(done: dict) -> list[str]:
     """`judge profile`'s text: the profile's line, then per benchmark its bounds and its kernels."""
+    from ..stages.profile.model import Profile
+
     profile = done["profile"]
     who = f"{done['proposal']} r{done['revision']}" if done.get("proposal") else f"round {done['round']}'s base"
     kept = " (kept from an earlier profile of the same text)" if done["reused"] else ""
-    if profile["status"] != "ok":
-        head = f"profile unavailable: {profile['reason']}"
-    else:
-        head = f"profiled with {profile['tool']} on {profile.get('device') or 'this machine'}"
+    head = Profile.from_json(profile).line
     lines = [f"{done['target']}, {terminal(who)}: {head}{kept}"] + [f"  note: {n}" for n in profile.get("notes", [])]
     for bench in profile.get("benchmarks", []):
         call = f"{bench['call_us']:.1f} us a call" if bench.get("call_us") else "call time unknown"

@@ -69,7 +69,9 @@ class Profile:
         """The one line a report or a round's event gives it."""
         if self.status != "ok":
             return f"profile unavailable: {self.reason}"
-        return f"profiled with {self.tool} on {self.device or 'this machine'}"
+        done = sum(1 for b in self.benchmarks if not b.error)
+        part = f" ({done} of {len(self.benchmarks)} benchmarks)" if done < len(self.benchmarks) else ""
+        return f"profiled with {self.tool} on {self.device or 'this machine'}{part}"
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -103,23 +103,38 @@ def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress
 
 def _under_ncu(evaluator, workspace: Path, ncu: str, deadline: float, progress: Progress,
                notes: list[str]) -> list[BenchmarkProfile]:
-    """A runner under ncu per benchmark, within NCU_BUDGET_S of the stage's time; any failure raises, and the
+    """A runner under ncu per benchmark, within NCU_BUDGET_S of the stage's time; where that time runs out, the
+    benchmarks profiled so far are kept and the rest say so (_out_of_time). Any other failure raises, and the
     stage falls back to torch.profiler. Where the first benchmark fails with METRICS asked for, it is
     tried once more with ncu's sections alone (a GPU without one of them), and so are the rest."""
     started = time.monotonic()
     deadline = min(deadline, started + NCU_BUDGET_S)
-    metrics, out = True, []
-    for index in range(len(evaluator.target.benchmarks)):
-        _tell(progress, evaluator.target, index, started)
+    metrics, out, longest = True, [], 0.0
+    target = evaluator.target
+    for index in range(len(target.benchmarks)):
+        if out and deadline - time.monotonic() < longest:
+            return out + _out_of_time(target, len(out), time.monotonic() - started)
+        _tell(progress, target, index, started)
+        began = time.monotonic()
         try:
             out.append(_one_under_ncu(evaluator, workspace, ncu, index, metrics, deadline))
         except RuntimeError as error:
+            if out and time.monotonic() >= deadline:  # the time ran out inside this benchmark: keep the others
+                return out + _out_of_time(target, len(out), time.monotonic() - started)
             if index > 0 or not metrics:
                 raise
             notes.append(f"ncu with its extra metrics failed ({one_line(str(error))}): its sections alone instead")
             metrics = False
             out.append(_one_under_ncu(evaluator, workspace, ncu, index, metrics, deadline))
+        longest = max(longest, time.monotonic() - began)
     return out
+
+
+def _out_of_time(target: Target, done: int, seconds: float) -> list[BenchmarkProfile]:
+    """The benchmarks from `done` on, not profiled: the next one would not have finished in the profile's time (one
+    takes about as long as the longest so far), which the benchmarks profiled before it keep."""
+    why = f"not profiled: the profile's time ran out after {seconds:.0f} s"
+    return [BenchmarkProfile(i, target.benchmark_label(i), error=why) for i in range(done, len(target.benchmarks))]
 
 
 def _one_under_ncu(evaluator, workspace: Path, ncu: str, index: int, metrics: bool, deadline: float
