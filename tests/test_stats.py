@@ -191,3 +191,14 @@ def test_real_slowdowns_are_found_where_the_noise_allows(change):
     outcomes = [stats.sequential(lambda: _simulated_pair(rng, -_math.log1p(change), 0.003), floor, 3, 8)[0]
                 for _ in range(300)]
     assert outcomes.count("slower") >= 290
+
+
+def test_the_median_is_pinned_by_ranks_so_wild_calls_do_not_widen_it():
+    from judge.stats import median_half_width
+
+    # twenty values: the 95% interval runs from the 6th to the 15th smallest
+    assert median_half_width(list(range(1, 21))) == pytest.approx((15 - 6) / (2 * 10.5))
+    assert median_half_width([100.0] * 15 + [1e6] * 5) == 0.0  # five wild calls of twenty on one side: none counts
+    assert median_half_width([100.0] * 14 + [1e6] * 6) > 1  # a sixth one does
+    assert median_half_width([1.0] * 7) == math.inf  # too few for an interval that leaves out both extremes
+    assert median_half_width([0.0] * 20) == math.inf

@@ -213,13 +213,13 @@ def test_every_runner_spins_the_cycles_the_base_runners_rate_gives():
 class _FakeRunner:
     """A runner in its call frame, as judge.stages.timing.turns sees one: the records it is sent, decoded."""
 
-    def __init__(self, pid, times=lambda call: 10.0 + 0.5 * (call % 2)):
-        self.pid, self.sent, self.frozen, self.times = pid, [], 0, times
+    def __init__(self, pid, times=lambda call: 10.0 + 0.5 * (call % 2), tail_us=5.0):
+        self.pid, self.sent, self.frozen, self.times, self.tail_us = pid, [], 0, times, tail_us
 
     def record(self, record_for, timeout_s, name="call"):
         magic, serial, op, clock, copy, spin, null = callframe.COMMAND.unpack(record_for(len(self.sent) + 1))
         self.sent.append({"op": op, "clock": clock, "copy": copy, "spin": spin, "null": null})
-        value = {"status": 0, "us": self.times(len(self.sent)), "tail_us": 5.0, "host_us": 3.0, "null_tail_us": 4.0 if null else -1.0,
+        value = {"status": 0, "us": self.times(len(self.sent)), "tail_us": self.tail_us, "host_us": 3.0, "null_tail_us": 4.0 if null else -1.0,
                  "leaves": [["device", 0, 0, [4], [1]]], "problem": "", "modes": 0, "hooks": 0, "monitoring": 0,
                  "dispatch_changed": 0, "threads": 0, "thread_in_kernel": "", "release": 0}
         return Reply(value, 0.0002)
@@ -261,8 +261,8 @@ def test_a_pair_takes_turns_with_the_oracle_in_between_and_measures_the_null_tai
     assert [r["spin_us"] for r in reps[:2]] == [100.0, 100.0]  # the parent's, not the runner's
 
 
-def _pair_of(base_times, cand_times, reps=turns.REPS_PER_PAIR):
-    runners = {"base": _FakeRunner(11, base_times), "cand": _FakeRunner(22, cand_times)}
+def _pair_of(base_times, cand_times, reps=turns.REPS_PER_PAIR, cand_tail_us=5.0):
+    runners = {"base": _FakeRunner(11, base_times), "cand": _FakeRunner(22, cand_times, cand_tail_us)}
     pair = turns.PairTurns(_FakeOracle(), "k", 0, runners, ["gpu", "call"], "gpu", 8, 2,
                            {"us": 100.0, "cycles": {"spin": 1, "null": 1}}, random.Random(1), "base",
                            time.monotonic() + 60, reps=reps)
@@ -283,6 +283,11 @@ def test_steady_calls_stop_at_twenty_once_every_set_of_the_clock_is_used_and_noi
         assert [len(pair.series[(w, "gpu")]) for w in ("base", "cand")] == [turns.REPS_PER_PAIR] * 2
     # fewer repetitions than PRECISE_REPS (long calls): all of them, steady or not
     assert [len(_pair_of(steady, steady, reps=6).series[(w, "gpu")]) for w in ("base", "cand")] == [6, 6]
+    # work left on a side stream (a tail of 500 us after the stream's 1 ms): the check at round 16 moves the verdict
+    # to the call clock (every other round from then on), whose steady calls stop at twenty of their own
+    pair = _pair_of(steady, steady, cand_tail_us=500.0)
+    assert pair.analysed_clock() == "call" and pair.other_every == turns.SIDE_STREAM_OTHER_EVERY
+    assert [len(pair.series[(w, c)]) for w in ("base", "cand") for c in ("gpu", "call")] == [32, 20, 32, 20]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -111,11 +111,17 @@ class PairTurns:
     def precise(self, clock: str, schedule: dict[str, dict[int, int]]) -> bool:
         """Whether the turns may stop before `reps`: both kernels have `least_reps` calls on `clock`, each one's
         median pinned to PRECISION, and every set planned for `clock` has had its first use, so that the replay
-        check has as many first calls on the clock it reads as a longer series would give it."""
-        series = [[rep["us"] for rep in self.series[(who, clock)]] for who in ("base", "cand")]
-        if min(len(s) for s in series) < self.least_reps or not set(schedule.get(clock, {}).values()) <= self.used:
+        check has as many first calls on the clock it reads as a longer series would give it. Never while the
+        GPU clock's samples show side-stream work the check at SIDE_STREAM_CHECK_AT has not yet moved to the call
+        clock: the verdict would read the call clock's few calls."""
+        if min(len(self.series[(who, clock)]) for who in ("base", "cand")) < self.least_reps:
             return False
-        return all(stats.median_half_width(s) <= PRECISION for s in series)
+        if not set(schedule.get(clock, {}).values()) <= self.used:
+            return False
+        base, cand, method = audits.samples(self.series, clock)
+        if method == "device-wide":
+            return False
+        return stats.median_half_width(base) <= PRECISION and stats.median_half_width(cand) <= PRECISION
 
     def analysed_clock(self) -> str:
         """The clock whose samples decide: the call clock where side-stream work moved the GPU clock's there."""
