@@ -7,7 +7,8 @@ For each selected problem of gpu-mode/reference-kernels (a directory with task.y
      deliberately wrong variant (submission.py with custom_kernel's result spoiled in one element);
   2. judge: each as a proposal (a unified diff against the kernel file; the identical copy adds a comment, since
      judge refuses an empty patch), `judge submit`, then `judge --json run --round 1 --target PROBLEM`, timed on the
-     wall clock, its verdicts read from the JSON and each candidate's stage seconds from the ledger;
+     wall clock to its last verdict (the base's profile that follows has no counterpart in eval.py) and to its end,
+     its verdicts read from the JSON and each candidate's stage seconds from the ledger;
   3. eval.py, unchanged, as GPU MODE's runner calls it (gpu-mode/kernelbot, run_eval.py): the task's files copied
      into a scratch directory with the submission as submission.py, the cases written one per line as
      `key: value; ...` (the benchmarks file holds only the last benchmark where task.yml's ranking_by is "last", its
@@ -668,19 +669,23 @@ def parity(problem: Path, rel: str, args, memory: GpuMemory, scratch_root: Path,
 
 
 def summarize(result: dict, subs: list[Submission]) -> dict:
-    """The problem's figures: judge's seconds per candidate (the round's wall clock over its candidates), eval.py's
-    mean seconds per submission in each mode, their ratio, the peaks, and each row's honesty."""
+    """The problem's figures: judge's seconds per candidate (the round's wall clock to its last verdict, else to its
+    end, over its candidates), eval.py's mean seconds per submission in each mode, their ratio, the peaks, and each
+    row's honesty."""
     judge, evals = result.get("judge", {}), result.get("eval", {})
     out: dict[str, Any] = {}
-    # A command killed at its limit took no honest number of seconds: it counts in no mean. A judge run stopped
-    # after every candidate's verdict (in the round's profile of its base, which eval.py has no counterpart of)
-    # counts to its last verdict.
-    if judge.get("seconds") is not None and judge.get("rc") is not None and judge.get("submitted"):
-        out["judge_s_per_candidate"] = round(judge["seconds"] / judge["submitted"], 2)
-    elif judge.get("submitted") and judge.get("last_verdict_s") and all(
+    # A command killed at its limit took no honest number of seconds: it counts in no mean. A judge run counts to
+    # its last verdict where every candidate has one: the round's profile of its base that follows has no
+    # counterpart in eval.py (it ran 198 s of cholesky_py's 452 s on an H200), and a run stopped in that profile at
+    # its limit counts alike.
+    if judge.get("submitted") and judge.get("last_verdict_s") and all(
             name in judge.get("verdicts", {}) for name in judge.get("accepted", [])):
         out["judge_s_per_candidate"] = round(judge["last_verdict_s"] / judge["submitted"], 2)
-        out["judge_stopped_after_verdicts"] = True
+        out["judge_to_last_verdict"] = True
+        if judge.get("rc") is None:
+            out["judge_stopped_after_verdicts"] = True
+    elif judge.get("seconds") is not None and judge.get("rc") is not None and judge.get("submitted"):
+        out["judge_s_per_candidate"] = round(judge["seconds"] / judge["submitted"], 2)
     for mode in ("test", "benchmark", "leaderboard"):
         seconds = [e[mode]["seconds"] for e in evals.values()
                    if e.get(mode, {}).get("seconds") is not None and e[mode].get("rc") is not None]
@@ -764,8 +769,10 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
                      "commands are in parity.json")
     lb = summary.get("eval_leaderboard_s_per_submission")
     lines += [f"judge submit refused {name}: {cell(why)}" for name, why in judge.get("refused", {}).items()]
-    stopped = (f" (stopped at its limit; its last verdict at {seconds(judge.get('last_verdict_s'))} s, the base's "
-               "profile after it)") if summary.get("judge_stopped_after_verdicts") else ""
+    stopped = ""
+    if summary.get("judge_to_last_verdict"):
+        stopped = (f" ({'stopped at its limit; ' if summary.get('judge_stopped_after_verdicts') else ''}its last "
+                   f"verdict at {seconds(judge.get('last_verdict_s'))} s, the base's profile after it)")
     lines.append(f"judge: {judge.get('submitted', 0)} candidates, round {seconds(judge.get('seconds'))} s wall"
                  f"{stopped}, "
                  f"{seconds(summary.get('judge_s_per_candidate'))} s per candidate (its setup, the base's check and "

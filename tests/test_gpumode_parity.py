@@ -275,6 +275,16 @@ def test_a_judge_run_stopped_in_its_bases_profile_counts_its_seconds_to_its_last
                         "control included); peak GPU memory -")
     cut = judge | {"verdicts": {"a": {"outcome": "unchanged"}}}  # stopped before its last candidate's verdict
     assert "judge_s_per_candidate" not in parity.summarize({"judge": cut, "eval": {}}, subs)
+    # a round that ended after its profile counts to its last verdict as well, the round's wall clock beside it
+    done = judge | {"rc": 0, "seconds": 451.9, "last_verdict_s": 253.6}
+    summary = parity.summarize({"judge": done, "eval": {}}, subs)
+    assert summary["judge_s_per_candidate"] == 126.8 and "judge_stopped_after_verdicts" not in summary
+    lines = parity.problem_markdown({"problem": "linalg/cholesky_py", "ranking_by": "geom", "benchmarks": 15,
+                                     "notes": [], "submissions": [], "judge": done, "summary": summary},
+                                    143771.0).splitlines()
+    assert lines[2] == ("judge: 2 candidates, round 451.9 s wall (its last verdict at 253.6 s, the base's profile "
+                        "after it), 126.8 s per candidate (its setup, the base's check and the A/A control included); "
+                        "peak GPU memory -")
 
 
 def test_with_no_judge_eval_py_alone_runs_on_every_submission(problem, tmp_path):
