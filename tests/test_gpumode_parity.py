@@ -248,6 +248,13 @@ def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
         "| wrong-variant | variant | incorrect | 3.0 | fail: benchmark 0: mismatch | 30.0 | - | 2,000 | ok |"]
 
 
+def _judge_line(judge: dict, summary: dict) -> str:
+    """The judge line of cholesky_py's table (15 benchmarks) on an H200."""
+    return parity.problem_markdown({"problem": "linalg/cholesky_py", "ranking_by": "geom", "benchmarks": 15,
+                                    "notes": [], "submissions": [], "judge": judge, "summary": summary},
+                                   143771.0).splitlines()[2]
+
+
 def test_a_judge_run_stopped_in_its_bases_profile_counts_its_seconds_to_its_last_verdict(tmp_path):
     """cholesky_py on an H200 (2026-11-28): every verdict in by about 340 s, then the round's profile of its base ran
     into the 450 s limit and the table had no seconds per candidate. The profile has no counterpart in eval.py."""
@@ -267,10 +274,7 @@ def test_a_judge_run_stopped_in_its_bases_profile_counts_its_seconds_to_its_last
              "verdicts": {"a": {"outcome": "unchanged"}, "b": {"outcome": "incorrect"}}}
     summary = parity.summarize({"judge": judge, "eval": {}}, subs)
     assert summary["judge_s_per_candidate"] == 170.0 and summary["judge_stopped_after_verdicts"]
-    lines = parity.problem_markdown({"problem": "linalg/cholesky_py", "ranking_by": "geom", "benchmarks": 15,
-                                     "notes": [], "submissions": [], "judge": judge, "summary": summary},
-                                    143771.0).splitlines()
-    assert lines[2] == ("judge: 2 candidates, round 450.3 s wall (stopped at its limit; its last verdict at 340.0 s, "
+    assert _judge_line(judge, summary) == ("judge: 2 candidates, round 450.3 s wall (stopped at its limit; its last verdict at 340.0 s, "
                         "the base's profile after it), 170.0 s per candidate (its setup, the base's check and the A/A "
                         "control included); peak GPU memory -")
     cut = judge | {"verdicts": {"a": {"outcome": "unchanged"}}}  # stopped before its last candidate's verdict
@@ -279,10 +283,7 @@ def test_a_judge_run_stopped_in_its_bases_profile_counts_its_seconds_to_its_last
     done = judge | {"rc": 0, "seconds": 451.9, "last_verdict_s": 253.6}
     summary = parity.summarize({"judge": done, "eval": {}}, subs)
     assert summary["judge_s_per_candidate"] == 126.8 and "judge_stopped_after_verdicts" not in summary
-    lines = parity.problem_markdown({"problem": "linalg/cholesky_py", "ranking_by": "geom", "benchmarks": 15,
-                                     "notes": [], "submissions": [], "judge": done, "summary": summary},
-                                    143771.0).splitlines()
-    assert lines[2] == ("judge: 2 candidates, round 451.9 s wall (its last verdict at 253.6 s, the base's profile "
+    assert _judge_line(done, summary) == ("judge: 2 candidates, round 451.9 s wall (its last verdict at 253.6 s, the base's profile "
                         "after it), 126.8 s per candidate (its setup, the base's check and the A/A control included); "
                         "peak GPU memory -")
 
