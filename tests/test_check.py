@@ -376,6 +376,39 @@ def test_named_tuples_and_numbers_reach_the_checker_and_every_timed_check_as_the
                         r"output\[1\] is nan, the reference's is -?\d+\.\d+(e[-+]\d+)?", timed.summary), timed.summary
 
 
+ROWSIGN = Path(__file__).parent / "fixtures" / "gpumode" / "rowsign"
+
+
+def test_an_output_right_in_another_form_passes_every_timed_check_where_the_problems_checker_decides(tmp_path):
+    """The rowsign fixture's answer is each row at unit length in either direction (as an eigenvector or a QR factor
+    is right up to its sign), its checker accepts both, and its judge.toml sets no tolerance: the checker decides.
+    A kernel that flips every other row passes correctness, and its timed calls pass too, though their projections
+    are far from the reference's answer: the checker judges those outputs. One that scales rows by 2 after its
+    first calls is caught on a timed call, with both reasons."""
+    from judge.stages.timing.stage import measure
+
+    target = load_target(ROWSIGN)
+    target.arch = "cpu"
+    target.speed_of_light_us = []
+    base = target.kernel_source()
+    line = "    return data / data.norm(dim=1, keepdim=True)"
+    flipped = base.replace(line, "    out = data / data.norm(dim=1, keepdim=True)\n    out[1::2] *= -1\n    return out")
+    late = flipped.replace("    return out", "    _calls.append(1)\n    return out if len(_calls) < 30 else 2 * out")
+    late = late.replace("def custom_kernel", "_calls = []\n\n\ndef custom_kernel")
+    base_dir = target.assemble(tmp_path / "base", base)
+    with Evaluator(target, tmp_path / "round", secret=7, base_dir=base_dir) as evaluator:
+        checked = check(evaluator, target.assemble(tmp_path / "flipped", flipped), nonce=0)
+        timed = measure(evaluator, target.assemble(tmp_path / "flipped-t", flipped), budget_s=1, timeout_s=300)
+        caught = measure(evaluator, target.assemble(tmp_path / "late", late), budget_s=1, timeout_s=300)
+    assert checked.status == "passed", checked.summary + checked.log_tail
+    assert timed.status == "passed", timed.summary + timed.log_tail
+    assert caught.status == "failed", caught.summary + caught.log_tail
+    assert re.fullmatch(r"benchmark 0 \(rows=256 cols=512\), timed call \d+ on input set \d \(host clock\): its output "
+                        r"is far from the reference: projection \S+ vs \S+ \(an honest output is within \S+\); "
+                        r"check_implementation: 256 rows are neither the unit row nor its negation", caught.summary), \
+        caught.summary
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not GPUMODE, reason="set JUDGE_GPUMODE_PROBLEMS to a GPU MODE problems/ directory")
 @pytest.mark.parametrize("problem", ["qr_py", "eigh_py"])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
-from .compare import compare_outputs, failed
+from .compare import checked_instead, checker_decides, compare_outputs, failed
 from .kept_inputs import KeptInputs, host_budget
 from .memory import RELEASE_ABOVE_BYTES, ran_out, release as release_cached, without_graph
 from ..machine import facts_here, host_memory
@@ -374,15 +374,20 @@ class Oracle:
 
     def _check_timed(self, key: str, verify: dict) -> str | None:
         """What is wrong with a timed call's output (`verify`: runner, set, leaves and structure), or None: its
-        projections and numbers against the reference's answer for that set."""
+        projections and numbers against the reference's answer for that set, and where those are far and the
+        problem's checker decides, the checker on that set (compare.checked_instead)."""
         want = self._bounds(key, verify["set"])
         try:
             got = staging.output(verify["leaves"], verify.get("structure"), self.files.get(verify["runner"]),
                                  self.device_outbox)
         except exchange.ExchangeError as error:
             return str(error)
-        projected = self.timing[key].projector.project(got, order=[w["path"] for w in want])
-        return tensors.projection_failure(projected, want)
+        made = self.timing[key]
+        problem = tensors.projection_failure(made.projector.project(got, order=[w["path"] for w in want]), want)
+        if problem and checker_decides(self.rtol, self.atol, self.checker):
+            problem = checked_instead(problem, self.checker, made.sets[verify["set"]], got)
+            release_cached()  # the checker's working memory
+        return problem
 
     def release(self, key: str) -> None:
         """Forget a benchmark's sets (unless kept); its device memory is freed at the next `collect`."""
