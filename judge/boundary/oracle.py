@@ -39,7 +39,7 @@ class TimingSets:
     bounds: dict[int, list[dict]]  # a timed set's index -> its answer's projection bounds
     slots: list[str]
     projector: Any  # tensors.Projector
-    output: tuple[int, bool]  # the outbox its answers need: bytes, whether on the GPU (outbox_need)
+    output: tuple[int, bool]  # the outbox its answers need: bytes, whether on the GPU (staging.outbox_need)
 
 
 class Oracle:
@@ -177,7 +177,7 @@ class Oracle:
 
     def _outbox(self, expected) -> dict:
         """The outboxes' sizes for outputs like `expected`, the shared device outbox grown to fit."""
-        return self._outbox_for(outbox_need(expected))
+        return self._outbox_for(staging.outbox_need(expected))
 
     def _outbox_for(self, need: tuple[int, bool]) -> dict:
         """The outboxes for outputs of `need` (bytes, whether any is on the GPU): the device outbox grown to fit."""
@@ -334,7 +334,7 @@ class Oracle:
         first = made.sets[0] = self._generate(_with_seed(spec, seeds[1]), distribution)
         after, answer = self._answered(first)
         made.slots = tensors.output_slots(first, after, answer)
-        made.output = outbox_need(answer)
+        made.output = staging.outbox_need(answer)
         made.bounds[0] = made.projector.bounds(answer, *self.tolerance)
         return made
 
@@ -416,11 +416,6 @@ def _log_memory(what: str, reserve: int) -> None:
           f"({torch.cuda.memory_reserved() >> 20} MiB reserved by torch) and its areas; the device has "
           f"{free >> 20} of {total >> 20} MiB free; the plan reserved {reserve >> 20} MiB for this benchmark",
           file=sys.stderr)
-
-
-def outbox_need(expected) -> tuple[int, bool]:
-    """What an outbox needs for outputs like `expected`: its bytes, and whether any output is on the GPU."""
-    return staging.outbox_bytes(expected), any(getattr(t, "is_cuda", False) for _, t in tensors.leaves(expected))
 
 
 def _is_tensor(value) -> bool:

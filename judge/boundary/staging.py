@@ -218,6 +218,11 @@ def outbox_bytes(expected) -> int:
     return max(OUTBOX_MIN_BYTES, OUTBOX_FACTOR * total)
 
 
+def outbox_need(expected) -> tuple[int, bool]:
+    """What an outbox needs for outputs like `expected`: its bytes, and whether any output is on the GPU."""
+    return outbox_bytes(expected), any(getattr(t, "is_cuda", False) for _, t in tensors.leaves(expected))
+
+
 def open_files(directory: str, owner: int | None = None) -> RunnerFiles:
     """A runner's two host files in `directory`, which judge made for it, owned by `owner` (the runner's user).
     The directory is opened component by component without following a link and must be this process's own
