@@ -49,7 +49,7 @@ def compare_outputs(got, expected, data, tolerance: tuple[float, float], rtol, a
         ok, message = verdict(without_graph(checker, data, got))
         result["check_implementation"] = {"passed": ok, "message": message[:2000]}
         if not ok:
-            reasons.append(f"check_implementation: {message.splitlines()[0][:300] if message else 'failed'}")
+            reasons.append(_checker_failed(message))
     return failed("; ".join(reasons), result) if reasons else result
 
 
@@ -67,7 +67,12 @@ def checked_instead(problem: str, checker, data, got) -> str | None:
     ok, message = verdict(without_graph(checker, tensors.clone_data(data), got))
     if ok:
         return None
-    return f"{problem}; check_implementation: {message.splitlines()[0][:300] if message else 'failed'}"
+    return f"{problem}; {_checker_failed(message)}"
+
+
+def _checker_failed(message: str) -> str:
+    """The reason a failed check_implementation gives: its message's first line, capped."""
+    return f"check_implementation: {message.splitlines()[0][:300] if message else 'failed'}"
 
 
 def _mismatches(comparisons: list[dict], strict: bool) -> list[str]:
