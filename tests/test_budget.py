@@ -34,8 +34,8 @@ def test_a_benchmark_that_cannot_fit_is_refused_in_one_line_with_its_size_and_th
     with pytest.raises(JudgeError) as error:
         plan_memory(H100, sizes, ["n=1024", "n=32768"])
     assert str(error.value) == (
-        "benchmark 1 (n=32768) needs 148.0 GiB of device memory to be timed (2 input sets of its 20.0 GiB input and a "
-        "copy in each of the pair's 2 runners, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); "
+        "benchmark 1 (n=32768) needs 154.0 GiB of device memory to be timed (2 input sets of its 20.0 GiB input, a copy "
+        "and an outbox in each of the pair's 2 runners, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); "
         "NVIDIA H100 80GB HBM3 has "
         "80.0 GiB, of which judge may use 63.0 GiB (80% of it less 1.0 GiB in use)")
 
@@ -55,8 +55,8 @@ def test_a_benchmark_that_cannot_fit_an_empty_card_ends_the_round_before_the_bas
     with pytest.raises(JudgeError) as error:
         check_module.check_base(evaluator, "base")
     assert str(error.value) == (
-        "benchmark 1 (n=32768) needs 148.0 GiB of device memory to be timed (2 input sets of its 20.0 GiB input and a "
-        "copy in each of the pair's 2 runners, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); "
+        "benchmark 1 (n=32768) needs 154.0 GiB of device memory to be timed (2 input sets of its 20.0 GiB input, a copy "
+        "and an outbox in each of the pair's 2 runners, its 10.0 GiB output in 3 processes, 4.0 GiB of working memory in each); "
         "NVIDIA H100 80GB HBM3 has "
         "80.0 GiB, of which judge may use 64.0 GiB at most (80% of it)")
     assert checked == []
@@ -216,12 +216,6 @@ def test_a_launch_of_a_second_spins_the_gpu_50_ms_not_three_seconds():
     assert spin_for([1_000_000.0, 1_010_000.0]) == 50_000.0  # torch's batched geqrf launches for about a second
 
 
-def test_the_oracles_outbox_is_counted_once():
-    # the correctness stage left the oracle an 8 GiB outbox: in use on the card, and in the plan's own sum
-    device = DeviceMemory("GPU", 80 * GIB, 40 * GIB, held=8 * GIB)
-    assert device.in_use == 32 * GIB and device.usable == 32 * GIB
-
-
 def test_a_round_keeps_its_sets_only_where_every_benchmarks_sets_fit_at_once():
     sizes = [BenchmarkBytes(GIB, 0, 0)] * 4
     # at the minimum: 2 copies in each of 2 runners, then 4 x 3 sets kept (or one benchmark's 3 made per pair), and one
@@ -297,22 +291,23 @@ def test_an_input_whose_making_does_not_fit_beside_the_runners_is_made_before_th
     # cholesky_py's n=32768 on an H100 (2026-11-27): generate_input holds a product and its symmetrisation (12 GiB)
     # beside the 4 GiB input; made at first use, beside both runners' 4 GiB outputs, the round needed 57.1 GiB of 53.8
     size = BenchmarkBytes(4 * GIB, 4 * GIB, 0, 12 * GIB)
-    assert size.peak(eager=False) == size.fixed() + 12 * GIB == 36 * GIB
-    # made and answered first: the larger of the making (12 GiB) and the calls' needs (two outboxes' 8 GiB and the
-    # runners' outputs), not the oracle's answer beside them
-    assert size.peak(eager=True) == 16 * GIB
+    assert size.peak(eager=False) == size.fixed() + 12 * GIB == 28 * GIB
+    # made and answered first: the larger of the making (12 GiB) and the calls' needs (the runners' outputs), not the
+    # oracle's answer beside them
+    assert size.peak(eager=True) == 12 * GIB
     device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 64 * GIB)  # 48 GiB usable
     plan = plan_memory(device, [size], ["n=32768"])
     assert plan.benchmarks == [BenchmarkPlan(sets=2, copies=2, eager=True)]  # made first: room for two copies
-    # two copies in each runner, three sets, the calls' needs; made at first use even one copy each would not fit
-    assert plan.need == 16 * GIB + 12 * GIB + 16 * GIB <= device.usable < 8 * GIB + 12 * GIB + 36 * GIB
+    # two copies and the outbox in each runner, three sets, the making; made at first use even one copy each would
+    # not fit
+    assert plan.need == 24 * GIB + 12 * GIB + 12 * GIB <= device.usable < 16 * GIB + 12 * GIB + 28 * GIB
     with pytest.raises(JudgeError) as refused:
         plan_memory(DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 40 * GIB), [size], ["n=32768"])
     assert str(refused.value) == (
-        "benchmark 0 (n=32768) needs 36.0 GiB of device memory to be timed (2 input sets of its 4.0 GiB input and a "
-        "copy in each of the pair's 2 runners, its 4.0 GiB output in 3 processes, 0.0 GiB of working memory in each, "
-        "12.0 GiB to make an input before them); NVIDIA H100 80GB HBM3 has 80.0 GiB, of which judge may use 24.0 GiB (80% of it less 40.0 GiB "
-        "in use)")
+        "benchmark 0 (n=32768) needs 40.0 GiB of device memory to be timed (2 input sets of its 4.0 GiB input, a copy "
+        "and an outbox in each of the pair's 2 runners, its 4.0 GiB output in 3 processes, 0.0 GiB of working memory "
+        "in each, 12.0 GiB to make an input before them); NVIDIA H100 80GB HBM3 has 80.0 GiB, of which judge may use "
+        "24.0 GiB (80% of it less 40.0 GiB in use)")
 
 
 def test_a_benchmark_planned_eager_makes_every_set_when_it_is_laid_out(oracle):
@@ -327,29 +322,31 @@ def test_a_pairs_runners_hold_the_copies_of_one_benchmark_and_reuse_that_memory_
     # cholesky_py on an H100 (2026-11-28): its 15 benchmarks' copies, all in the oracle's areas until the pair closed,
     # helped refuse the round; each runner now builds every benchmark in one allocation of its own, grown as needed
     large, small = BenchmarkBytes(4 * GIB, 4 * GIB, 0, 12 * GIB), BenchmarkBytes(GIB, GIB, 0, 3 * GIB)
-    # one copy of the large input in each runner (8 GiB), its three sets and its calls' needs (48 GiB): the small
-    # benchmark's two copies fit in the same memory
+    # one copy of the large input and its outbox in each runner (16 GiB), its three sets and its calls' needs (40
+    # GiB): the small benchmark's two copies and outbox fit in the same memory
     assert budget.need_of([small, large], [BenchmarkPlan(2, 2), BenchmarkPlan(2, 1)]) == 56 * GIB
     device = DeviceMemory("NVIDIA H100 80GB HBM3", 80 * GIB, 69 * GIB)  # 53 GiB usable
     plan = plan_memory(device, [small, large], ["n=16384", "n=32768"])
     assert plan.benchmarks[1] == BenchmarkPlan(sets=2, copies=2, eager=True)
     assert plan.benchmarks[0].copies >= 2 and not plan.benchmarks[0].eager
-    assert plan.need == 16 * GIB + 12 * GIB + 16 * GIB
+    assert plan.need == 24 * GIB + 12 * GIB + 12 * GIB
 
 
 def test_benchmarks_that_fit_alone_but_not_together_step_down_the_largest_first():
-    # one with a large input (its copies), one with a large output (its calls' needs): each fits alone, not together
+    # one with a large input (its copies and sets), one with a large output (its outbox in each runner, its calls'
+    # needs): each fits alone, not together
     wide, deep = BenchmarkBytes(8 * GIB, 0, 0), BenchmarkBytes(GIB, 8 * GIB, 0)
     assert budget.need_of([wide], [BenchmarkPlan(2, 1)]) == 48 * GIB
     assert budget.need_of([deep], [BenchmarkPlan(2, 1, True)]) == 37 * GIB
-    assert budget.need_of([wide, deep], [BenchmarkPlan(2, 1), BenchmarkPlan(2, 1, True)]) == 51 * GIB
+    assert budget.need_of([wide, deep], [BenchmarkPlan(2, 1), BenchmarkPlan(2, 1, True)]) == 50 * GIB
     with pytest.raises(JudgeError) as refused:
-        plan_memory(DeviceMemory("GPU", 80 * GIB, 66 * GIB), [wide, deep], ["wide", "deep"])  # 50 GiB usable
-    assert str(refused.value) == ("the benchmarks need 51.0 GiB of device memory together to be timed; GPU has 80.0 "
-                                  "GiB, of which judge may use 50.0 GiB")
-    plan = plan_memory(DeviceMemory("GPU", 80 * GIB, 67 * GIB), [wide, deep], ["wide", "deep"])  # 51 GiB usable
-    # the deep one's second copy fits in the memory the wide one's copy takes anyway
-    assert plan.benchmarks == [BenchmarkPlan(2, 1), BenchmarkPlan(2, 2, True)] and plan.need == 51 * GIB
+        plan_memory(DeviceMemory("GPU", 80 * GIB, 65 * GIB), [wide, deep], ["wide", "deep"])  # 49 GiB usable
+    assert str(refused.value) == ("the benchmarks need 50.0 GiB of device memory together to be timed; GPU has 80.0 "
+                                  "GiB, of which judge may use 49.0 GiB")
+    plan = plan_memory(DeviceMemory("GPU", 80 * GIB, 66 * GIB), [wide, deep], ["wide", "deep"])  # 50 GiB usable
+    # the wide one steps down to one copy first and still leaves no room for the deep one's two; the deep one's
+    # sets then grow in the room the wide one's sets take anyway
+    assert plan.benchmarks == [BenchmarkPlan(2, 1), BenchmarkPlan(4, 1)] and plan.need == 50 * GIB
 
 
 class _Mapped:
@@ -428,7 +425,7 @@ class _Round:
         return BenchmarkBytes(4 * GIB, 4 * GIB, 0, 12 * GIB)
 
     def ask(self, op):
-        return {"name": "GPU", "total": 80 * GIB, "free": (44 + 8 * self.closed) * GIB, "cache": 4 * GIB}
+        return {"name": "GPU", "total": 80 * GIB, "free": (48 + 8 * self.closed) * GIB, "cache": 4 * GIB}
 
     def give_back_spares(self):
         if not self.spares:
@@ -440,11 +437,12 @@ class _Round:
 def test_a_plan_the_device_cannot_hold_gives_back_the_spares_before_it_refuses():
     from judge.stages.evaluation import Evaluator
 
-    # 28 GiB usable with the spares, 36 without: the floor (made up front, a copy in each runner) needs 36 GiB
+    # 32 GiB usable with the spares, 40 without: the floor (made up front, a copy and the outbox in each runner) needs
+    # 40 GiB
     spared = _Round(spares=12)
     assert Evaluator.memory_plan(spared).benchmarks == [BenchmarkPlan(sets=2, copies=1, eager=True)]
     assert spared.closed == 1
-    with pytest.raises(JudgeError, match=r"needs 36\.0 GiB .* judge may use 28\.0 GiB"):
+    with pytest.raises(JudgeError, match=r"needs 40\.0 GiB .* judge may use 32\.0 GiB"):
         Evaluator.memory_plan(_Round(spares=0))
 
 

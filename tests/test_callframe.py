@@ -303,3 +303,20 @@ def test_outputs_that_could_run_code_when_read_are_refused_with_their_place_and_
     assert problem(nested) == "output[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0][0] is nested more than 16 deep"
     assert problem([0] * 1024) == "the output has more than 1024 parts"
     assert ran == []
+
+
+def test_an_output_larger_than_the_device_outbox_goes_to_the_host_outbox():
+    """A runner's device outbox holds the reference's output once (judge.boundary.staging.outbox_need); a kernel
+    that returns a wider dtype or a padded layout, which a problem's checker may still accept, has that tensor
+    copied to its host outbox instead of being refused. Here CPU tensors stand in for GPU ones."""
+    prims = callframe.Primitives()
+    values = {**prims.values, "is_cuda": lambda tensor: True}
+    take_here = output_copy.taker(values, prims.objects)
+    device, host = torch.zeros(8192, dtype=torch.uint8), torch.zeros(OUTBOX, dtype=torch.uint8)
+    fits, wider = torch.arange(1024, dtype=torch.float32), torch.arange(1024, dtype=torch.float64)
+    leaves, _, problem, _ = take_here((fits, wider), {"device": (device, 4096), "host": (host, OUTBOX)})
+    assert problem == ""
+    assert json.loads(b"[" + leaves + b"]") == [["device", 0, 0, [1024], [1]], ["host", 3, 0, [1024], [1]]]  # float64
+    assert torch.equal(device[:4096].view(torch.float32), fits) and torch.equal(host[:8192].view(torch.float64), wider)
+    _, _, problem, _ = take_here((wider,), {"device": (device, 4096), "host": (host, 4096)})
+    assert problem == "the output is larger than the outbox judge sized from the reference's outputs"

@@ -22,7 +22,7 @@ between that the kernel could have hooked:
   its read;
 - the output is taken apart without calling anything of the kernel's (exact types; a named tuple's items read
   through tuple's own slots, its class's fields from the class's own namespace, its metaclass exactly `type`): its
-  tensors are copied into the oracle's outbox by C-level tensor methods on plain tensors, its nesting and Python
+  tensors are copied into the runner's outboxes by C-level tensor methods on plain tensors, its nesting and Python
   numbers written into the reply (judge.boundary.exchange's description), and every reply
   says what could have run Python during that copy (torch modes, a kernel registered for the operators it uses,
   threads, hooks the call left) and how much CPU the process's other Python threads spent between the last output's

@@ -1,5 +1,5 @@
-"""GPU memory one process allocates and another maps: a runner's inputs, which the oracle writes in, and the
-oracle's outbox, which runners copy their outputs into.
+"""GPU memory one process allocates and another maps: a runner's inputs, which the oracle writes in, and after them
+in the same allocation the runner's device outbox, which the oracle reads its outputs from.
 
 Which side allocates matters. A kernel that reads its input across rows (a transposing copy, which
 torch.linalg.cholesky_ex makes first) ran 1,000 times slower on memory mapped from another process than on memory

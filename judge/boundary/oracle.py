@@ -39,7 +39,7 @@ class TimingSets:
     bounds: dict[int, list[dict]]  # a timed set's index -> its answer's projection bounds
     slots: list[str]
     projector: Any  # tensors.Projector
-    output: tuple[int, bool]  # the outbox its answers need: bytes, whether on the GPU (staging.outbox_need)
+    output: tuple[int, int]  # the outboxes its answers need: host and device bytes (staging.outbox_need)
 
 
 class Oracle:
@@ -58,9 +58,7 @@ class Oracle:
         self.areas: dict[str, staging.Area] = {}
         self.cases: dict[str, tuple] = {}  # key -> (data, expected) of a correctness case
         self.timing: dict[str, TimingSets] = {}  # a timed benchmark's key -> its sets
-        self.device_outbox: cuda_ipc.Exported | None = None
         self.host_outbox = staging.OUTBOX_MIN_BYTES
-        self.retired: list[cuda_ipc.Exported] = []
         self.kept: dict[str, TimingSets] = {}  # a benchmark's timing sets kept from one pair to the next
         self.flush: cuda_ipc.Exported | None = None  # the L2 flush buffer, written before each GPU-timed call
         self.unchecked: dict[str, tuple] = {}  # key -> (output, answer, inputs) of a case whose check ran out of room
@@ -144,9 +142,7 @@ class Oracle:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
             free, total = torch.cuda.mem_get_info()
-            held = sum(box.nbytes for box in (self.device_outbox, self.flush) if box is not None)
-            return {"name": torch.cuda.get_device_name(), "total": total, "free": free, "held": held,
-                    "cache": RELEASE_ABOVE_BYTES}
+            return {"name": torch.cuda.get_device_name(), "total": total, "free": free, "cache": RELEASE_ABOVE_BYTES}
         return host_memory()
 
     # ---- runners' files and the outboxes --------------------------------------------------------------
@@ -167,32 +163,15 @@ class Oracle:
         problem, where its process handed over none or too little, is that kernel's (staging.RunnerFiles.bind)."""
         return {"problem": self.files[runner].bind(handle)}
 
-    def collect(self) -> None:
-        """Free the device memory retired since the last call: the parent calls this once every runner that
-        mapped it has been closed (memory another process still maps must not be freed)."""
-        for exported in self.retired:
-            exported.free()
-        self.retired = []
-        release_cached()
-
     def _outbox(self, expected) -> dict:
-        """The outboxes' sizes for outputs like `expected`, the shared device outbox grown to fit."""
+        """The outboxes' sizes for outputs like `expected`."""
         return self._outbox_for(staging.outbox_need(expected))
 
-    def _outbox_for(self, need: tuple[int, bool]) -> dict:
-        """The outboxes for outputs of `need` (bytes, whether any is on the GPU): the device outbox grown to fit."""
-        import torch
-
-        nbytes, on_device = need
-        self.host_outbox = max(self.host_outbox, nbytes)
-        if torch.cuda.is_available() and on_device:
-            if self.device_outbox is None or self.device_outbox.nbytes < nbytes:
-                if self.device_outbox is not None:
-                    self.retired.append(self.device_outbox)
-                self.device_outbox = staging.exported_zeroed(nbytes)
-        device = None
-        if self.device_outbox is not None:
-            device = {"handle": self.device_outbox.handle, "bytes": self.device_outbox.nbytes}
+    def _outbox_for(self, need: tuple[int, int]) -> dict:
+        """The outboxes for outputs of `need` (staging.outbox_need): the host file grown to fit, and the bytes of the
+        device outbox each runner keeps after its inputs (staging.plan_for), sized for these outputs."""
+        host, device = need
+        self.host_outbox = max(self.host_outbox, host)
         return {"device": device, "host": self.host_outbox}
 
     # ---- correctness ----------------------------------------------------------------------------------
@@ -229,7 +208,7 @@ class Oracle:
         try:
             if structure is None:
                 return failed("no output was handed over")
-            got = staging.output(leaves, structure, self.files.get(runner), self.device_outbox, like=expected)
+            got = staging.output(leaves, structure, self.files.get(runner), like=expected)
         except exchange.ExchangeError as error:
             return failed(str(error))
         finally:
@@ -378,8 +357,7 @@ class Oracle:
         problem's checker decides, the checker on that set (compare.checked_instead)."""
         want = self._bounds(key, verify["set"])
         try:
-            got = staging.output(verify["leaves"], verify.get("structure"), self.files.get(verify["runner"]),
-                                 self.device_outbox)
+            got = staging.output(verify["leaves"], verify.get("structure"), self.files.get(verify["runner"]))
         except exchange.ExchangeError as error:
             return str(error)
         made = self.timing[key]
@@ -390,7 +368,7 @@ class Oracle:
         return problem
 
     def release(self, key: str) -> None:
-        """Forget a benchmark's sets (unless kept); its device memory is freed at the next `collect`."""
+        """Forget a benchmark's sets (unless kept): torch frees them as their last reference goes."""
         self._retire(key)
         self.timing.pop(key, None)
 

@@ -1,5 +1,7 @@
-"""The call frame's copy of a kernel's output into the oracle's outbox (judge.boundary.callframe): the output taken
-apart without calling anything of the kernel's, and its description written for the reply.
+"""The call frame's copy of a kernel's output into the runner's outboxes (judge.boundary.callframe): the output taken
+apart without calling anything of the kernel's, and its description written for the reply. A GPU tensor goes to the
+device outbox, which holds the reference's output once; one that does not fit there (a wider dtype, padding) goes to
+the host outbox, which holds it twice (judge.boundary.staging.OUTBOX_FACTOR).
 
 `taker` runs when the frame is entered, before the kernel's first call, and returns the closure `take` over
 primitives bound then; `take` runs right after each call, inside the frame, and reads no global. It is one function
@@ -175,6 +177,10 @@ def taker(v: dict, o: dict):
             area = "device" if is_cuda(leaf) else "host"
             raw, capacity = outboxes[area]
             offset = ends[area]
+            if area == "device" and offset + nbytes > capacity:  # past the reference's bytes: the host outbox's
+                area = "host"
+                raw, capacity = outboxes[area]
+                offset = ends[area]
             if offset + nbytes > capacity:
                 return b"", b"null", "the output is larger than the outbox judge sized from the reference's outputs", 0
             if nbytes:

@@ -52,7 +52,6 @@ class Runner:
         sys.path[:] = [workspace] + [p for p in sys.path if p not in ("", workspace)]
         self.kernel = None
         self.channel: tuple[int, int] | None = None  # the command and reply pipes (judge.sandbox.child sets them)
-        self.device_maps: dict[str, cuda_ipc.Imported] = {}
         self.inputs: cuda_ipc.Exported | None = None  # the device memory its inputs live in, its own, grown as needed
         self.host_maps: dict[str, exchange.MappedFile] = {}
         self.stretch: dict[str, Any] = {}
@@ -84,9 +83,9 @@ class Runner:
 
     def build(self, plan: dict) -> dict:
         """Build each copy of `plan` (judge.boundary.oracle's: the skeleton, each copy's layouts, the host area and the
-        outboxes) in memory this process holds: its own device memory for the device part (allocated here and
-        exported, `device` in the reply: the oracle maps it and writes the inputs in) and its host file, mapped. The
-        next `calls` stretch calls the kernel on them."""
+        outboxes) in memory this process holds: its own device memory for the device part and, after it, the device
+        outbox (allocated here and exported, `device` in the reply: the oracle maps it, writes the inputs in and reads
+        the outputs out) and its host files, mapped. The next `calls` stretch calls the kernel on them."""
         self.stretch = {}
         if self.cuda:  # the last benchmark's cached outputs, which a larger benchmark cannot reuse, go back first
             self.torch.cuda.empty_cache()
@@ -103,10 +102,9 @@ class Runner:
             views.append(exchange.build(plan["skeleton"], tensors))
         outboxes = {}
         box = plan["outbox"]
-        if box.get("device"):
-            mapped = self._device(box["device"]["handle"])
-            capacity = box["device"]["bytes"]
-            outboxes["device"] = (cuda_ipc.view(mapped.pointer, _raw(capacity)), capacity)
+        if box.get("device") and self.inputs is not None:  # the tail of its own device memory (staging.plan_for)
+            at, capacity = box["device"]["offset"], box["device"]["bytes"]
+            outboxes["device"] = (cuda_ipc.view(self.inputs.pointer, _raw(capacity, at)), capacity)
         else:
             outboxes["device"] = (None, 0)
         host_box = self._host(box["host"]["path"], box["host"]["bytes"])
@@ -120,11 +118,6 @@ class Runner:
                 raise exchange.ExchangeError("a device tensor without a device area")
             return cuda_ipc.view(self.inputs.pointer, layout)
         return self._host(host["path"], host["bytes"]).view(layout)
-
-    def _device(self, handle: str) -> cuda_ipc.Imported:
-        if handle not in self.device_maps:
-            self.device_maps[handle] = cuda_ipc.Imported(handle)
-        return self.device_maps[handle]
 
     def _host(self, path: str, nbytes: int) -> exchange.MappedFile:
         mapped = self.host_maps.get(path)
@@ -216,8 +209,8 @@ class Runner:
         return sorted(rates)[1]
 
 
-def _raw(nbytes: int) -> dict:
-    return {"area": "device", "offset": 0, "dtype": "uint8", "shape": [nbytes], "stride": [1]}
+def _raw(nbytes: int, offset: int = 0) -> dict:
+    return {"area": "device", "offset": offset, "dtype": "uint8", "shape": [nbytes], "stride": [1]}
 
 
 def _error_line(error: BaseException) -> str:

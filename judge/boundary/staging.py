@@ -6,9 +6,10 @@ each runner's own file; its device part in each runner's own device memory, whic
 builds the area and the oracle maps (`RunnerFiles.bind`): a kernel reads its inputs from memory of its own process,
 as it would in GPU MODE's eval.py (judge.boundary.cuda_ipc says what reading mapped memory cost). Before a call the
 oracle writes one input set into the copy the call takes, in the memory of the runner that calls, fills its
-floating output slots with NaN, empties the outbox and, on the GPU timing path, writes its own buffer that empties
-L2; after a call it reads the outbox (zeroing what it read). No runner maps another runner's inputs, so nothing a
-kernel leaves in its own reaches the other kernel of its pair.
+floating output slots with NaN and, on the GPU timing path, writes its own buffer that empties L2; after a call it
+reads that runner's outboxes (its host file, and on a GPU the tail of its device memory), zeroing what it read. No
+runner maps another runner's memory or files, so nothing a kernel leaves in its own reaches the other kernel of its
+pair.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from typing import Any
 
 from . import callframe, cuda_ipc, exchange, output_copy, tensors
 
-# An output may take this many times the reference's bytes (a wider dtype, padding) before it is refused. It was
-# 4: for a 4 GiB output that is a 16 GiB outbox, which helped the oracle run out of an 80 GB H100's memory.
+# An output may take this many times the reference's bytes (a wider dtype, padding) before it is refused: the size
+# of a runner's host outbox. It was 4: for a 4 GiB output that is a 16 GiB outbox, which helped the oracle run out of
+# an 80 GB H100's memory. A runner's device outbox holds the reference's bytes once; a larger output's tensors go to
+# the host outbox instead (judge.boundary.output_copy), so that the pair's two device outboxes hold what the
+# oracle's one shared outbox held before, twice the output.
 OUTBOX_FACTOR = 2
 OUTBOX_MIN_BYTES = 1 << 20
 
@@ -35,6 +39,8 @@ class RunnerFiles:
     device: cuda_ipc.Imported | None = None
     device_handle: str = ""
     device_wanted: int = 0  # the bytes the last plan asked the runner to have
+    outbox_at: int = 0  # where in that memory the last plan put the runner's device outbox
+    outbox_bytes: int = 0  # and its size (0: outputs go to the host file alone)
 
     def want_device(self, nbytes: int) -> None:
         """The runner is asked for `nbytes` of device memory: a smaller one mapped here is let go first, so that the
@@ -126,15 +132,22 @@ def tensors_of(data) -> list:
 
 def plan_for(area: Area, files: RunnerFiles, outbox: dict) -> dict:
     """What a runner's `build` is sent: the skeleton, the layouts, where the host part and the outboxes are, and how
-    much device memory the runner must have for the device part (its reply's handle then goes to `files.bind`)."""
+    much device memory the runner must have for the device part and its device outbox, which follows the inputs in
+    the same memory (its reply's handle then goes to `files.bind`). A runner's outbox is its own: no other runner
+    maps it, so what a kernel leaves there reaches no rival, and the oracle zeroes only the spans it reads."""
     files.inbox.reserve(area.host_bytes)
-    files.want_device(area.device_bytes)
-    device = {"bytes": area.device_bytes} if area.device_bytes else None
+    device_out = outbox.get("device") or 0
+    at = exchange.aligned(area.device_bytes)
+    total = at + device_out if device_out else area.device_bytes
+    files.want_device(total)
+    files.outbox_at, files.outbox_bytes = (at, device_out) if device_out else (0, 0)
+    device = {"bytes": total} if total else None
     host_out = outbox["host"]
     files.outbox.reserve(host_out)
     return {"skeleton": area.skeleton, "copies": area.copies, "device": device,
             "host": {"path": str(files.inbox.path), "bytes": area.host_bytes},
-            "outbox": {"device": outbox.get("device"), "host": {"path": str(files.outbox.path), "bytes": host_out}}}
+            "outbox": {"device": {"offset": at, "bytes": device_out} if device_out else None,
+                       "host": {"path": str(files.outbox.path), "bytes": host_out}}}
 
 
 def stage(area: Area, name: Any, copy: int, files: list[RunnerFiles], flush: bool) -> None:
@@ -161,18 +174,11 @@ def _zero(exported: cuda_ipc.Exported) -> None:
     cuda_ipc.view(exported.pointer, {"offset": 0, "dtype": "uint8", "shape": [exported.nbytes], "stride": [1]}).zero_()
 
 
-def received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exported | None) -> list:
+def received(leaves: Any, files: RunnerFiles | None) -> list:
     """The output a runner said it copied into its outboxes (judge.boundary.callframe's leaves), read here and checked to
-    stay inside them, and zeroed there once read; what is read is judged as it is. The device outbox, which every
-    runner maps, is zeroed whole, read or not: nothing a kernel wrote there reaches the next runner."""
-    try:
-        return _received(leaves, files, device_outbox)
-    finally:
-        if device_outbox is not None:
-            _zero(device_outbox)
-
-
-def _received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exported | None) -> list:
+    stay inside them, and each span read zeroed there at once; what is read is judged as it is. Both outboxes are
+    the runner's alone (its host file, and on a GPU the tail of its own device memory), so nothing it leaves
+    elsewhere in them reaches another runner."""
     if not isinstance(leaves, list) or len(leaves) > output_copy.MAX_LEAVES:
         raise exchange.ExchangeError("the kernel's process described its output in a way judge does not write")
     out = []
@@ -184,10 +190,12 @@ def _received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Ex
                   "stride": leaf[4]}
         nbytes = exchange.span(layout["shape"], layout["stride"], exchange.itemsize(layout["dtype"]))
         if leaf[0] == exchange.DEVICE:
-            if device_outbox is None:
+            if files is None or files.device is None or not files.outbox_bytes:
                 raise exchange.ExchangeError("a device output without a device outbox")
-            exchange.check_layout(layout, device_outbox.nbytes)
-            out.append(cuda_ipc.view(device_outbox.pointer, layout).clone())
+            exchange.check_layout(layout, files.outbox_bytes)
+            start = files.outbox_at + layout["offset"]
+            out.append(cuda_ipc.view(files.device.pointer, {**layout, "offset": start}).clone())
+            cuda_ipc.view(files.device.pointer, _raw_span(start, nbytes)).zero_()
         else:
             exchange.check_layout(layout, files.outbox.nbytes)
             out.append(files.outbox.read(layout))
@@ -195,32 +203,32 @@ def _received(leaves: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Ex
     return out
 
 
-def output(leaves: Any, structure: Any, files: RunnerFiles | None, device_outbox: cuda_ipc.Exported | None,
-           like: Any = None) -> Any:
+def _raw_span(offset: int, nbytes: int) -> dict:
+    return {"area": exchange.DEVICE, "offset": offset, "dtype": "uint8", "shape": [nbytes], "stride": [1]}
+
+
+def output(leaves: Any, structure: Any, files: RunnerFiles | None, like: Any = None) -> Any:
     """The output a runner handed over, rebuilt with the nesting it described (judge.boundary.exchange's
     build_output, named tuples as `like`'s classes where their fields match): its tensors read from the outboxes
     (`received`) and moved to the device of `like`'s tensors, where the reference computed its answer."""
     import torch
 
-    got = received(leaves, files, device_outbox)
+    got = received(leaves, files)
     device = next((t.device for _, t in tensors.leaves(like) if isinstance(t, torch.Tensor)), None)
     if device is not None:
         got = [t.to(device) for t in got]
     return exchange.build_output(structure, got, like)
 
 
-def outbox_bytes(expected) -> int:
-    """How much an outbox holds for outputs like `expected`: OUTBOX_FACTOR times their aligned spans."""
+def outbox_need(expected) -> tuple[int, int]:
+    """What a runner's outboxes need for outputs like `expected`: the host file's bytes (OUTBOX_FACTOR times their
+    aligned spans, at least OUTBOX_MIN_BYTES) and the device outbox's (the aligned spans of those on the GPU, once)."""
     import torch
 
-    total = sum(exchange.aligned(exchange.span(list(t.shape), list(t.stride()), t.element_size()))
-                for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor))
-    return max(OUTBOX_MIN_BYTES, OUTBOX_FACTOR * total)
-
-
-def outbox_need(expected) -> tuple[int, bool]:
-    """What an outbox needs for outputs like `expected`: its bytes, and whether any output is on the GPU."""
-    return outbox_bytes(expected), any(getattr(t, "is_cuda", False) for _, t in tensors.leaves(expected))
+    spans = [(exchange.aligned(exchange.span(list(t.shape), list(t.stride()), t.element_size())), t.is_cuda)
+             for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor)]
+    host = max(OUTBOX_MIN_BYTES, OUTBOX_FACTOR * sum(n for n, _ in spans))
+    return host, sum(n for n, on_device in spans if on_device)
 
 
 def open_files(directory: str, owner: int | None = None) -> RunnerFiles:

@@ -24,7 +24,7 @@ from time import perf_counter as _clock  # CLOCK_MONOTONIC on Linux: the parent'
 # The exit code of a child whose reply channel was swapped in its own process (judge.sandbox.worker reads it).
 REPLY_TAMPERED_EXIT = 86
 RUNNER_OPS = {"load", "build", "warm_up", "calls", "audit", "profile"}
-ORACLE_OPS = {"plan", "memory", "attach", "detach", "bind", "collect", "case", "stage", "verify_case", "check_again",
+ORACLE_OPS = {"plan", "memory", "attach", "detach", "bind", "case", "stage", "verify_case", "check_again",
               "benchmark", "turn", "release", "facts"}
 CALL_OPS = {"run"}
 ERROR_CHARS = 2000

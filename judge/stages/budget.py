@@ -1,7 +1,7 @@
 """What a round's timing may hold of the device, and how it is spent.
 
-Each benchmark's timing needs its input sets (kept by the oracle), the copies the timed calls run on, the
-reference's answers, the outboxes and the two runners' own working memory. judge sizes all of it from what the
+Each benchmark's timing needs its input sets (kept by the oracle), the copies the timed calls run on and the
+outboxes (both in each runner's own memory), the reference's answers and the two runners' own working memory. judge sizes all of it from what the
 oracle measured of the benchmark (its input and output bytes, the reference's working memory beyond them) and what
 the device had free when timing began, so that judge's processes together never hold more than ROUND_SHARE of the
 device: a benchmark's sets and copies start at their minimum and grow while the round stays inside that share. A
@@ -17,7 +17,6 @@ import re
 from dataclasses import dataclass
 
 from ..boundary.memory import ran_out  # noqa: F401 (the stages ask budget.ran_out)
-from ..boundary.staging import OUTBOX_FACTOR
 from ..errors import JudgeError
 
 # Of the device's total memory, what judge's processes (oracle, runners, spares) may hold together.
@@ -42,13 +41,12 @@ class DeviceMemory:
     name: str
     total: int
     free: int
-    held: int = 0  # of what is in use, what the plan counts itself (the oracle's outbox): not taken off twice
     cache: int = 0  # what each of judge's processes may keep cached beside its plan (torch's on a GPU)
 
     @property
     def in_use(self) -> int:
-        """What others hold (judge's spares and prebound runners among them), the plan's own holdings left out."""
-        return max(0, self.total - self.free - self.held)
+        """What others hold: judge's spares and prebound runners, and the oracle's L2 flush buffer, among them."""
+        return max(0, self.total - self.free)
 
     @property
     def usable(self) -> int:
@@ -69,8 +67,13 @@ class BenchmarkBytes:
 
     def fixed(self) -> int:
         """What timing this benchmark holds whatever its sets and copies: one more input (the set an answer is
-        computed on), the outboxes, and output, working memory and weights in each of its holders."""
-        return self.input + OUTBOX_FACTOR * self.output + HOLDERS * (self.output + self.work + self.weights)
+        computed on), and output, working memory and weights in each of its holders."""
+        return self.input + HOLDERS * (self.output + self.work + self.weights)
+
+    def area(self, copies: int) -> int:
+        """What a runner allocates for this benchmark: its copies of the input and its device outbox after them, which
+        holds the output once (judge.boundary.staging)."""
+        return copies * self.input + self.output
 
     def answering(self) -> int:
         """What the oracle takes to answer a set: a copy of its input, the answer and the reference's working
@@ -80,11 +83,11 @@ class BenchmarkBytes:
     def peak(self, eager: bool) -> int:
         """The fixed needs and the making of an input: made as a set is first used (while the runners hold their
         outputs) the two add up. Made and answered before the runners run the benchmark (`eager`), the largest of
-        the making, the answering, and the calls: the outboxes and the runners' outputs, working memory and weights,
-        and the weights the oracle checks their outputs with."""
+        the making, the answering, and the calls: the runners' outputs, working memory and weights, and the weights
+        the oracle checks their outputs with."""
         if not eager:
             return self.fixed() + self.making
-        calls = OUTBOX_FACTOR * self.output + (HOLDERS - 1) * (self.output + self.work + self.weights) + self.weights
+        calls = (HOLDERS - 1) * (self.output + self.work + self.weights) + self.weights
         return max(calls, self.making, self.answering())
 
 
@@ -123,12 +126,12 @@ def gib(nbytes: int) -> str:
 
 
 def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool | tuple[bool, ...] = False) -> int:
-    """The peak bytes of a plan: each of the pair's runners holds the copies of the largest benchmark it has built
-    (its memory for inputs grows, and is reused for smaller ones), while one benchmark at a time holds its fixed
+    """The peak bytes of a plan: each of the pair's runners holds the copies and outbox of the largest benchmark it
+    has built (its memory grows, and is reused for smaller ones), while one benchmark at a time holds its fixed
     needs and its sets and warm-up set; a benchmark whose sets are `kept` (all, or per benchmark) from one pair to the
     next holds them all round."""
     keep = _per_benchmark(kept, len(sizes))
-    areas = COPY_HOLDERS * max((p.copies * s.input for s, p in zip(sizes, plans)), default=0)
+    areas = COPY_HOLDERS * max((s.area(p.copies) for s, p in zip(sizes, plans)), default=0)
     sets = [(p.sets + 1) * s.input for s, p in zip(sizes, plans)]
     held = sum(n for n, k in zip(sets, keep) if k)
     peaks = [s.peak(p.eager) + (0 if k else n) for s, p, n, k in zip(sizes, plans, sets, keep)]
@@ -221,8 +224,8 @@ def _cannot_fit(index: int, label: str, size: BenchmarkBytes, device: DeviceMemo
     need = need_of([size], [FLOORS[-1]])
     return JudgeError(
         f"benchmark {index} ({label}) needs {gib(need)} of device memory to be timed ({MIN_SETS} input sets of its "
-        f"{gib(size.input)} input and a copy in each of the pair's {COPY_HOLDERS} runners, its {gib(size.output)} "
-        f"output in {HOLDERS} processes, {gib(size.work)} of "
+        f"{gib(size.input)} input, a copy and an outbox in each of the pair's {COPY_HOLDERS} runners, its "
+        f"{gib(size.output)} output in {HOLDERS} processes, {gib(size.work)} of "
         f"working memory in each{f', {gib(size.making)} to make an input before them' if size.making else ''}); "
         f"{device.name} has {gib(device.total)}, of which judge may use {may_use}")
 

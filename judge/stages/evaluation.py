@@ -285,11 +285,6 @@ class Evaluator(RoundSeeds):
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def collect(self) -> None:
-        """Free the oracle's retired device memory: every runner that mapped it has been closed."""
-        if self._oracle is not None:
-            self.ask("collect")
-
     def exchange_dir(self) -> Path:
         return places.exchange_dir(self.root)
 

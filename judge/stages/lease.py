@@ -1,6 +1,6 @@
 """The runners one use of them takes from a round's evaluator (a correctness stage's one, a timed pair's two):
 acquired from its spares, its prebound runners or a cold start (judge.stages.evaluation.Evaluator), and released
-together, the oracle's retired device memory collected once none of them maps it. The stages that run kernels
+together. The stages that run kernels
 take and give back runners only through a lease, so none is left running, whichever way a stage ends."""
 
 from __future__ import annotations
@@ -34,11 +34,10 @@ class RunnerLease:
 
     def release(self, wait: bool = False) -> None:
         """End every runner held (its files dropped at the oracle; `wait`: until each has exited, so that its device
-        memory is free), then free the oracle's retired memory."""
+        memory is free)."""
         held, self.held = self.held, []
         for worker in held:
             self.evaluator.close_runner(worker, wait)
-        self.evaluator.collect()
 
     def __enter__(self) -> RunnerLease:
         return self
