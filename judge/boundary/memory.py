@@ -20,6 +20,18 @@ def release(always: bool = False) -> None:
         torch.cuda.empty_cache()
 
 
+def working_memory(allocated_before: int, reserved_before: int, output_bytes: int) -> int:
+    """A call's working memory beyond its output, from torch's counters reset before it: the most torch reserved
+    for it, not only what its tensors held at their peak. Blocks of many sizes leave gaps the allocator cannot reuse,
+    and a process holds what is reserved: trimul's seqlen-1024 runners held 25 GiB each on an H200 (2026-11-29),
+    far past what the plan had counted from the tensors' peak."""
+    import torch
+
+    allocated = torch.cuda.max_memory_allocated() - allocated_before
+    reserved = torch.cuda.max_memory_reserved() - reserved_before
+    return max(0, max(allocated, reserved) - output_bytes)
+
+
 def ran_out(error: BaseException | str) -> bool:
     """Whether a failure was the device running out of memory (torch's OutOfMemoryError, CUDA's out-of-memory
     error, in the oracle or a runner): room that judge's processes and a pair's runners share, not the reference's

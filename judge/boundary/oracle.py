@@ -18,7 +18,7 @@ from typing import Any
 from . import cuda_ipc, exchange, staging, tensors
 from .compare import checked_instead, checker_decides, compare_outputs, failed
 from .kept_inputs import KeptInputs, host_budget
-from .memory import RELEASE_ABOVE_BYTES, ran_out, release as release_cached, without_graph
+from .memory import RELEASE_ABOVE_BYTES, ran_out, release as release_cached, without_graph, working_memory
 from ..machine import facts_here, host_memory
 
 # Shown mismatches when the target sets no tolerance (its check_implementation then decides alone).
@@ -120,16 +120,17 @@ class Oracle:
         if cuda:  # what making an input takes beyond it (cholesky_py's n=32768: a product and its transpose)
             making = torch.cuda.max_memory_allocated() - start - input_bytes
         after = tensors.clone_data(data)
-        if cuda:
+        if cuda:  # from an empty cache, as a runner's first call of a benchmark has it (Runner.build)
+            release_cached(always=True)
             torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
+            before, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
         # with autograd as a kernel's own call has it: the runners' working memory is estimated from this peak
         expected = tensors.detached(self.reference.ref_kernel(after))
         tensors.sync()
         outputs = [t for _, t in tensors.leaves(expected) if isinstance(t, torch.Tensor)]
         output_bytes = sum(t.numel() * t.element_size() for t in outputs)
         # Without a device's allocator to ask (a CPU target), the working memory is taken as the output's size.
-        work = max(0, torch.cuda.max_memory_allocated() - before - output_bytes) if cuda else output_bytes
+        work = working_memory(before, reserved, output_bytes) if cuda else output_bytes
         return {"slots": tensors.output_slots(data, after, expected), "shapes": [list(t.shape) for t in outputs],
                 "input_bytes": input_bytes, "output_bytes": output_bytes, "work_bytes": work,
                 "making_bytes": max(0, making) if cuda else 0, "making_s": round(making_s, 4)}
