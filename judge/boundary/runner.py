@@ -25,6 +25,7 @@ WARMUP_S = 0.005
 # up for ten seconds a runner and benchmark.
 WARMUP_MAX_S = 0.3
 LONG_CALL_US = 50_000
+LAUNCH_SAMPLES = 4
 # The GPU clock's spin: this many times the typical launch (the median of the warm-up samples), plus a margin.
 # Sized from the slowest sample it ran up to 1.7 ms after one host hiccup in a warm-up on an H100, and
 # benchmarks timed behind such spins came out 8-18% off.
@@ -144,16 +145,17 @@ class Runner:
         # the first call may have compiled or loaded the kernel: the duration is the typical later one
         later = sorted(durations[1:])
         call_us = later[len(later) // 2] * 1e6
-        if call_us > LONG_CALL_US:  # the warm-up's own launches: the spin is at its cap for these anyway
-            host = launches[1:]
-        else:
-            host = [self._launch_time(datas[i % len(datas)]) for i in range(4)]
+        # The spin is sized from launches after the first: the warm-up's own last LAUNCH_SAMPLES where it made them
+        # (a call of 44 ms made four more, 0.18 s a runner and benchmark in every pair), else that many more calls.
+        host = launches[1:][-LAUNCH_SAMPLES:]
+        if call_us <= LONG_CALL_US and len(host) < LAUNCH_SAMPLES:  # past it, the spin is at its cap anyway
+            more = [self._launch_time(datas[i % len(datas)]) for i in range(LAUNCH_SAMPLES - len(host))]
+            host, calls = host + more, calls + len(more)
         rate = self._spin_rate() if self.cuda else 0.0
         # Libraries start their pools in a kernel's first calls (torch.compile's compile workers): the threads
         # alive now are the count a timed call must not raise. A thread that runs the kernel's own code is found
         # on every call whenever it started (judge.boundary.callframe).
         self.threads_before = len(sys._current_frames())
-        calls += 0 if call_us > LONG_CALL_US else len(host)
         return {"host_us": host, "calls": calls, "call_us": round(call_us, 2), "cycles_per_us": round(rate, 3),
                 "threads": self.threads_before}
 
