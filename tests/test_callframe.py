@@ -51,6 +51,24 @@ def test_an_error_in_judge_s_copy_of_the_output_is_the_kernel_s_crash_not_a_forg
                                      "(test 0 (size=127), first call (seed "), result.summary
 
 
+def test_a_call_s_output_and_its_working_memory_are_freed_when_its_stretch_ends(tmp_path):
+    """The frame's count of threads took sys._current_frames(), whose own frame held that dict: a cycle through
+    the frames kept the last call's output (and an autograd graph hanging on it) alive after its stretch, until a
+    collection ran. trimul's runner so held 38.5 GiB of an H200 while the oracle checked its output, which ran out
+    of room (2026-11-29). Here the kernel turns collections off, so only reference counts free anything."""
+    target = load_target(FIXTURE)
+    target.arch = "cpu"
+    target.tests = target.tests[:2]
+    kernel = ("import gc, weakref\n\ngc.disable()\n_last = []\n\ndef custom_kernel(data):\n"
+              "    if _last and _last[0]() is not None:\n"
+              "        raise RuntimeError('the last call left its output alive')\n"
+              "    out = _rt_base(data)\n    _last[:] = [weakref.ref(out)]\n    return out\n")
+    workspace = target.assemble(tmp_path / "k", BASE + "\n\n_rt_base = custom_kernel\n\n" + kernel)
+    with Evaluator(target, tmp_path / "round", secret=5) as evaluator:
+        result = check(evaluator, workspace, nonce=0)
+    assert result.status == "passed", result.summary
+
+
 def test_a_thread_a_correctness_call_starts_is_a_library_pool_not_tampering(tmp_path):
     """torch.compile starts its compile workers in a shape's first call: on a correctness call that is honest."""
     result = judged(tmp_path, "import threading, time\n\ndef custom_kernel(data):\n"
