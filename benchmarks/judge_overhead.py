@@ -58,6 +58,8 @@ def main() -> None:
     parser.add_argument("--target", type=Path, default=ROOT / "kernels" / "vecadd_cpu")
     parser.add_argument("--candidates", type=int, default=3)
     parser.add_argument("--budget-s", type=float, default=None, help="timing budget per candidate")
+    parser.add_argument("--spares", choices=("both", "importing", "forked"), default="both",
+                        help="which spares to run the round with (both: one round each)")
     args = parser.parse_args()
     target = load_target(args.target)
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, target {target.name}, "
@@ -65,7 +67,7 @@ def main() -> None:
     print("| spares | correctness | timing | of which measuring | per candidate |")
     print("|---|---|---|---|---|")
     tallies = {}
-    for forked in (False, True):
+    for forked in {"both": (False, True), "importing": (False,), "forked": (True,)}[args.spares]:
         rows = one_round(target, Path(tempfile.mkdtemp(prefix="judge-overhead-")), args.candidates, forked,
                          args.budget_s)
         tallies[forked] = dict(worker_module.COMMAND_SECONDS)
