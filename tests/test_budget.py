@@ -201,6 +201,17 @@ def test_a_pair_of_long_calls_takes_the_repetitions_it_was_given_and_first_uses_
     assert pair.used == {0, 1, 2, 3}
 
 
+def test_sets_grow_only_where_making_one_is_quick():
+    """A set more is made again in every pair (or once a round, where kept): trimul's seqlen-768 Cauchy inputs take
+    2.9 s each on an H200, and eight of them cost 22.6 s of every pair (2026-11-29). Two sets still give the replay
+    check first uses to compare."""
+    quick, slow = BenchmarkBytes(16 << 20, 16 << 20, making_s=0.01), BenchmarkBytes(16 << 20, 16 << 20, making_s=2.9)
+    plan = plan_memory(H100, [quick, slow], ["quick", "slow"])
+    assert plan.benchmarks == [BenchmarkPlan(sets=8, copies=8), BenchmarkPlan(sets=budget.MIN_SETS, copies=8)]
+    kept = budget.plan_round(H100, [quick, slow], ["quick", "slow"], keep=True)
+    assert kept.kept == (True, True) and kept.benchmarks[1].sets == budget.MIN_SETS
+
+
 def test_an_input_too_large_for_two_copies_gets_one():
     # GPU MODE's linalg/cholesky_py n=32768: a 4 GiB input and output; two copies in each of the pair's runners (16
     # GiB) would not fit beside the rest (64 GiB in all, 58 usable), one in each does (56 GiB)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..boundary.kept_inputs import MIN_MAKING_S
 from ..boundary.memory import ran_out  # noqa: F401 (the stages ask budget.ran_out)
 from ..errors import JudgeError
 
@@ -147,7 +148,8 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
     """Sets and copies per benchmark within `device.usable`: each at its floor (_floors), then grown in turn
     (copies, then sets, smallest benchmarks first) up to their caps while the plan leaves each of its HOLDERS the
     cache it may keep (growth_room: growth only buys time and averaging; cholesky_py's round, grown to the last
-    byte, ran an H100 out). Raises JudgeError naming the first benchmark that cannot fit at its minimum, or the sum
+    byte, ran an H100 out). Sets grow only where making one is quick (under MIN_MAKING_S): trimul's seqlen-768 Cauchy
+    inputs take 2.9 s each on an H200, and grown to eight sets they cost 22.6 s of every pair (2026-11-29). Raises JudgeError naming the first benchmark that cannot fit at its minimum, or the sum
     where they cannot fit together."""
     plans = _floors(device, sizes, labels, kept)
     room = growth_room(device)
@@ -162,6 +164,8 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
                     continue
                 if field == "sets" and plans[i].eager:
                     continue  # made up front, a set a kernel never runs on would cost its making anyway
+                if field == "sets" and sizes[i].making_s >= MIN_MAKING_S:
+                    continue  # each set more is made again in every pair, or once a round where kept: seconds each
                 trial = list(plans)
                 trial[i] = BenchmarkPlan(**{**plans[i].__dict__, field: current + 1})
                 if need_of(sizes, trial, kept) <= room:
