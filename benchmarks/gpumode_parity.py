@@ -23,6 +23,10 @@ with a line that says so.
 
     PYTHONPATH=$PWD python benchmarks/gpumode_parity.py --root .gpumode/problems --problems 'pmpp_v2/*' \
         [--limit-s 240] [--budget-s 510] [--eval-modes leaderboard,benchmark] [--all-benchmarks] [--dry-run]
+        [--as-card-mib 81559]
+
+--as-card-mib judges as on a smaller card (an 80 GB H100's 81,559 MiB on an H200): a ballast process holds 80% of
+the memory past it, so that judge's plan is that card's, and every peak is read less the ballast, against that size.
 
 --dry-run needs no GPU: it builds the proposals and the eval.py directories and commands, and has `judge submit`
 accept every proposal (which loads the target and applies each patch to its base). Not a test: it prints numbers
@@ -363,8 +367,19 @@ class GpuMemory:
             except (OSError, subprocess.TimeoutExpired):
                 pass
 
+    def as_card(self, card_mib: float, ballast_mib: float) -> None:
+        """From now on read as a card of `card_mib`: the used memory less the ballast's `ballast_mib` (--as-card-mib)."""
+        self.card_mib, self.ballast_mib = card_mib, ballast_mib
+        self.name = f"{self.name} as a card of {card_mib:,.0f} MiB (a ballast of {ballast_mib:,.0f} MiB beside it)"
+
     def read(self) -> Optional[tuple[float, float]]:
-        """(used, total) in MiB, or None."""
+        """(used, total) in MiB, or None; on an emulated card (as_card), its share of them."""
+        reading = self._read()
+        if reading is None or getattr(self, "card_mib", None) is None:
+            return reading
+        return max(0.0, reading[0] - self.ballast_mib), self.card_mib
+
+    def _read(self) -> Optional[tuple[float, float]]:
         if self.how == "nvml":
             memory = _NvmlMemory()
             if self._lib.nvmlDeviceGetMemoryInfo(self._handle, ctypes.byref(memory)) == 0:
@@ -376,6 +391,49 @@ class GpuMemory:
             used, total = (float(x) for x in out.stdout.strip().split(","))
             return used, total
         return None
+
+
+# Of a card's memory, what judge's plan may use (judge.stages.budget.ROUND_SHARE): a ballast of this share of the
+# memory past a smaller card leaves judge's plan what it would have on that card.
+PLAN_SHARE = 0.8
+BALLAST = """
+import sys, torch
+x = torch.empty(int(sys.argv[1]), dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def ballast_bytes(total_mib: float, card_mib: float) -> int:
+    """What the ballast allocates so that judge's plan on a card of `total_mib` is the plan on one of `card_mib`:
+    PLAN_SHARE of the difference (judge takes PLAN_SHARE of the total less what others hold)."""
+    return int(PLAN_SHARE * (total_mib - card_mib) * 2**20)
+
+
+@contextlib.contextmanager
+def emulated_card(memory: "GpuMemory", card_mib: Optional[float]):
+    """A process holding ballast_bytes on the GPU while the block runs, `memory` read as the smaller card meanwhile
+    (its used memory less what the ballast's process holds, context included). A GPU MODE problem's 80 GB H100
+    measured on an H200: 2026-11-29, docs/judge_performance.md. The larger card's physical room stays: a round that
+    would run the smaller one out of memory may not run out here (its peak says so), and what judge refuses before
+    the base's check, from the card's total, is still the larger card's."""
+    reading = memory.read() if memory.how != "none" else None
+    if card_mib is None or reading is None:
+        yield
+        return
+    if card_mib >= reading[1]:
+        raise SystemExit(f"--as-card-mib {card_mib:.0f}: the GPU has {reading[1]:,.0f} MiB, no more than that")
+    ballast = subprocess.Popen([sys.executable, "-c", BALLAST, str(ballast_bytes(reading[1], card_mib))],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        if ballast.stdout.readline().strip() != "ready":
+            raise SystemExit("--as-card-mib: the ballast process could not allocate its memory")
+        memory.as_card(card_mib, memory.read()[0] - reading[0])
+        yield
+    finally:
+        ballast.stdin.close()
+        ballast.wait(timeout=60)
 
 
 class PeakSampler:
@@ -873,6 +931,10 @@ def parse_args(argv: Optional[list[str]] = None):
     parser.add_argument("--copies", type=int, default=1, help="identical copies of submission.py judge judges")
     parser.add_argument("--timing-budget", type=float, help="judge run --timing-budget")
     parser.add_argument("--gpu", type=int, default=0, help="the GPU whose memory is sampled (NVML index)")
+    parser.add_argument("--as-card-mib", type=float,
+                        help="judge as on a smaller card of this many MiB (an 80 GB H100: 81559): a ballast process "
+                             "holds 80%% of the memory past it, so judge's plan is that card's; every peak is then "
+                             "read less the ballast, against this size")
     parser.add_argument("--scratch", type=Path, help="where the scratch contests go (default: a temporary folder)")
     parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for parity.md and parity.json ($OUT)")
     parser.add_argument("--dry-run", action="store_true",
@@ -891,6 +953,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     started = time.monotonic()
     deadline = started + args.budget_s
     memory = GpuMemory(args.gpu, probe=not args.dry_run)
+    with emulated_card(memory, None if args.dry_run else args.as_card_mib):
+        return run_all(args, memory, deadline)
+
+
+def run_all(args, memory: GpuMemory, deadline: float) -> int:
+    """Every selected problem in turn, the tables written after each."""
     reading = memory.read() if memory.how != "none" else None
     header = {"started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "device": memory.name or "no GPU found", "memory_how": f"memory: {memory.how}",

@@ -219,6 +219,26 @@ def test_the_peak_of_the_gpus_used_memory_while_a_block_runs():
     assert nothing.summary() == {"peak_mib": None, "before_mib": None, "total_mib": None}
 
 
+def test_a_smaller_card_is_judged_beside_a_ballast_and_read_without_it(monkeypatch):
+    """--as-card-mib: an 80 GB H100's plan on an H200. judge's plan takes 80% of the card less what others hold, so
+    a ballast of 80% of the memory past the smaller card leaves it that card's plan; the peaks are then read less
+    the ballast's process, against the smaller card."""
+    assert parity.ballast_bytes(143_771.0, 81_559.0) == int(0.8 * 62_212 * 2**20)
+    used = iter([1_000.0, 50_796.0, 118_612.0])  # before the ballast, with it, at judge's peak
+    memory = parity.GpuMemory(probe=False)
+    memory.how, memory.name = "nvml", "NVIDIA H200"
+    monkeypatch.setattr(memory, "_read", lambda: (next(used), 143_771.0))
+    monkeypatch.setattr(parity, "BALLAST", "import sys\nprint('ready', flush=True)\nsys.stdin.read()\n")
+    with parity.emulated_card(memory, 81_559.0):
+        assert memory.name == "NVIDIA H200 as a card of 81,559 MiB (a ballast of 49,796 MiB beside it)"
+        assert memory.read() == (68_816.0, 81_559.0)
+    with pytest.raises(SystemExit, match=r"^--as-card-mib 200000: the GPU has 143,771 MiB, no more than that$"):
+        monkeypatch.setattr(memory, "_read", lambda: (1_000.0, 143_771.0))
+        memory.card_mib = None
+        with parity.emulated_card(memory, 200_000.0):
+            pass
+
+
 def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
     subs = [parity.Submission("identical", "identical", "submission.py", ""),
             parity.Submission("wrong-variant", "variant", "submission.py + spoiled result", "")]
