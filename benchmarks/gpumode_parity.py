@@ -368,7 +368,8 @@ class GpuMemory:
                 pass
 
     def as_card(self, card_mib: float, ballast_mib: float) -> None:
-        """From now on read as a card of `card_mib`: the used memory less the ballast's `ballast_mib` (--as-card-mib)."""
+        """From now on read as a card of `card_mib`: the used memory less the ballast's `ballast_mib`
+        (--as-card-mib)."""
         self.card_mib, self.ballast_mib = card_mib, ballast_mib
         self.name = f"{self.name} as a card of {card_mib:,.0f} MiB (a ballast of {ballast_mib:,.0f} MiB beside it)"
 

@@ -248,6 +248,11 @@ def aligned(nbytes: int) -> int:
     return -(-max(nbytes, 1) // ALIGN) * ALIGN
 
 
+def raw_layout(nbytes: int, offset: int = 0, area: str = DEVICE) -> dict:
+    """The layout of `nbytes` plain bytes from `offset` in an area: how an outbox, or a span of one, is viewed."""
+    return {"area": area, "offset": offset, "dtype": "uint8", "shape": [nbytes], "stride": [1]}
+
+
 def area_of(tensor) -> str:
     return DEVICE if tensor.is_cuda else HOST
 

@@ -105,11 +105,12 @@ class Runner:
         box = plan["outbox"]
         if box.get("device") and self.inputs is not None:  # the tail of its own device memory (staging.plan_for)
             at, capacity = box["device"]["offset"], box["device"]["bytes"]
-            outboxes["device"] = (cuda_ipc.view(self.inputs.pointer, _raw(capacity, at)), capacity)
+            outboxes["device"] = (cuda_ipc.view(self.inputs.pointer, exchange.raw_layout(capacity, at)), capacity)
         else:
             outboxes["device"] = (None, 0)
         host_box = self._host(box["host"]["path"], box["host"]["bytes"])
-        outboxes["host"] = (host_box.view(_raw(box["host"]["bytes"])), box["host"]["bytes"])
+        outboxes["host"] = (host_box.view(exchange.raw_layout(box["host"]["bytes"], area=exchange.HOST)),
+                            box["host"]["bytes"])
         self.stretch = {"datas": views, "outboxes": outboxes}
         return {"copies": len(views), "device": self.inputs.handle if device else None}
 
@@ -209,10 +210,6 @@ class Runner:
             end.synchronize()
             rates.append(200_000 / (start.elapsed_time(end) * 1e3))
         return sorted(rates)[1]
-
-
-def _raw(nbytes: int, offset: int = 0) -> dict:
-    return {"area": "device", "offset": offset, "dtype": "uint8", "shape": [nbytes], "stride": [1]}
 
 
 def _error_line(error: BaseException) -> str:

@@ -171,7 +171,7 @@ def stage(area: Area, name: Any, copy: int, files: list[RunnerFiles], flush: boo
 
 
 def _zero(exported: cuda_ipc.Exported) -> None:
-    cuda_ipc.view(exported.pointer, {"offset": 0, "dtype": "uint8", "shape": [exported.nbytes], "stride": [1]}).zero_()
+    cuda_ipc.view(exported.pointer, exchange.raw_layout(exported.nbytes)).zero_()
 
 
 def received(leaves: Any, files: RunnerFiles | None) -> list:
@@ -195,16 +195,12 @@ def received(leaves: Any, files: RunnerFiles | None) -> list:
             exchange.check_layout(layout, files.outbox_bytes)
             start = files.outbox_at + layout["offset"]
             out.append(cuda_ipc.view(files.device.pointer, {**layout, "offset": start}).clone())
-            cuda_ipc.view(files.device.pointer, _raw_span(start, nbytes)).zero_()
+            cuda_ipc.view(files.device.pointer, exchange.raw_layout(nbytes, start)).zero_()
         else:
             exchange.check_layout(layout, files.outbox.nbytes)
             out.append(files.outbox.read(layout))
             files.outbox.zero(layout["offset"], layout["offset"] + nbytes)
     return out
-
-
-def _raw_span(offset: int, nbytes: int) -> dict:
-    return {"area": exchange.DEVICE, "offset": offset, "dtype": "uint8", "shape": [nbytes], "stride": [1]}
 
 
 def output(leaves: Any, structure: Any, files: RunnerFiles | None, like: Any = None) -> Any:

@@ -1,11 +1,12 @@
 """What a round's timing may hold of the device, and how it is spent.
 
 Each benchmark's timing needs its input sets (kept by the oracle), the copies the timed calls run on and the
-outboxes (both in each runner's own memory), the reference's answers and the two runners' own working memory. judge sizes all of it from what the
-oracle measured of the benchmark (its input and output bytes, the reference's working memory beyond them) and what
-the device had free when timing began, so that judge's processes together never hold more than ROUND_SHARE of the
-device: a benchmark's sets and copies start at their minimum and grow while the round stays inside that share. A
-benchmark that cannot fit even at its minimum is refused before anything is timed, in one line with both sizes.
+outboxes (both in each runner's own memory), the reference's answers and the two runners' own working memory.
+judge sizes all of it from what the oracle measured of the benchmark (its input and output bytes, the reference's
+working memory beyond them) and what the device had free when timing began, so that judge's processes together
+never hold more than ROUND_SHARE of the device: a benchmark's sets and copies start at their minimum and grow while
+the round stays inside that share. A benchmark that cannot fit even at its minimum is refused before anything is
+timed, in one line with both sizes.
 
 The estimate of a runner's working memory is the reference's (the oracle's measurement on the same input): a
 kernel that needs far more than its reference can still exhaust the device; it then fails as that kernel's crash.
@@ -149,8 +150,9 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
     (copies, then sets, smallest benchmarks first) up to their caps while the plan leaves each of its HOLDERS the
     cache it may keep (growth_room: growth only buys time and averaging; cholesky_py's round, grown to the last
     byte, ran an H100 out). Sets grow only where making one is quick (under MIN_MAKING_S): trimul's seqlen-768 Cauchy
-    inputs take 2.9 s each on an H200, and grown to eight sets they cost 22.6 s of every pair (2026-11-29). Raises JudgeError naming the first benchmark that cannot fit at its minimum, or the sum
-    where they cannot fit together."""
+    inputs take 2.9 s each on an H200, and grown to eight sets they cost 22.6 s of every pair (2026-11-29). Raises
+    JudgeError naming the first benchmark that cannot fit at its minimum, or the sum where they cannot fit
+    together."""
     plans = _floors(device, sizes, labels, kept)
     room = growth_room(device)
     order = sorted(range(len(sizes)), key=lambda i: sizes[i].input)

@@ -4,8 +4,9 @@ between and checking each call's output.
 
 A turn is: the oracle checks the previous call's output (read from that runner's own outboxes, each span zeroed once
 read), then writes this call's set into a copy in the calling runner's own memory (with NaN in the outputs and, on
-the GPU clocks, the L2 flush buffer written last), all while every runner is stopped; then one record to the runner whose turn it is, which calls the kernel
-and answers with its times and where it put the output. The parent's clock times the record's round trip.
+the GPU clocks, the L2 flush buffer written last), all while every runner is stopped; then one record to the runner
+whose turn it is, which calls the kernel and answers with its times and where it put the output. The parent's clock
+times the record's round trip.
 """
 
 from __future__ import annotations
