@@ -348,6 +348,32 @@ def test_delay_is_significant(tmp_path):
 
 
 @pytest.mark.gpu
+def test_a_timed_call_s_graph_is_freed_before_the_next_call_on_gpu(tmp_path):
+    """A small output can hold an autograd graph far larger than itself (trimul's nn.Module: its runners held 21 GiB
+    each where the plan counted 12, 2026-11-29). The frame asks for a release once torch's allocated memory has grown
+    past KEEP_BYTES, not only its outputs' bytes, and holds an output nowhere but in what it releases: the next call
+    never runs beside the last one's graph. Counting the outputs' bytes alone, the frame never asked for a release
+    here, and the kernel would find its last output alive and raise (not run on the old code)."""
+    target = load_target(FIXTURE)
+    base = assemble(target, tmp_path, "base", target.kernel_source())
+    graph = ("\n_rt_base = custom_kernel\nimport torch, weakref\n_last, _w = [], []\n\n"
+             "def custom_kernel(data):\n"
+             "    if _last and _last[0]() is not None:\n"
+             "        raise RuntimeError('the last call left its output alive')\n"
+             "    out = _rt_base(data)\n"
+             "    if not _w:\n"
+             "        _w.append(torch.ones(96 << 20, device=out.device, requires_grad=True))\n"
+             "    big = _w[0] * 2  # 384 MiB that the product below saves for a backward pass\n"
+             "    out = out + 0 * (big * big).sum()\n"
+             "    _last[:] = [weakref.ref(out)]\n"
+             "    return out\n")
+    cand = assemble(target, tmp_path, "cand", variant("correct") + graph)
+    result = run_timing(target, cand, base, budget_s=4)
+    print("graph on a small output:", result.summary)
+    assert result.status == "passed", result.summary
+
+
+@pytest.mark.gpu
 def test_forged_event_time_is_tampered_on_gpu(tmp_path):
     target = load_target(FIXTURE)
     base = assemble(target, tmp_path, "base", target.kernel_source())

@@ -47,7 +47,9 @@ CLOCKS = {"none": 0, "gpu": 1, "call": 2, "host": 3}
 OK, RAISED, BAD_OUTPUT = 0, 1, 2
 MAX_DIMS = 8
 ERROR_CHARS = 2000
-# Bytes of results the frame keeps (outside its inputs) before it asks the parent for a release.
+# Bytes of results the frame keeps (outside its inputs) before it asks the parent for a release: on a GPU, the
+# growth of torch's allocated memory since the stretch began, which counts what hangs on the outputs (an autograd
+# graph holds every activation: a small output can keep gigabytes), elsewhere the outputs' own bytes.
 KEEP_BYTES = 256 << 20
 # The dtypes an output may have; the index travels in the reply.
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "float8_e4m3fn", "float8_e5m2", "int8", "uint8",
@@ -113,7 +115,8 @@ class Primitives:
         if self.cuda:
             event = torch._C._CudaEventBase
             self.values.update(sync=torch._C._cuda_synchronize, sleep=torch._C._cuda_sleep, record=event.record,
-                               elapsed=event.elapsed_time, ev_sync=event.synchronize)
+                               elapsed=event.elapsed_time, ev_sync=event.synchronize,
+                               mem_stats=torch._C._cuda_memoryStats, get_device=torch._C._cuda_getDevice)
         self.digest = dispatch_digest(self.values["dump"])
 
 
@@ -235,6 +238,10 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
     if hash_(tuple_([dump(name) for name in operators])) != digest_before:
         found.append("the kernel registered a kernel of its own for an operator judge's copy uses")
     kept, kept_bytes, calls = [], 0, 0
+    max_ = v["max"]
+    if cuda:
+        mem_stats, device = v["mem_stats"], v["get_device"]()
+        held_before = mem_stats(device)["allocated_bytes"]["all"]["current"]
     json_str = v["json_str"]
     write(reply_fd, b'{"serial": %d, "ok": true, "value": {"entered": true, "found": [%s]}}\n'
           % (entered_serial, ", ".join(json_str(f) for f in found).encode()))
@@ -251,6 +258,8 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 return {"calls": calls, "ended": "stop" if op == 3 else "a record judge did not send"}
             if op == 2:
                 kept, kept_bytes = [], 0  # finalizers run here: the outbox was read and nothing is staged
+                if cuda:
+                    held_before = mem_stats(device)["allocated_bytes"]["all"]["current"]
                 write(reply_fd, b'{"serial": %d, "ok": true, "value": {"released": true}}\n' % serial)
                 continue
             data = datas[copy]
@@ -349,7 +358,10 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 kept.append(raised)
                 write(reply_fd, b'{"serial": %d, "ok": true, "value": {"status": 1, "raised": true}}\n' % serial)
                 return {"calls": calls, "ended": "the kernel raised", "error": raised}
+            out = None  # the kept list alone holds it, so that a release frees it before the next call runs
             kept_bytes += extra
+            if cuda:
+                kept_bytes = max_(kept_bytes, mem_stats(device)["allocated_bytes"]["all"]["current"] - held_before)
             threads, where = threads_now(frames, length, v["str"], workspace, code)
             others_mark = others_cpu(frames, own, clock_of, cpu_ns, base_exception, {})[1]
             write(reply_fd, b'{"serial": %d, "ok": true, "value": {"status": %d, "us": %a, "tail_us": %a, '
