@@ -248,3 +248,20 @@ def test_a_kernel_on_a_spare_writes_its_temp_files_in_its_own_workspace(tmp_path
     tempdir, path = (workspace / "tempdir.txt").read_text().splitlines()
     assert Path(tempdir) == (workspace / ".tmp").resolve()
     assert Path(path).parent == (workspace / ".tmp").resolve()
+
+
+def test_only_the_oracle_of_a_gpu_target_gets_expandable_segments(tmp_path, monkeypatch):
+    """The oracle's allocator grows in segments on a GPU (its checks and answers of gigabytes left blocks no later
+    step could reuse); the runners keep torch's default, as a kernel's own process has it, and a setting of the
+    user's is kept for both."""
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    target = load_target(TARGET)
+    evaluator = Evaluator(target, tmp_path / "cpu", warm=False)
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in evaluator.oracle_env()
+    target.arch = "sm_90"
+    evaluator = Evaluator(target, tmp_path / "gpu", warm=False)
+    assert evaluator.oracle_env()["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in evaluator.env()
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
+    assert evaluator.oracle_env()["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512"
+    assert evaluator.env()["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512"

@@ -98,11 +98,19 @@ class Evaluator(RoundSeeds):
                 "oracle",
                 {"directory": str(directory), "generators": self.generators,
                  "rtol": self.target.rtol, "atol": self.target.atol},
-                cwd=directory, log_path=self.root / "oracle.log", env=self.env(), poll_s=self.poll_s,
+                cwd=directory, log_path=self.root / "oracle.log", env=self.oracle_env(), poll_s=self.poll_s,
             )
             if self.cores:
                 pin(self._oracle.pid, self.cores["others"])
         return self._oracle
+
+    def oracle_env(self) -> dict[str, str]:
+        """The runners' environment with torch's allocator in expandable segments: blocks cached for one step of the
+        oracle's (an answer, a check, a set) were room no later one could reuse. Runners keep torch's default."""
+        env = self.env()
+        if not self.target.on_cpu:
+            env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+        return env
 
     def start(self) -> None:
         """Start the oracle and (where warm) the spare runners now, before the first kernel stage asks for them: a
@@ -436,9 +444,6 @@ class Evaluator(RoundSeeds):
 
 def default_spares(target: Target) -> int:
     """Spare runners to keep loading ahead: on a GPU host three for every four cores, up to twelve (a candidate
-    takes seven: its correctness runner and three pairs'; on an H100 a round of 8 vecadd candidates took 239 s
-    with six, 164 s with twelve); on a CPU target two, which timing waits for (they would take a core from the
-    measurement)."""
-    if target.on_cpu:
-        return 2
-    return max(1, min(MAX_SPARES, (os.cpu_count() or 1) * 3 // 4))
+    takes seven; on an H100 a round of 8 vecadd candidates took 239 s with six, 164 s with twelve); on a CPU target
+    two, which timing waits for (they would take a core from the measurement)."""
+    return 2 if target.on_cpu else max(1, min(MAX_SPARES, (os.cpu_count() or 1) * 3 // 4))
