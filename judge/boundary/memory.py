@@ -4,6 +4,10 @@ by the runner; torch is imported lazily."""
 
 from __future__ import annotations
 
+import sys
+import time
+from contextlib import contextmanager
+
 
 # A process keeps up to this much of torch's cached GPU memory between cases (release).
 RELEASE_ABOVE_BYTES = 4 << 30
@@ -53,3 +57,48 @@ def without_graph(call, *args, fresh=None):
         if "grad" not in str(error):
             raise
     return call(*(fresh() if fresh is not None else args))
+
+
+@contextmanager
+def peak_noted(what: str, log=None):
+    """Around one of the oracle's steps: where torch reserved more than RELEASE_ABOVE_BYTES for it at its peak, one
+    line in the oracle's log with that peak and the device's free memory after it, so that a round's peak can be put
+    on the step that made it (a sampler of the whole device sees only that some process grew)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        yield
+        return
+    torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        reserved = torch.cuda.max_memory_reserved()
+        if reserved > RELEASE_ABOVE_BYTES:
+            free, total = torch.cuda.mem_get_info()
+            print(f"judge oracle: {what} peaked at {reserved >> 20} MiB reserved by torch "
+                  f"({torch.cuda.max_memory_allocated() >> 20} MiB of tensors) in {time.perf_counter() - started:.2f} "
+                  f"s; the device has {free >> 20} of {total >> 20} MiB free after it", file=log or sys.stderr)
+
+
+def collect_beyond(expected: int, what: str) -> None:
+    """Where this process holds more than RELEASE_ABOVE_BYTES of tensors beyond the `expected` bytes it keeps on
+    purpose, run a collection and give the cache back, with a line on what it found: tensors reachable only through
+    a reference cycle wait for a full collection, which a process that makes few Python objects seldom runs. trimul's
+    oracle held 28 GiB of tensors as a pair began and 2 GiB one benchmark later (an H200, 2026-11-29); the line
+    says whether a collection is what frees such memory."""
+    import gc
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    before = torch.cuda.memory_allocated()
+    if before - expected <= RELEASE_ABOVE_BYTES:
+        return
+    found = gc.collect()
+    after = torch.cuda.memory_allocated()
+    release(always=True)
+    print(f"judge oracle: {what}: {before >> 20} MiB of tensors held ({expected >> 20} MiB kept on purpose), "
+          f"{after >> 20} MiB after a collection that found {found} objects", file=sys.stderr)

@@ -18,7 +18,8 @@ from typing import Any
 from . import cuda_ipc, exchange, staging, tensors
 from .compare import checked_instead, checker_decides, compare_outputs, failed
 from .kept_inputs import KeptInputs, host_budget
-from .memory import RELEASE_ABOVE_BYTES, ran_out, release as release_cached, without_graph, working_memory
+from .memory import (RELEASE_ABOVE_BYTES, collect_beyond, peak_noted, ran_out, release as release_cached,
+                     without_graph, working_memory)
 from ..machine import facts_here, host_memory
 
 # Shown mismatches when the target sets no tolerance (its check_implementation then decides alone).
@@ -180,8 +181,9 @@ class Oracle:
     def case(self, key: str, spec: dict, distribution: str, runner: int) -> dict:
         """Make a correctness case's inputs and answer, lay them out for `runner`; its `build` plan."""
         self.unchecked.clear()  # a case left unchecked is given up once the next one starts
-        data = self._case_input(spec, distribution)
-        after, expected = self._answered(data)
+        with peak_noted(f"case {key} (inputs and answer)"):
+            data = self._case_input(spec, distribution)
+            after, expected = self._answered(data)
         slots = tensors.output_slots(data, after, expected)
         del after
         release_cached()  # the reference's working memory, cached: the runner's call and the check need the room
@@ -225,7 +227,8 @@ class Oracle:
 
     def _compared(self, key: str, got, expected, data) -> dict:
         try:
-            result = compare_outputs(got, expected, data, self.tolerance, self.rtol, self.atol, self.checker)
+            with peak_noted(f"the check of {key}"):
+                result = compare_outputs(got, expected, data, self.tolerance, self.rtol, self.atol, self.checker)
         except Exception as error:
             if ran_out(error):
                 self.unchecked[key] = (got, expected, data)  # for check_again
@@ -334,7 +337,8 @@ class Oracle:
 
     def _answer(self, made: TimingSets, index: int) -> list[dict]:
         if index not in made.bounds:
-            _, answer = self._answered(made.sets[index])
+            with peak_noted(f"the answer to timed set {index} of {made.spec}"):
+                _, answer = self._answered(made.sets[index])
             made.bounds[index] = made.projector.bounds(answer, *self.tolerance)
             del answer
             release_cached()  # the copy, the answer and the reference's working memory: only while answering
@@ -369,9 +373,13 @@ class Oracle:
         return problem
 
     def release(self, key: str) -> None:
-        """Forget a benchmark's sets (unless kept): torch frees them as their last reference goes."""
+        """Forget a benchmark's sets (unless kept): torch frees them as their last reference goes, and a collection
+        frees what a reference cycle still held (memory.collect_beyond)."""
         self._retire(key)
         self.timing.pop(key, None)
+        kept = sum(getattr(t, "nbytes", 0) for made in self.kept.values() for data in made.sets.values()
+                   for t in staging.tensors_of(data))
+        collect_beyond(kept, f"after benchmark {key}")
 
     def _retire(self, key: str) -> None:
         self.areas.pop(key, None)  # its device part is the runners' memory; they keep it for their next area
