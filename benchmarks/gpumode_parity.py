@@ -68,7 +68,10 @@ SAME = {"unchanged", "inconclusive"}
 IDENTICAL_COMMENT = "# judge parity benchmark: an identical copy of the kernel above"
 # What the wrong variant appends: custom_kernel's result with one element of its first tensor spoiled (a float one
 # moved by 1000 + 10x its size, an integer one by 1, a boolean one flipped), in a copy, so an output written in
-# place into the inputs stays as the kernel left it.
+# place into the inputs stays as the kernel left it. The copy is detached: spoiled in place through a view under
+# autograd (trimul's output carries a graph), the graph saved that view of the copy, a cycle through autograd's
+# nodes that no collection frees, and each call kept its output and activations (trimul's correctness runner held
+# 63,344 MiB of an H200 by its twentieth case, 2026-11-29).
 WRONG_VARIANT = '''
 
 # judge parity benchmark: a deliberately wrong variant of the kernel above.
@@ -76,7 +79,7 @@ def _parity_spoil(value, spoiled):
     import torch
     if isinstance(value, torch.Tensor) and not spoiled and value.numel() > 0:
         spoiled.append(True)
-        copy = value.clone()
+        copy = value.detach().clone()
         first = (0,) * copy.dim()
         if copy.dtype == torch.bool:
             copy[first] = ~copy[first]

@@ -96,6 +96,26 @@ def test_the_wrong_variant_spoils_one_element_of_a_copy_of_the_first_tensor():
     assert torch.equal(out.counts, counts)  # only the first tensor is spoiled
     assert values[0, 0].item() == 2.0  # the kernel's own output (here an input) is left as it was
     assert parity.wrong_variant("def cross_entropy_forward(x):\n    return x\n") is None
+
+
+def test_the_wrong_variant_of_a_kernel_whose_output_carries_a_graph_keeps_nothing_alive():
+    """Spoiled in place through a view of a copy that autograd tracks, the output stayed alive after its last
+    reference went (a cycle through the graph's saved view that no collection frees): trimul's wrong variant grew
+    its runner by every case's output and activations."""
+    torch = pytest.importorskip("torch")
+    import gc
+    import weakref
+
+    source = parity.wrong_variant("import torch\n_w = torch.ones(1, requires_grad=True)\n"
+                                  "def custom_kernel(data):\n    return data * _w\n")
+    namespace = {}
+    exec(source, namespace)
+    out = namespace["custom_kernel"](torch.full((4,), 2.0))
+    assert out[0].item() == 2.0 + 1000.0 + 20.0 and out[1].item() == 2.0
+    alive = weakref.ref(out)
+    del out
+    gc.collect()
+    assert alive() is None
     assert parity.defines_custom_kernel("custom_kernel = torch.compile(_kernel)\n")
 
 
