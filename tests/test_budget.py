@@ -80,6 +80,17 @@ def test_kept_sets_count_every_benchmark_at_once():
     assert budget.need_of(sizes, plans, kept=True) == 4 * GIB + 9 * GIB + GIB
 
 
+def test_kept_sets_hold_the_projection_weights_of_their_answers_all_round():
+    """The oracle keeps a kept benchmark's projector, and its weights with it, from one pair to the next."""
+    sizes = [BenchmarkBytes(GIB, 0, 0, 0, GIB)] * 2  # 1 GiB of weights each
+    plans = [BenchmarkPlan(2, 2)] * 2
+    # each runner's two copies (4 GiB); one benchmark timed: its input and its weights in three holders (4 GiB), its
+    # sets (3 GiB), and the other's sets and weights held all round (4 GiB)
+    assert budget.need_of(sizes, plans, kept=True) == 4 * GIB + 4 * GIB + 3 * GIB + 4 * GIB
+    # made again for every pair, nothing of the other's is held
+    assert budget.need_of(sizes, plans) == 4 * GIB + 4 * GIB + 3 * GIB
+
+
 # ---- what a verdict costs: sets made once, repetitions from the kernel's duration -----------------------------
 
 import random  # noqa: E402
