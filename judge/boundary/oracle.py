@@ -368,7 +368,8 @@ class Oracle:
         made = self.timing[key]
         problem = tensors.projection_failure(made.projector.project(got, order=[w["path"] for w in want]), want)
         if problem and checker_decides(self.rtol, self.atol, self.checker):
-            problem = checked_instead(problem, self.checker, made.sets[verify["set"]], got)
+            with peak_noted(f"the checker on timed set {verify['set']} of {key} (its projections were far)"):
+                problem = checked_instead(problem, self.checker, made.sets[verify["set"]], got)
             release_cached()  # the checker's working memory
         return problem
 
