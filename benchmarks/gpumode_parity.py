@@ -678,6 +678,28 @@ def json_error(ran: Ran) -> str:
         return f"exit {ran.rc}: {last_line(ran.stderr_tail)}"
 
 
+# The last bytes of each log that keep_logs copies: the oracle's lines on its steps' memory run to a few hundred KiB.
+LOG_TAIL_BYTES = 2 << 20
+
+
+def keep_logs(scratch: Path, dest: Path) -> list[str]:
+    """The round's event log and each oracle's log (its memory lines put a peak on a step) copied beside parity.md,
+    their last LOG_TAIL_BYTES each, so that a device run returns them whatever its driver copies: the paths kept."""
+    kept = []
+    for log_file in [scratch / "run.log", *sorted((scratch / "work").rglob("oracle.log"))]:
+        if not log_file.is_file():
+            continue
+        name = "run.log" if log_file == scratch / "run.log" else "oracle-" + slug(
+            log_file.relative_to(scratch / "work").parent.as_posix()) + ".log"
+        with log_file.open("rb") as f:
+            f.seek(max(0, log_file.stat().st_size - LOG_TAIL_BYTES))
+            data = f.read()
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / name).write_bytes(data)
+        kept.append(str(dest / name))
+    return kept
+
+
 def parity(problem: Path, rel: str, args, memory: GpuMemory, scratch_root: Path, deadline: float) -> dict:
     """One problem, both sides: a row of results, or the error that stopped it."""
     scratch = scratch_root / slug(rel)
@@ -703,6 +725,8 @@ def parity(problem: Path, rel: str, args, memory: GpuMemory, scratch_root: Path,
             result["judge"] = run_judge(problem, subs, scratch, limit, memory, args.dry_run, args.timing_budget)
     except Exception as error:
         result["judge"] = {"error": f"{type(error).__name__}: {error}"}
+    if args.out:
+        result["logs"] = keep_logs(scratch, Path(args.out) / slug(rel))
     eval_end = min(time.monotonic() + args.limit_s, deadline)  # eval.py's calls get as long again
 
     def left() -> float:

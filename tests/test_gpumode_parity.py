@@ -338,3 +338,18 @@ def test_with_no_judge_eval_py_alone_runs_on_every_submission(problem, tmp_path)
     assert result["eval"]["identical"]["leaderboard"]["verdict"] == "pass"
     scratch = tmp_path / "scratch" / parity.slug("family/add_py")
     assert (scratch / "eval").is_dir() and not (scratch / "ledger.db").exists()  # eval.py's folders, no contest
+
+
+def test_the_round_s_logs_are_kept_beside_the_report(tmp_path):
+    """A device run returns what is under --out: the round's events and each oracle's log (its lines put a memory
+    peak on the step that made it) are copied there, the last LOG_TAIL_BYTES of each."""
+    scratch = tmp_path / "scratch"
+    oracle_log = scratch / "work" / "trimul" / "round-1" / ".judge-round" / "oracle.log"
+    oracle_log.parent.mkdir(parents=True)
+    oracle_log.write_text("judge oracle: the check of c1-21 peaked at 44514 MiB\n")
+    (scratch / "run.log").write_bytes(b"x" * (parity.LOG_TAIL_BYTES + 3) + b"\n")
+    kept = parity.keep_logs(scratch, tmp_path / "out" / "bioml-trimul")
+    assert [Path(k).name for k in kept] == ["run.log", "oracle-trimul-round-1-judge-round.log"]
+    assert Path(kept[1]).read_text() == "judge oracle: the check of c1-21 peaked at 44514 MiB\n"
+    assert Path(kept[0]).stat().st_size == parity.LOG_TAIL_BYTES
+    assert parity.keep_logs(tmp_path / "nothing", tmp_path / "out2") == []
