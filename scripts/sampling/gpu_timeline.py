@@ -42,7 +42,8 @@ def main(out: str, index: int, logs: list[str]) -> None:
     assert nvml.nvmlInit_v2() == 0
     handle = ctypes.c_void_p()
     assert nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) == 0
-    processes = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", None) or nvml.nvmlDeviceGetComputeRunningProcesses_v2
+    processes = (getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v3", None)
+                 or nvml.nvmlDeviceGetComputeRunningProcesses_v2)
     roles, last, peak = {}, -1 << 40, 0
     infos = (ProcessInfo * 256)()
     with open(out + ".timeline", "a") as timeline:
