@@ -96,3 +96,24 @@ def test_setup_names_the_file_torch_came_from_not_the_index_it_asked(tmp_path):
     out = subprocess.run([*run, str(asked)], capture_output=True, text=True, check=True).stdout
     assert out == "no download of torch in this setup (it was installed already)\n"
     assert 'scripts/pip_origin.py torch "$reports"/*.json' in (ROOT / "scripts" / "setup.sh").read_text()
+
+
+def test_no_nested_function_that_calls_itself_outlives_its_call():
+    """A nested function that calls itself holds itself through its closure: a reference cycle that only a collection
+    frees, with everything it closes over. exchange.skeleton's so kept every tensor of the data it described, a
+    released benchmark's sets among them, until a collection ran. Each must be deleted (`del name`) in the function
+    that defines it."""
+    kept = []
+    for path in MODULES:
+        for outer in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            deleted = {t.id for node in ast.walk(outer) if isinstance(node, ast.Delete)
+                       for t in node.targets if isinstance(t, ast.Name)}
+            for inner in outer.body:
+                if not isinstance(inner, ast.FunctionDef):
+                    continue
+                calls = {n.func.id for n in ast.walk(inner) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+                if inner.name in calls and inner.name not in deleted:
+                    kept.append(f"{path.relative_to(ROOT)}:{inner.lineno} {outer.name}.{inner.name}")
+    assert kept == []

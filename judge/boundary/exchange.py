@@ -43,6 +43,8 @@ class ExchangeError(ValueError):
 
 
 # ---- skeletons --------------------------------------------------------------------------------------------
+# _NO_CYCLE: a nested function that calls itself is a cycle through its closure, freed only by a collection with all
+# it closes over (skeleton's walk: every tensor it described, each released set). Each is deleted once it has run.
 
 
 def skeleton(data: Any, path: str = "", *, output: bool = False) -> tuple[Any, list]:
@@ -80,7 +82,10 @@ def skeleton(data: Any, path: str = "", *, output: bool = False) -> tuple[Any, l
         raise ExchangeError(f"input{where} is a {type(node).__module__}.{type(node).__qualname__}: judge hands "
                             "kernels tensors, numbers, strings, dtypes and tuples, lists and dicts of them")
 
-    return walk(data, path), tensors
+    try:
+        return walk(data, path), tensors
+    finally:  # see _NO_CYCLE
+        del walk
 
 
 def build(tree: Any, tensors: list) -> Any:
@@ -194,7 +199,10 @@ def build_output(tree: Any, tensors: list, like: Any = None) -> Any:
             return out
         raise ExchangeError(_UNREADABLE)
 
-    built = walk(tree, like, 0)
+    try:
+        built = walk(tree, like, 0)
+    finally:  # see _NO_CYCLE
+        del walk
     if used[0] != len(tensors):
         raise ExchangeError(_UNREADABLE)
     return built

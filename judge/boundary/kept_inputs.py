@@ -103,7 +103,10 @@ def _tensors(data: Any) -> list | None:
             found.append(obj)
         return True
 
-    return found if walk(data) else None
+    try:
+        return found if walk(data) else None
+    finally:
+        del walk  # a recursive closure is a cycle that would hold `found` until a collection (exchange._NO_CYCLE)
 
 
 def _copied(obj: Any, move, leaf: type) -> Any:
