@@ -296,7 +296,7 @@ class Oracle:
         if not others or not torch.cuda.is_available():
             return False
         own = self.kept.get(keep)
-        held = sum(getattr(t, "nbytes", 0) for data in own.sets.values() for t in staging.tensors_of(data)) if own else 0
+        held = _set_bytes(own) if own else 0
         free = torch.cuda.mem_get_info()[0]
         if free >= reserve - held:
             return False
@@ -378,9 +378,7 @@ class Oracle:
         frees what a reference cycle still held (memory.collect_beyond)."""
         self._retire(key)
         self.timing.pop(key, None)
-        kept = sum(getattr(t, "nbytes", 0) for made in self.kept.values() for data in made.sets.values()
-                   for t in staging.tensors_of(data))
-        collect_beyond(kept, f"after benchmark {key}")
+        collect_beyond(sum(_set_bytes(made) for made in self.kept.values()), f"after benchmark {key}")
 
     def _retire(self, key: str) -> None:
         self.areas.pop(key, None)  # its device part is the runners' memory; they keep it for their next area
@@ -389,6 +387,11 @@ class Oracle:
         """The GPU and its clocks as this trusted process sees them (None on a CPU)."""
         facts = facts_here()
         return facts.to_dict() if facts else None
+
+
+def _set_bytes(made: TimingSets) -> int:
+    """The bytes of a benchmark's timing sets: what keeping them holds."""
+    return sum(getattr(t, "nbytes", 0) for data in made.sets.values() for t in staging.tensors_of(data))
 
 
 def _log_memory(what: str, reserve: int) -> None:
