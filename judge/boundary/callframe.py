@@ -241,7 +241,11 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
     max_ = v["max"]
     if cuda:
         mem_stats, device = v["mem_stats"], v["get_device"]()
-        held_before = mem_stats(device)["allocated_bytes"]["all"]["current"]
+
+        def allocated():  # torch's allocated bytes now, through the primitive bound before the kernel's import
+            return mem_stats(device)["allocated_bytes"]["all"]["current"]
+
+        held_before = allocated()
     json_str = v["json_str"]
     write(reply_fd, b'{"serial": %d, "ok": true, "value": {"entered": true, "found": [%s]}}\n'
           % (entered_serial, ", ".join(json_str(f) for f in found).encode()))
@@ -259,7 +263,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
             if op == 2:
                 kept, kept_bytes = [], 0  # finalizers run here: the outbox was read and nothing is staged
                 if cuda:
-                    held_before = mem_stats(device)["allocated_bytes"]["all"]["current"]
+                    held_before = allocated()
                 write(reply_fd, b'{"serial": %d, "ok": true, "value": {"released": true}}\n' % serial)
                 continue
             data = datas[copy]
@@ -361,7 +365,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
             out = None  # the kept list alone holds it, so that a release frees it before the next call runs
             kept_bytes += extra
             if cuda:
-                kept_bytes = max_(kept_bytes, mem_stats(device)["allocated_bytes"]["all"]["current"] - held_before)
+                kept_bytes = max_(kept_bytes, allocated() - held_before)
             threads, where = threads_now(frames, length, v["str"], workspace, code)
             others_mark = others_cpu(frames, own, clock_of, cpu_ns, base_exception, {})[1]
             write(reply_fd, b'{"serial": %d, "ok": true, "value": {"status": %d, "us": %a, "tail_us": %a, '

@@ -1,7 +1,7 @@
 """The runners one use of them takes from a round's evaluator (a correctness stage's one, a timed pair's two):
 acquired from its spares, its prebound runners or a cold start (judge.stages.evaluation.Evaluator), and released
-together. The stages that run kernels
-take and give back runners only through a lease, so none is left running, whichever way a stage ends."""
+together. The stages that run kernels take and give back runners only through a lease, so none is left running,
+whichever way a stage ends."""
 
 from __future__ import annotations
 
