@@ -646,6 +646,8 @@ def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: f
         out["ledger_error"] = str(error)
         return out
     out["ledger_seconds"] = {name: e["seconds"] for name, e in evaluations.items()}
+    if "base" in evaluations:
+        out["base"] = {k: evaluations["base"][k] for k in ("outcome", "reason")}
     if "verdicts" not in out:  # a run stopped early: the verdicts it had written
         out["verdicts"] = {name: {"outcome": e["outcome"], "reason": e["reason"]} for name, e in evaluations.items()
                            if name in out["accepted"]}
@@ -800,14 +802,18 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
     if total and out["judge_peak_mib"] is not None:
         out["memory_within_bar"] = max(out["judge_peak_mib"], out["eval_peak_mib"] or 0) <= 0.8 * total
     verdicts = judge.get("verdicts", {})
+    base = judge.get("base") or {}
+    if base.get("outcome") not in (None, "unchanged", "not-run"):  # on this machine the problem cannot be judged
+        out["base_failed"] = f"{base['outcome']} ({base['reason']})"
     rows = []
     for sub in subs:
         outcome = verdicts.get(sub.id, {}).get("outcome")
         first = evals.get(sub.id) or (evals.get("identical-1", {}) if sub.kind == "identical" else {})
         said = [e["verdict"] for e in first.values() if e.get("verdict") in {"pass", "fail", "crashed"}]
         eval_pass = None if not said else all(v == "pass" for v in said)
-        rows.append({"id": sub.id, "outcome": outcome, "eval_pass": eval_pass,
-                     "honest": honest(sub.kind, outcome, eval_pass) if outcome else "-"})
+        said_of_judge = (f"- (the base is {base['outcome']})" if "base_failed" in out
+                         else honest(sub.kind, outcome, eval_pass) if outcome else "-")
+        rows.append({"id": sub.id, "outcome": outcome, "eval_pass": eval_pass, "honest": said_of_judge})
     out["rows"] = rows
     return out
 
@@ -853,6 +859,9 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
     elif "seconds" not in judge:
         lines.append(f"dry run: judge submit accepted {judge.get('submitted')} proposals; eval.py's folders and "
                      "commands are in parity.json")
+    if summary.get("base_failed"):
+        lines.append(f"judge: the base is {cell(summary['base_failed'])}: no verdict below tells whether judge is "
+                     "right (the problem cannot run here)")
     lb = summary.get("eval_leaderboard_s_per_submission")
     lines += [f"judge submit refused {name}: {cell(why)}" for name, why in judge.get("refused", {}).items()]
     stopped = ""

@@ -27,7 +27,7 @@ from .stages.patch import apply_patch
 from .peer import evaluate_peer
 from .profiles import profile_round_base
 from .records import Outcome
-from .schedule import base_for, base_words, kernels_to_run, require_runnable
+from .schedule import base_failure, base_for, base_words, kernels_to_run, require_runnable
 from .stages.screen.stage import screen_stage
 from .stages.details import CheckDetail, TimingDetail
 from .stages.progress import Progress, quiet
@@ -127,9 +127,8 @@ class Settings:
     work_dir: Path = Path("work")
     cache_dir: Path = Path(".judge-cache")
     workers: Optional[int] = None  # candidates compiling at once; None: one per core no timed pair uses
-    # Candidates go to correctness and timing as each compiles (judge.stages.compile.pipeline), in warm compile children
-    # (never for a CPU target, timed on the host); False runs them as before issue 27 (every compile first), for
-    # comparisons.
+    # Candidates go to correctness and timing as each compiles (judge.stages.compile.pipeline), in warm compile
+    # children (never for a CPU target, timed on the host); False: every compile first, for comparisons.
     overlap: bool = True
     warm_compiles: bool = True
     timing_budget_s: Optional[float] = None
@@ -345,13 +344,18 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
         else:
             pending.append(prepared)
     failed, judged = [], []
+    why_not = base_failure(run.ledger, run.round_row["id"])  # a failed base leaves nothing to time against
+    if why_not and pending:
+        run.on_event("base-failed", reason=why_not)
     # A CPU target's timing shares the host's memory and caches with compiles: they all end before it starts.
     pipeline = CompilePipeline(run, pending, overlap=run.settings.overlap and not run.target.on_cpu)
     try:
         jobs = ready_jobs(run, pipeline, failed)
         if pending:
             run.on_event("gpu-start", total=len(pending))
-        for job, kernel_stages, place in run.dispatch.evaluate(jobs):
+        kernel_stages_of = (((job, [not_run("correctness", why_not), not_run("timing", why_not)], None) for job in jobs)
+                            if why_not else run.dispatch.evaluate(jobs))
+        for job, kernel_stages, place in kernel_stages_of:
             revision, stages, started = job.key
             judged.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
     finally:
@@ -423,13 +427,9 @@ def _compile_all(target: Target, workspaces: list[Path], settings: Settings, on_
     if not workspaces:
         return []
     on_event("compile-start", total=len(workspaces))
-    results = settings.stages.compile_many(
-        [(target, w) for w in workspaces],
-        cache_dir=settings.cache_dir,
-        workers=settings.workers,
-        progress=lambda done, total: on_event("compile-progress", done=done, total=total),
-    )
-    return results
+    return settings.stages.compile_many([(target, w) for w in workspaces], cache_dir=settings.cache_dir,
+                                        workers=settings.workers,
+                                        progress=lambda done, total: on_event("compile-progress", done=done, total=total))
 
 
 def _static_stages(run: RoundRun, workspace: Path, compile_stage: StageResult, proposal_id: str) -> list[StageResult]:

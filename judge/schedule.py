@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from . import contain
 from .errors import JudgeError
 from .ledger import Ledger, sha256
 from .stages.patch import apply_patch, check_paths, parse_patch
-from .records import Proposal
+from .records import Outcome, Proposal
 from .targets import Target, find_target
 
 
@@ -216,3 +217,17 @@ def _shown(path: Path) -> str:
         except ValueError:
             continue
     return str(path)
+
+
+BASE_REASON_CAP = 240  # of the base's own reason, inside each candidate's
+
+
+def base_failure(ledger: Ledger, round_id: int) -> Optional[str]:
+    """Why the round's candidates cannot be checked or timed: its base's latest evaluation failed (an import that
+    this machine lacks, a wrong answer), so there is nothing to time them against and charging them the base's
+    failure would be a false verdict. None where the base passed or was not run here."""
+    base = ledger.latest_evaluation(round_id, None, subject="base")
+    if base is None or base["outcome"] in (Outcome.UNCHANGED.value, Outcome.NOT_RUN.value):
+        return None
+    return (f"the round's base is {base['outcome']} ({contain.cap(base['reason'], BASE_REASON_CAP)}): nothing to time "
+            "a candidate against; fix the base, then run the round again with --again")

@@ -465,6 +465,21 @@ def test_run_progress_prints_a_verdicts_reason_contained():
         "  alpha: crashed (correctness: crashed: [bold]<!--[/bold] next " + "y" * 932 + " (4068 more characters))"
 
 
+def test_run_progress_says_once_why_no_candidate_is_timed():
+    import io
+
+    from rich.console import Console
+
+    from judge.cli.progress import RunProgress
+
+    buffer = io.StringIO()
+    with RunProgress(Console(file=buffer, soft_wrap=True, force_terminal=False), enabled=True) as progress:
+        progress.event("base-failed", reason="the round's base is compile-error (ModuleNotFoundError: No module named "
+                                             "'helion'): nothing to time a candidate against")
+    assert buffer.getvalue().splitlines()[0] == ("  (base): the round's base is compile-error (ModuleNotFoundError: No "
+                                                 "module named 'helion'): nothing to time a candidate against")
+
+
 PROGRESS = [("stage", {"proposal": "alpha", "stage": "correctness and timing"}),
             ("progress", {"proposal": "alpha", "stage": "correctness", "case": 1, "cases": 8, "seconds": 0.04}),
             ("progress", {"proposal": "alpha", "stage": "correctness", "case": 8, "cases": 8, "seconds": 1.25}),

@@ -353,3 +353,21 @@ def test_the_round_s_logs_are_kept_beside_the_report(tmp_path):
     assert Path(kept[1]).read_text() == "judge oracle: the check of c1-21 peaked at 44514 MiB\n"
     assert Path(kept[0]).stat().st_size == parity.LOG_TAIL_BYTES
     assert parity.keep_logs(tmp_path / "nothing", tmp_path / "out2") == []
+
+
+def test_a_problem_whose_base_fails_here_says_so_and_grades_no_row():
+    """helion's problems on an H200 (2026-11-29): helion 1.5.1 does not import under torch 2.11, so the base and
+    every copy of it are compile-error. That says nothing of judge's honesty, and the table no longer says "NO"."""
+    subs = [parity.Submission("identical", "identical", "submission.py", ""),
+            parity.Submission("wrong-variant", "variant", "submission.py + spoiled result", "")]
+    why = "ImportError: cannot import name 'IntelGPUError' (submission.py:4: `import helion`)"
+    judge = {"submitted": 2, "accepted": ["identical", "wrong-variant"], "rc": 0, "seconds": 39.3,
+             "base": {"outcome": "compile-error", "reason": why},
+             "verdicts": {"identical": {"outcome": "compile-error"}, "wrong-variant": {"outcome": "compile-error"}}}
+    result = {"problem": "helion/causal_conv1d_py", "ranking_by": "geom", "benchmarks": 3, "notes": [],
+              "submissions": [], "judge": judge}
+    result["summary"] = parity.summarize(result, subs)
+    assert [row["honest"] for row in result["summary"]["rows"]] == ["- (the base is compile-error)"] * 2
+    assert parity.problem_markdown(result, 143771.0).splitlines()[2] == (
+        f"judge: the base is compile-error ({why}): no verdict below tells whether judge is right (the problem cannot "
+        "run here)")

@@ -237,6 +237,27 @@ def test_a_control_that_ran_beside_a_base_that_failed_is_not_recorded(setup, mon
         ("base", "incorrect", "test 0: 1 of 127 elements differ")]
 
 
+def test_the_candidates_of_a_round_whose_base_failed_are_not_run_and_say_why(setup, monkeypatch):
+    """A base that fails leaves nothing to time against. Before, a candidate that compiled was charged with it: on
+    an H200 whose torch GPU MODE's helion package does not import under, a correct candidate of a CPU copy came out
+    "crashed: the base runner ModuleNotFoundError ...". It is now not-run with the base's failure in its reason (and
+    redone once the base is), a candidate that does not compile keeps its compile-error, and the event says it
+    once."""
+    ledger, settings = setup
+    handed = two_workers(monkeypatch, base_fails=True)
+    events = []
+    ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
+    ledger.submit(proposal("b-broken", "compile-error"), "test")
+    [summary] = run_round(ledger, 1, settings=settings, on_event=lambda kind, **info: events.append((kind, info)))
+    why = ("the round's base is incorrect (test 0: 1 of 127 elements differ): nothing to time a candidate against; "
+           "fix the base, then run the round again with --again")
+    assert outcomes(summary) == {"a-fast": ("not-run", why),
+                                 "b-broken": ("compile-error", "DSLUserCodeError: unsupported tile (submission.py:7)")}
+    assert handed == ["(control)"]  # no candidate went to a worker
+    assert [info for kind, info in events if kind == "base-failed"] == [{"reason": why}]
+    assert summary.winner is None
+
+
 def test_a_patch_that_adds_a_forbidden_call_stops_at_the_screen(tmp_path):
     kernels = tmp_path / "kernels"
     shutil.copytree(FIXTURE, kernels / "axpy")

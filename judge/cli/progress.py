@@ -106,6 +106,8 @@ class RunProgress:
         elif kind == "profile":
             self._done(info["proposal"])
             self.progress.console.print(f"  {terminal(info['proposal'])}: {terminal(info['line'])}", markup=False)
+        elif kind == "base-failed":
+            self.progress.console.print(f"  (base): {terminal(info['reason'])}", markup=False)
         elif kind == "floor":
             self.progress.console.print(f"  noise floor: {info['floor'].words()}", markup=False)
         elif kind == "cpu":
