@@ -127,6 +127,24 @@ def test_a_kernel_registered_for_an_operator_judge_copies_with_is_named_on_entry
     assert result.summary == "tampered: the kernel registered a kernel of its own for an operator judge's copy uses"
 
 
+def test_builtins_a_call_replaces_are_named_on_that_call(tmp_path):
+    """The frame looks no builtin up, so hooks the kernel hangs on them reach the kernel's own next call: on an H200
+    (2026-11-29) the red team's one-shot builtins made the FP8 kernel's second case raise in CuTe DSL, and the
+    first case's half-zero output went unreported under a crash."""
+    result = judged(tmp_path, "import builtins\n_real = builtins.isinstance\n\n"
+                              "def custom_kernel(data):\n    builtins.isinstance = lambda *a: _real(*a)\n"
+                              "    builtins.len = builtins.len\n    return _rt_base(data)\n")
+    assert result.status == "tampered"
+    assert result.summary == "tampered: its call replaced builtins.isinstance"
+
+
+def test_builtins_the_kernel_s_import_replaced_are_named_before_its_first_call(tmp_path):
+    result = judged(tmp_path, "import builtins\n_real = builtins.max\nbuiltins.max = lambda *a, **k: _real(*a, **k)\n"
+                              "del builtins.hash\n\ndef custom_kernel(data):\n    return _rt_base(data)\n")
+    assert result.status == "tampered"
+    assert result.summary == "tampered: builtins.hash, builtins.max replaced since before the kernel's import"
+
+
 def test_an_output_that_is_not_plain_tensors_is_refused(tmp_path):
     result = judged(tmp_path, "import torch\n\nclass Lazy(torch.Tensor):\n    pass\n\n"
                               "def custom_kernel(data):\n    return _rt_base(data).as_subclass(Lazy)\n")

@@ -10,7 +10,9 @@ between that the kernel could have hooked:
 
 - every callable the frame uses after entry is a local, captured on entry from references the runner bound
   before the kernel was imported and checked to be C code; no module attribute, global or builtin name is looked
-  up after entry, so replacing `torch.X`, `torch.Tensor.Y` or `builtins.Z` reaches nothing here;
+  up after entry, so replacing `torch.X`, `torch.Tensor.Y` or `builtins.Z` reaches nothing here (a builtin replaced
+  since before the kernel's import is named on entry and on the call that replaced it: a hook there reaches the
+  kernel's own next call);
 - profiling, tracing and sys.monitoring are switched off and the garbage collector is held on entry and again
   right after each call, inside the clock: a hook the kernel installs runs, if at all, while it is timed;
 - signals are blocked in this thread while the frame waits and copies, and every signal handler installed since
@@ -72,6 +74,7 @@ class Primitives:
     def __init__(self):
         import _thread
         import _signal  # the C module: signal.pthread_sigmask is a Python wrapper around it
+        import builtins
         import gc
         import os
         import signal
@@ -111,6 +114,11 @@ class Primitives:
         self.signals = tuple(sorted(frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}))
         self.handlers = tuple(_signal.getsignal(number) for number in self.signals)
         self.objects["sig_ign"] = _signal.SIG_IGN  # the C module's own object: signal.SIG_IGN is an enum it refuses
+        # Python's builtins as they were before the kernel's import. The frame looks none up, but one the kernel
+        # replaces stays for the kernel's own next call (a hook there can finish the last output late): no honest
+        # kernel replaces one, so each reply names any that changed.
+        self.objects["builtins"], self.objects["missing"] = builtins.__dict__, object()
+        self.builtins = tuple(builtins.__dict__.items())
         self.cuda = torch.cuda.is_available()
         if self.cuda:
             event = torch._C._CudaEventBase
@@ -146,7 +154,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
     replaced = not_c_level(v)
     if replaced or o["tensor"].__flags__ & _HEAP_TYPE == 0:
         return {"entered": False, "found": [f"judge's primitives in this process were replaced ({', '.join(replaced)})"]}
-    read, write, unpack, perf = v["read"], v["write"], v["unpack"], v["perf"]
+    read, write, unpack, perf, join, encode = v["read"], v["write"], v["unpack"], v["perf"], v["join"], v["encode"]
     setprofile, settrace, getprofile, gettrace = v["setprofile"], v["settrace"], v["getprofile"], v["gettrace"]
     gc_disable, sigmask, frames = v["gc_disable"], v["sigmask"], v["frames"]
     mon_get, mon_set, mon_local = v["mon_get"], v["mon_set"], v["mon_local"]
@@ -185,6 +193,14 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
         for number, handler in zip_(signals, handlers):
             if getsignal(number) is not handler:
                 setsignal(number, sig_ign)
+
+    def builtins_replaced(dict_get, now, then, missing):
+        """The names of the builtins replaced or removed since before the kernel's import."""
+        names = []
+        for name, value in then:
+            if dict_get(now, name, missing) is not value:
+                names.append(name)
+        return names
 
     def monitoring_off(mon_get, mon_set, mon_local, code, range_):
         on = 0
@@ -235,6 +251,10 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
         found.append(f"a thread runs the kernel's code ({where})")
     if modes_f() or modes_d():
         found.append("a torch function or dispatch mode is active")
+    dict_get, builtins_now, builtins_then, missing = v["dict_get"], o["builtins"], prims.builtins, o["missing"]
+    swapped = builtins_replaced(dict_get, builtins_now, builtins_then, missing)
+    if swapped:
+        found.append(", ".join(["builtins." + name for name in swapped]) + " replaced since before the kernel's import")
     if hash_(tuple_([dump(name) for name in operators])) != digest_before:
         found.append("the kernel registered a kernel of its own for an operator judge's copy uses")
     kept, kept_bytes, calls = [], 0, 0
@@ -344,6 +364,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 h1 = perf()
                 us = (h1 - h0) * 1e6
             monitored = monitoring_off(mon_get, mon_set, mon_local, code, range_)
+            swapped = builtins_replaced(dict_get, builtins_now, builtins_then, missing)
             calls += 1
             kept.append(out)
             modes = modes_f() + 2 * modes_d()
@@ -371,11 +392,11 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
             write(reply_fd, b'{"serial": %d, "ok": true, "value": {"status": %d, "us": %a, "tail_us": %a, '
                   b'"host_us": %a, "null_tail_us": %a, "leaves": [%s], "structure": %s, "problem": %s, "modes": %d, '
                   b'"hooks": %d, "monitoring": %d, "dispatch_changed": %d, "threads": %d, "thread_in_kernel": %s, '
-                  b'"others_cpu_us": %a, "release": %d}}\n'
+                  b'"others_cpu_us": %a, "release": %d, "builtins": [%s]}}\n'
                   % (serial, 2 if problem else 0, us, tail, (h1 - h0) * 1e6, null, leaves, structure,
                      json_str(problem).encode(), modes, hooks, monitored, digest != digest_before,
                      threads - threads_before if counted else 0, json_str(where).encode(), between / 1e3,
-                     kept_bytes > keep_limit))
+                     kept_bytes > keep_limit, join([encode(json_str(name)) for name in swapped])))
     finally:
         sigmask(sig_setmask, old_mask)
         if was_enabled:

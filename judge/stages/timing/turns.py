@@ -217,6 +217,9 @@ def frame_flags(out: dict[str, Any]) -> list[str]:
         flags.append("its call registered a kernel of its own for an operator judge's copy uses")
     if out.get("threads", 0) > 0:
         flags.append("its call started a Python thread that was still alive after it")
+    if out.get("builtins"):
+        names = [f"builtins.{name}" for name in out["builtins"]]
+        flags.append(f"its call replaced {', '.join(names[:8])}" + (f" and {len(names) - 8} more" if names[8:] else ""))
     if out.get("thread_in_kernel"):
         flags.append(f"a thread ran the kernel's code after its call returned ({out['thread_in_kernel']})")
     return flags
