@@ -346,7 +346,7 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
     failed, judged = [], []
     why_not = base_failure(run.ledger, run.round_row["id"])  # a failed base leaves nothing to time against
     if why_not and pending:
-        run.on_event("base-failed", reason=why_not)
+        run.on_event("base-failed", proposal="(base)", reason=why_not)  # read by every contestant, as the base is
     # A CPU target's timing shares the host's memory and caches with compiles: they all end before it starts.
     pipeline = CompilePipeline(run, pending, overlap=run.settings.overlap and not run.target.on_cpu)
     try:

@@ -474,7 +474,7 @@ def test_run_progress_says_once_why_no_candidate_is_timed():
 
     buffer = io.StringIO()
     with RunProgress(Console(file=buffer, soft_wrap=True, force_terminal=False), enabled=True) as progress:
-        progress.event("base-failed", reason="the round's base is compile-error (ModuleNotFoundError: No module named "
+        progress.event("base-failed", proposal="(base)", reason="the round's base is compile-error (ModuleNotFoundError: No module named "
                                              "'helion'): nothing to time a candidate against")
     assert buffer.getvalue().splitlines()[0] == ("  (base): the round's base is compile-error (ModuleNotFoundError: No "
                                                  "module named 'helion'): nothing to time a candidate against")

@@ -254,7 +254,7 @@ def test_the_candidates_of_a_round_whose_base_failed_are_not_run_and_say_why(set
     assert outcomes(summary) == {"a-fast": ("not-run", why),
                                  "b-broken": ("compile-error", "DSLUserCodeError: unsupported tile (submission.py:7)")}
     assert handed == ["(control)"]  # no candidate went to a worker
-    assert [info for kind, info in events if kind == "base-failed"] == [{"reason": why}]
+    assert [info for kind, info in events if kind == "base-failed"] == [{"proposal": "(base)", "reason": why}]
     assert summary.winner is None
 
 

@@ -114,3 +114,18 @@ def test_a_long_poll_wakes_for_what_its_reader_may_read_and_at_the_end():
     assert asyncio.run(waited(0, 5, mine)) < 1 and asyncio.run(waited(1, 5)) < 1
     job.state = "done"
     assert asyncio.run(waited(2, 5, mine)) < 1  # an ended job answers at once
+
+
+def test_every_reader_reads_why_no_candidate_of_the_round_was_timed():
+    """A failed base is the round's news (its text is public, as the base is): a contestant's filter and long poll
+    let the event through, as they do the control's."""
+    from types import SimpleNamespace
+
+    from judge.server.api import _reader_filter, _wakes
+    from judge.wire import make_event
+
+    contestant = SimpleNamespace(role="contestant", name="alice")
+    ledger = SimpleNamespace(current_revisions=lambda: [], latest_revision=lambda proposal: None)
+    event = make_event(4, "base-failed", {"proposal": "(base)", "reason": "the round's base is compile-error (...)"})
+    assert _reader_filter(ledger, contestant)(event) and _wakes(ledger, contestant)(event)
+    assert not _reader_filter(ledger, contestant)(make_event(5, "stage", {"proposal": "bobs", "stage": "static"}))

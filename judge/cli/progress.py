@@ -107,7 +107,7 @@ class RunProgress:
             self._done(info["proposal"])
             self.progress.console.print(f"  {terminal(info['proposal'])}: {terminal(info['line'])}", markup=False)
         elif kind == "base-failed":
-            self.progress.console.print(f"  (base): {terminal(info['reason'])}", markup=False)
+            self.progress.console.print(f"  {terminal(info['proposal'])}: {terminal(info['reason'])}", markup=False)
         elif kind == "floor":
             self.progress.console.print(f"  noise floor: {info['floor'].words()}", markup=False)
         elif kind == "cpu":
