@@ -229,5 +229,6 @@ def base_failure(ledger: Ledger, round_id: int) -> Optional[str]:
     base = ledger.latest_evaluation(round_id, None, subject="base")
     if base is None or base["outcome"] in (Outcome.UNCHANGED.value, Outcome.NOT_RUN.value):
         return None
-    return (f"the round's base is {base['outcome']} ({contain.cap(base['reason'], BASE_REASON_CAP)}): nothing to time "
-            "a candidate against; fix the base, then run the round again with --again")
+    return (f"the round's base is {base['outcome']} ({contain.cap(base['reason'], BASE_REASON_CAP)}): nothing to "
+            "time a candidate against here (the base is frozen for the round: run it again with --again where the "
+            "base passes)")

@@ -249,8 +249,8 @@ def test_the_candidates_of_a_round_whose_base_failed_are_not_run_and_say_why(set
     ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
     ledger.submit(proposal("b-broken", "compile-error"), "test")
     [summary] = run_round(ledger, 1, settings=settings, on_event=lambda kind, **info: events.append((kind, info)))
-    why = ("the round's base is incorrect (test 0: 1 of 127 elements differ): nothing to time a candidate against; "
-           "fix the base, then run the round again with --again")
+    why = ("the round's base is incorrect (test 0: 1 of 127 elements differ): nothing to time a candidate against "
+           "here (the base is frozen for the round: run it again with --again where the base passes)")
     assert outcomes(summary) == {"a-fast": ("not-run", why),
                                  "b-broken": ("compile-error", "DSLUserCodeError: unsupported tile (submission.py:7)")}
     assert handed == ["(control)"]  # no candidate went to a worker
