@@ -127,22 +127,23 @@ def test_a_kernel_registered_for_an_operator_judge_copies_with_is_named_on_entry
     assert result.summary == "tampered: the kernel registered a kernel of its own for an operator judge's copy uses"
 
 
-def test_builtins_a_call_replaces_are_named_on_that_call(tmp_path):
+BUILTINS_REPLACED = [
+    ("import builtins\n_real = builtins.isinstance\n\ndef custom_kernel(data):\n"
+     "    builtins.isinstance = lambda *a: _real(*a)\n    builtins.len = builtins.len\n    return _rt_base(data)\n",
+     "its call replaced builtins.isinstance"),
+    ("import builtins\n_real = builtins.max\nbuiltins.max = lambda *a, **k: _real(*a, **k)\ndel builtins.hash\n\n"
+     "def custom_kernel(data):\n    return _rt_base(data)\n",
+     "builtins.hash, builtins.max replaced since before the kernel's import"),
+]
+
+
+@pytest.mark.parametrize("mixin, found", BUILTINS_REPLACED, ids=["on-the-call", "at-import"])
+def test_a_replaced_builtin_is_named_on_the_call_that_replaced_it_or_on_entry(tmp_path, mixin, found):
     """The frame looks no builtin up, so hooks the kernel hangs on them reach the kernel's own next call: on an H200
     (2026-11-29) the red team's one-shot builtins made the FP8 kernel's second case raise in CuTe DSL, and the
-    first case's half-zero output went unreported under a crash."""
-    result = judged(tmp_path, "import builtins\n_real = builtins.isinstance\n\n"
-                              "def custom_kernel(data):\n    builtins.isinstance = lambda *a: _real(*a)\n"
-                              "    builtins.len = builtins.len\n    return _rt_base(data)\n")
-    assert result.status == "tampered"
-    assert result.summary == "tampered: its call replaced builtins.isinstance"
-
-
-def test_builtins_the_kernel_s_import_replaced_are_named_before_its_first_call(tmp_path):
-    result = judged(tmp_path, "import builtins\n_real = builtins.max\nbuiltins.max = lambda *a, **k: _real(*a, **k)\n"
-                              "del builtins.hash\n\ndef custom_kernel(data):\n    return _rt_base(data)\n")
-    assert result.status == "tampered"
-    assert result.summary == "tampered: builtins.hash, builtins.max replaced since before the kernel's import"
+    first case's half-zero output went unreported under a crash. Putting a builtin back as it was is no change."""
+    result = judged(tmp_path, mixin)
+    assert (result.status, result.summary) == ("tampered", f"tampered: {found}")
 
 
 def test_an_output_that_is_not_plain_tensors_is_refused(tmp_path):
