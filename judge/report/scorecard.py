@@ -188,7 +188,8 @@ def _times(proposals: list[dict]) -> Optional[dict]:
 
 
 def _device_groups(ledger: Ledger, round_id: int) -> dict:
-    """Devices from the evaluations that recorded one; which recorded none; whether a GPU stage ran, and why not."""
+    """Devices from the evaluations that recorded one; which recorded none; whether a GPU stage ran, and why not
+    (the latest evaluation's reason: a round run again elsewhere is not described by its first machine)."""
     groups: dict[str, dict] = {}
     unrecorded: list[int] = []
     gpu_ran, reason = False, None
@@ -202,7 +203,7 @@ def _device_groups(ledger: Ledger, round_id: int) -> dict:
             if s.stage not in GPU_STAGES:
                 continue
             if s.status == "not-run":
-                reason = reason or not_run_reason(s.summary)
+                reason = not_run_reason(s.summary)
             else:
                 gpu_ran = True
                 if group is not None:

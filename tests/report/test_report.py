@@ -150,6 +150,25 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines()
 
 
+def test_a_round_run_again_elsewhere_says_why_nothing_ran_there(ledger, tmp_path):
+    """Round 2 ran first where no B200 was (the gate), then on a machine whose base failed: the header and the verdict
+    give the latest reason, not the first machine's."""
+    r2 = ledger.round_row(TARGET, 2)
+    run = ledger.start_run(r2["id"], ["judge", "run", "--again"])
+    broken = StageResult("compile", "failed", "ModuleNotFoundError: No module named 'cutlass'", 0.5)
+    evaluate(ledger, run, r2, None, "compile-error", broken.summary, [broken], H100)  # 8
+    why = ("the round's base is compile-error (ModuleNotFoundError: No module named 'cutlass'): nothing to time a "
+           "candidate against here")
+    tile2 = ledger.latest_revision("tile-64-rows")["id"]
+    evaluate(ledger, run, r2, tile2, "not-run", why,  # 9
+             [PATCHED, compiled(136, 97280, 2, "smem", 950, 1900), not_run("correctness", why), not_run("timing", why)],
+             H100)
+    ledger.finish_run(run, "finished")
+    text = lines(render_round(ledger, 2, tmp_path))
+    assert f"- Device: no GPU stage ran for this round ({why}); only patch and compile results below." in text
+    assert f"**No winner yet**: nothing was timed in this round ({why})." in text
+
+
 def test_numbers_are_formatted_as_the_report_states():
     assert [fmt_us(x) for x in (1234.5, 488.0, 373.4, 18.833, 2.406, 0.04567, 0)] == ["1235", "488", "373", "18.8", "2.41", "0.0457", "0"]
     assert fmt_pct(-30.831) == "-30.8%" and fmt_pct(5.66) == "+5.7%"
