@@ -498,16 +498,25 @@ def _launch_spec(rng):
 
 
 def _readable(address: int, span: int) -> bool:
-    """Whether [address, address + span) lies in one readable mapping of this process (Linux; True elsewhere)."""
+    """Whether [address, address + span) lies in readable mappings of this process, one after another without a gap
+    (Linux; True elsewhere). A buffer may straddle two mappings the kernel keeps apart (anonymous memory of
+    different protections or origins): a check of one mapping alone failed the nibble-swap mutant now and then with
+    "points outside every input buffer and readable memory" for a buffer it held alive."""
     try:
         with open("/proc/self/maps") as maps:
             lines = maps.read().splitlines()
     except OSError:
         return True
-    for line in lines:
+    reach, end = address, address + span  # reach: the first byte not yet known to be readable
+    for line in lines:  # in address order
         bounds, perms = line.split()[:2]
         low, high = (int(v, 16) for v in bounds.split("-"))
-        if low <= address and address + span <= high and perms.startswith("r"):
+        if high <= reach:
+            continue
+        if low > reach or not perms.startswith("r"):
+            return False
+        reach = high
+        if reach >= end:
             return True
     return False
 

@@ -153,6 +153,30 @@ def test_nvfp4_mutant_is_caught(name, old, new, tmp_path, monkeypatch):
     assert failed == NVFP4_CAUGHT[name]
 
 
+def test_a_buffer_across_two_readable_mappings_is_readable():
+    """custom_kernel's own buffers are read through the kernel's views where they lie in readable memory. One that
+    straddled two mappings counted as unreadable: the nibble-swap mutant's repacked A (33,024 bytes) now and then
+    failed as "points outside every input buffer and readable memory" in the whole suite (2026-11-29)."""
+    import ctypes
+    import mmap
+
+    checks = load_from(ROOT / "kernels" / NVFP4, "layout_checks")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                                              ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    page = mmap.PAGESIZE
+    start = libc.mmap(None, 3 * page, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    try:
+        assert libc.mprotect(start + page, page, mmap.PROT_READ) == 0  # two mappings, both readable
+        assert libc.mprotect(start + 2 * page, page, 0) == 0  # then one that is not (PROT_NONE)
+        assert checks._readable(start + page - 64, 128)
+        assert not checks._readable(start + 2 * page - 64, 128)
+    finally:
+        libc.munmap(start, 3 * page)
+
+
 @pytest.mark.parametrize("name,old,new", EQUIVALENT, ids=[m[0] for m in EQUIVALENT])
 def test_nvfp4_equivalent_rewrite_passes(name, old, new, tmp_path, monkeypatch):
     results = run_checks(mutated(tmp_path, NVFP4, old, new), ARCH[NVFP4], monkeypatch)
