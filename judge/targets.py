@@ -215,6 +215,9 @@ def load_target(path: str | Path) -> Target:
     if not path.is_dir():
         raise JudgeError(f"{path}: target directory not found")
     task = _read_yaml(path / "task.yml")
+    if task.get("multi_gpu"):  # GPU MODE's amd_distributed: generate_input(rank, world_size, ...) on every rank
+        raise JudgeError(f"{path / 'task.yml'}: field 'multi_gpu': judge runs each kernel as one process on one "
+                         "device; a problem run as one process per GPU under torch.distributed is not supported")
     meta = _read_metadata(path / METADATA_FILE)
     where = path / METADATA_FILE
 

@@ -159,6 +159,16 @@ def test_a_kernel_file_without_custom_kernel_is_refused(tmp_path):
     assert _refusal(problem) == f"{problem}: submission.py has no custom_kernel ({CONTRACT})"
 
 
+def test_a_multi_gpu_problem_is_refused_in_one_line_that_says_so(tmp_path):
+    """GPU MODE's amd_distributed problems: each rank's process calls generate_input(rank, world_size, ...). Before,
+    the refusal named only the missing 'rank' argument."""
+    problem = _problem(tmp_path, _reference())
+    (problem / "task.yml").write_text((problem / "task.yml").read_text() + "multi_gpu: true\n")
+    assert _refusal(problem) == (f"{problem / 'task.yml'}: field 'multi_gpu': judge runs each kernel as one process on "
+                                 "one device; a problem run as one process per GPU under torch.distributed is not "
+                                 "supported")
+
+
 def test_a_task_without_reference_py_is_refused(tmp_path):
     problem = _problem(tmp_path, _reference())
     task = problem / "task.yml"
