@@ -24,7 +24,7 @@ from .core_blocks import block_size, claim_block, release
 from .errors import JudgeError
 from .stages.job import Job
 from .stages.progress import Progress, quiet
-from .stages.result import StageResult, not_run
+from .stages.result import StageResult, kernel_stages_not_run, not_run
 
 # How many times Ray starts a dead evaluation actor again (and resends the evaluation it held) before the round
 # stops with the error; what was recorded stays, and `judge run` again resumes.
@@ -133,7 +133,7 @@ class LocalDispatch:
         run = self.run
         for job in jobs:
             if run.gate is not None:
-                yield job, [not_run("correctness", run.gate), not_run("timing", run.gate)], None
+                yield job, kernel_stages_not_run(run.gate), None
                 continue
             run.on_event("stage", proposal=job.name, stage="correctness and timing")
             started = time.monotonic()
@@ -412,7 +412,7 @@ class EvaluationActor:
         from .noise import Floor
 
         if self.gate_reason:
-            return key, [not_run("correctness", self.gate_reason), not_run("timing", self.gate_reason)], self.where()
+            return key, kernel_stages_not_run(self.gate_reason), self.where()
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
         stages = kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor), self._progress(name),
                                control)

@@ -31,7 +31,7 @@ from .schedule import base_failure, base_for, base_words, kernels_to_run, requir
 from .stages.screen.stage import screen_stage
 from .stages.details import CheckDetail, TimingDetail
 from .stages.progress import Progress, quiet
-from .stages.result import StageResult, not_run
+from .stages.result import StageResult, kernel_stages_not_run, not_run
 from .targets import Target, find_target
 from .verdicts import decide
 
@@ -353,8 +353,8 @@ def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str,
         jobs = ready_jobs(run, pipeline, failed)
         if pending:
             run.on_event("gpu-start", total=len(pending))
-        kernel_stages_of = (((job, [not_run("correctness", why_not), not_run("timing", why_not)], None) for job in jobs)
-                            if why_not else run.dispatch.evaluate(jobs))
+        kernel_stages_of = (((job, kernel_stages_not_run(why_not), None) for job in jobs) if why_not
+                            else run.dispatch.evaluate(jobs))
         for job, kernel_stages, place in kernel_stages_of:
             revision, stages, started = job.key
             judged.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))

@@ -60,6 +60,11 @@ def not_run(stage: str, reason: str) -> StageResult:
     return StageResult(stage=stage, status="not-run", summary=f"{NOT_RUN}{reason}")
 
 
+def kernel_stages_not_run(reason: str) -> list[StageResult]:
+    """A candidate's correctness and timing, neither run here, for one reason (no GPU, a failed base)."""
+    return [not_run("correctness", reason), not_run("timing", reason)]
+
+
 def not_run_reason(summary: str) -> str:
     """The reason of a not-run stage's summary (as not_run wrote it, in this run or in a ledger's row)."""
     return summary.removeprefix(NOT_RUN)
