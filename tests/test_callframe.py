@@ -134,16 +134,29 @@ BUILTINS_REPLACED = [
     ("import builtins\n_real = builtins.max\nbuiltins.max = lambda *a, **k: _real(*a, **k)\ndel builtins.hash\n\n"
      "def custom_kernel(data):\n    return _rt_base(data)\n",
      "builtins.hash, builtins.max replaced since before the kernel's import"),
+    (RAISES_WITH_HOOK := "import builtins, sys\n_real = builtins.isinstance\n\ndef custom_kernel(data):\n"
+     "    if sys._getframe(1).f_code.co_name == 'serve_calls':  # judge's calls, not the warm-up's\n"
+     "        builtins.isinstance = lambda *a: _real(*a)\n        raise TypeError('arg 2 must be a type')\n"
+     "    return _rt_base(data)\n",
+     "its call replaced builtins.isinstance"),
 ]
 
 
-@pytest.mark.parametrize("mixin, found", BUILTINS_REPLACED, ids=["on-the-call", "at-import"])
+@pytest.mark.parametrize("mixin, found", BUILTINS_REPLACED, ids=["on-the-call", "at-import", "on-a-call-that-raised"])
 def test_a_replaced_builtin_is_named_on_the_call_that_replaced_it_or_on_entry(tmp_path, mixin, found):
     """The frame looks no builtin up, so hooks the kernel hangs on them reach the kernel's own next call: on an H200
     (2026-11-29) the red team's one-shot builtins made the FP8 kernel's second case raise in CuTe DSL, and the
-    first case's half-zero output went unreported under a crash. Putting a builtin back as it was is no change."""
+    first case's half-zero output went unreported under a crash. Putting a builtin back as it was is no change. A
+    call that raises (there, where the hook broke a library) is named too: the hook, not the crash, is its verdict."""
     result = judged(tmp_path, mixin)
     assert (result.status, result.summary) == ("tampered", f"tampered: {found}")
+
+
+def test_a_timed_call_that_raised_after_replacing_a_builtin_is_tampered_not_crashed(tmp_path):
+    """The frame's flag, then the runner's audit after the stage, which finds the builtin still replaced."""
+    result = timed(tmp_path, RAISES_WITH_HOOK)
+    assert (result.status, result.summary) == (
+        "tampered", "tampered: its call replaced builtins.isinstance; builtins.isinstance replaced")
 
 
 def test_an_output_that_is_not_plain_tensors_is_refused(tmp_path):

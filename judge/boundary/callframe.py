@@ -116,7 +116,9 @@ class Primitives:
         self.objects["sig_ign"] = _signal.SIG_IGN  # the C module's own object: signal.SIG_IGN is an enum it refuses
         # Python's builtins as they were before the kernel's import. The frame looks none up, but one the kernel
         # replaces stays for the kernel's own next call (a hook there can finish the last output late): no honest
-        # kernel replaces one, so each reply names any that changed.
+        # kernel replaces one, so each reply names any that changed, the crash's too. They are compared before the
+        # first wait that lets another thread run: a library's thread that calls the hook while the frame waits for
+        # the GPU puts them back (an H200, 2026-11-29: the FP8 kernel's next call then crashed on a hooked `str`).
         self.objects["builtins"], self.objects["missing"] = builtins.__dict__, object()
         self.builtins = tuple(builtins.__dict__.items())
         self.cuda = torch.cuda.is_available()
@@ -311,6 +313,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 setprofile(None)
                 settrace(None)
                 gc_disable()
+                swapped = builtins_replaced(dict_get, builtins_now, builtins_then, missing)
                 sigmask(sig_block, blocked)
                 handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
                 try:
@@ -339,6 +342,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 setprofile(None)
                 settrace(None)
                 gc_disable()
+                swapped = builtins_replaced(dict_get, builtins_now, builtins_then, missing)
                 sigmask(sig_block, blocked)
                 handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
                 try:
@@ -363,8 +367,8 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
                 h1 = perf()
                 us = (h1 - h0) * 1e6
+                swapped = builtins_replaced(dict_get, builtins_now, builtins_then, missing)
             monitored = monitoring_off(mon_get, mon_set, mon_local, code, range_)
-            swapped = builtins_replaced(dict_get, builtins_now, builtins_then, missing)
             calls += 1
             kept.append(out)
             modes = modes_f() + 2 * modes_d()
@@ -380,8 +384,11 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 except base_exception as error:  # a fault of the kernel's GPU work that surfaced in the copy
                     raised = error
             if raised is not None:  # the kernel's error, or its GPU work's fault: its verdict is a crash
-                kept.append(raised)
-                write(reply_fd, b'{"serial": %d, "ok": true, "value": {"status": 1, "raised": true}}\n' % serial)
+                kept.append(raised)  # what the call left set is named with it: a hook that broke judge is tampering
+                write(reply_fd, b'{"serial": %d, "ok": true, "value": {"status": 1, "raised": true, "modes": %d, '
+                      b'"hooks": %d, "monitoring": %d, "dispatch_changed": %d, "builtins": [%s]}}\n'
+                      % (serial, modes, hooks, monitored, digest != digest_before,
+                         join([encode(json_str(name)) for name in swapped])))
                 return {"calls": calls, "ended": "the kernel raised", "error": raised}
             out = None  # the kept list alone holds it, so that a release frees it before the next call runs
             kept_bytes += extra

@@ -204,6 +204,8 @@ def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: i
         value = reply.value
         if value.get("status") == callframe.RAISED:
             error = worker.read_reply(serial, time_left(deadline)).value.get("error", "the kernel raised")
+            if frame_flags(value):  # what its call left set broke the call or judge's copy: tampering, not a crash
+                raise Tampered("; ".join(frame_flags(value)))
             if budget.ran_out(error):
                 raise NoRoom(budget.kernel_ran_out(error))
             raise CommandFailed(f"{error} ({_where(entry)})", worker.log_tail())

@@ -8,10 +8,9 @@ Base and candidate are treated alike in every pair: both runners come from the s
 same way, sit on the same cores, neither ran the correctness cases, who goes first alternates by pair and by
 round, and both run the same secret input sets, each in its own memory, at an offset drawn per pair.
 
-Inside a pair (judge.stages.timing.turns) each timed call is one record to a runner in its call frame (judge.boundary.callframe); the
-oracle writes the call's input set in before and checks its output after. Clocks:
-- "gpu": L2 flushed, the launch hidden behind a GPU spin, events around the call on its stream, the tail
-  after a device-wide sync;
+Inside a pair (judge.stages.timing.turns) each timed call is one record to a runner in its call frame
+(judge.boundary.callframe); the oracle writes the call's input set in before and checks its output after. Clocks:
+- "gpu": L2 flushed, the launch hidden behind a GPU spin, events around the call on its stream, the tail after a sync;
 - "call": the GPU idle, events around the whole call (launch included), as GPU MODE times;
 - "host" (CPU targets): the host's clock around the call.
 GPU targets measure both GPU clocks; judge.toml's `clock` says which decides, and the other is measured on one
@@ -30,7 +29,6 @@ from pathlib import Path
 from typing import Callable
 
 from . import audits
-from ...boundary import callframe
 from ... import stats
 from ...devices import gate
 from ...workspaces import fresh
@@ -39,6 +37,7 @@ from ..build import bound
 from ..lease import RunnerLease
 from ..progress import Progress, quiet
 from ...noise import MAX_PAIRS, MIN_PAIRS, Floor, default_floor, enough_pairs
+from ...boundary import callframe
 from ...boundary.runner import spin_cycles, spin_for
 from ...errors import JudgeError
 from .. import budget
@@ -224,9 +223,11 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
             current = who
             if turns.failure == "raised" and who == turns.last_who:
                 error = worker.read_reply(serials[who], time_left(deadline)).value.get("error", "the kernel raised")
-                raise _stopped(CommandFailed(error, worker.log_tail()), who)
-            worker.leave(callframe.command(0, callframe.OP_STOP), serials[who], time_left(deadline))
-            worker.freeze()
+                if not turns.flags[who]:  # with flags, what its call left set broke it: tampered (below)
+                    raise _stopped(CommandFailed(error, worker.log_tail()), who)
+            else:
+                worker.leave(callframe.command(0, callframe.OP_STOP), serials[who], time_left(deadline))
+                worker.freeze()
         for who, flags in turns.flags.items():
             (result.base_findings if who == "base" else result.findings).extend(sorted(set(flags)))
     except (WorkerError, CommandFailed) as error:
@@ -337,6 +338,10 @@ def _result(evaluator: Evaluator, pairs: list[PairResult], floor: Floor, facts: 
     if last.base_findings:
         message = f"the base's runner: {'; '.join(dict.fromkeys(last.base_findings))}"
         return StageResult(STAGE, "failed", message, seconds, TimingDetail(error=message, who="base"), "")
+    if last.findings and not all(all(audits.samples(b.series, b.analysed)[:2]) for p in pairs for b in p.benchmarks):
+        reasons = list(dict.fromkeys(last.findings))  # a call that raised after it tampered left nothing to compare
+        detail = TimingDetail(tampered=reasons, who="candidate", confinement=confinement)
+        return StageResult(STAGE, "tampered", f"tampered: {'; '.join(reasons)}", seconds, detail, "")
     detail = summarise(pairs, target, confinement, floor)
     after = None if target.on_cpu else evaluator.ask("facts")
     detail = detail.updated(device=facts, cores=evaluator.cores["timing"] if evaluator.cores else None,
@@ -431,18 +436,14 @@ def _timed_benchmark(benches: list[PairBenchmark], target: Target, deciding: str
     )
 
 
+_PAIRS = ("process pairs (a fresh base and candidate process each, on the same cores, neither having run the correctness "
+          "cases), taking turns (order alternated), inputs written in by the oracle before each call")
 METHOD = {
-    "gpu": "process pairs (a fresh base and candidate process each, on the same cores, neither having run the "
-           "correctness cases), taking turns (order alternated), inputs written in by the oracle before each call "
-           "into the runner's own memory, L2 flushed, launch hidden behind a GPU spin, CUDA events; device-wide "
+    "gpu": f"{_PAIRS} into the runner's own memory, L2 flushed, launch hidden behind a GPU spin, CUDA events; device-wide "
            "span where a kernel leaves side-stream work; Student's t over the pairs",
-    "call": "process pairs (a fresh base and candidate process each, on the same cores, neither having run the "
-            "correctness cases), taking turns (order alternated), inputs written in by the oracle before each "
-            "call into the runner's own memory, L2 flushed, GPU idle at the start, CUDA events around the whole "
-            "call (launch included), device-wide; Student's t over the pairs",
-    "host": "process pairs (a fresh base and candidate process each, on the same cores, neither having run the "
-            "correctness cases), taking turns (order alternated), inputs written in by the oracle before each "
-            "call, the host's clock around the call; Student's t over the pairs",
+    "call": f"{_PAIRS} into the runner's own memory, L2 flushed, GPU idle at the start, CUDA events around the whole call "
+            "(launch included), device-wide; Student's t over the pairs",
+    "host": f"{_PAIRS}, the host's clock around the call; Student's t over the pairs",
 }
 
 

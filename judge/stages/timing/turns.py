@@ -153,14 +153,12 @@ class PairTurns:
         reply = worker.record(record_for, time_left(self.deadline), "timed")
         worker.freeze()
         out = reply.value
+        self._note_flags(who, out)
         if out.get("status") == callframe.RAISED:
             self.failure = "raised"
             return False
         cold = set_index not in self.timed[who]
         self.timed[who].add(set_index)
-        for flag in frame_flags(out):
-            if not any(seen.startswith(flag[:FLAG_KIND_CHARS]) for seen in self.flags[who]):
-                self.flags[who].append(flag)  # the first call that showed each kind of evidence
         rep = {"us": out["us"], "tail_us": out["tail_us"], "host_us": out["host_us"],
                "null_tail_us": out["null_tail_us"] if out["null_tail_us"] >= 0 else None, "cold": cold,
                "set": set_index, "wall_us": reply.wall_s * 1e6, "pid": worker.pid,
@@ -192,6 +190,11 @@ class PairTurns:
         worker.record(lambda serial: callframe.command(serial, callframe.OP_RELEASE), time_left(self.deadline),
                       "release")
         worker.freeze()
+
+    def _note_flags(self, who: str, out: dict) -> None:
+        for flag in frame_flags(out):
+            if not any(seen.startswith(flag[:FLAG_KIND_CHARS]) for seen in self.flags[who]):
+                self.flags[who].append(flag)  # the first call that showed each kind of evidence
 
     def settle_last(self) -> None:
         if self.pending is not None and self.failure is None:
