@@ -387,11 +387,11 @@ def test_the_oracle_maps_only_memory_a_runner_allocated_large_enough_for_its_inp
     """A runner allocates the device memory its inputs live in (reading mapped memory across rows ran a thousand
     times slower, an H200, 2026-11-28); its process can hand the oracle any handle, and the oracle writes every byte
     the plan lays out, so the driver's size of what it maps must hold them."""
-    from judge.boundary import cuda_ipc, exchange, staging
+    from judge.boundary import cuda_ipc, host_area, staging
 
     monkeypatch.setattr(cuda_ipc, "Imported", _Mapped)
     _Mapped.sizes = {"small": 1 << 20, "large": 3 << 30, "larger": 4 << 30}
-    files = staging.RunnerFiles(exchange.HostFile(tmp_path / "in"), exchange.HostFile(tmp_path / "out"))
+    files = staging.RunnerFiles(host_area.HostFile(tmp_path / "in"), host_area.HostFile(tmp_path / "out"))
     assert files.bind("anything") is None and files.device is None  # a plan without a device part maps nothing
     files.want_device(2 << 30)
     assert files.bind(None) == "the runner handed over no device memory for its inputs"

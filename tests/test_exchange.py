@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from judge.boundary import exchange, staging  # noqa: E402
+from judge.boundary import exchange, host_area, staging  # noqa: E402
 
 
 def test_a_skeleton_keeps_nesting_values_and_tensor_order():
@@ -40,12 +40,12 @@ def test_layouts_keep_strides_and_start_each_tensor_on_its_own_page():
 
 
 def test_what_the_oracle_writes_the_runner_reads_and_the_other_way(tmp_path):
-    host = exchange.HostFile(tmp_path / "inbox")
+    host = host_area.HostFile(tmp_path / "inbox")
     host.reserve(3 * 4096)
     value = torch.arange(24.0).reshape(4, 6).t()
     layout = exchange.plan([value], 1, {"device": 0, "host": 4096})[0][0][0]
     host.write(layout, value)
-    mapped = exchange.MappedFile(str(tmp_path / "inbox"), host.nbytes)
+    mapped = host_area.MappedFile(str(tmp_path / "inbox"), host.nbytes)
     seen = mapped.view(layout)
     assert seen.stride() == (1, 6) and torch.equal(seen, value)
     seen.mul_(2)  # the runner writes in place: the oracle reads what it wrote
@@ -53,7 +53,7 @@ def test_what_the_oracle_writes_the_runner_reads_and_the_other_way(tmp_path):
 
 
 def test_a_runner_that_cuts_its_file_short_cannot_fault_the_oracle(tmp_path):
-    host = exchange.HostFile(tmp_path / "outbox")
+    host = host_area.HostFile(tmp_path / "outbox")
     host.reserve(8192)
     layout = {"area": "host", "offset": 4096, "dtype": "float32", "shape": [1024], "stride": [1]}
     os.truncate(tmp_path / "outbox", 100)
@@ -64,7 +64,7 @@ def test_a_runner_that_cuts_its_file_short_cannot_fault_the_oracle(tmp_path):
 def test_the_oracle_never_follows_a_link_planted_where_its_file_goes(tmp_path):
     os.symlink(tmp_path / "elsewhere", tmp_path / "inbox")
     with pytest.raises(exchange.ExchangeError, match=r"inbox could not be made \(File exists\)"):
-        exchange.HostFile(tmp_path / "inbox")
+        host_area.HostFile(tmp_path / "inbox")
     assert not (tmp_path / "elsewhere").exists()
 
 
@@ -107,7 +107,7 @@ def test_an_exchange_directory_others_may_write_is_refused(tmp_path):
 
 
 def test_an_output_description_that_reaches_past_the_outbox_is_refused(tmp_path):
-    files = staging.RunnerFiles(exchange.HostFile(tmp_path / "in"), exchange.HostFile(tmp_path / "out"))
+    files = staging.RunnerFiles(host_area.HostFile(tmp_path / "in"), host_area.HostFile(tmp_path / "out"))
     files.outbox.reserve(4096)
     past = [["host", 0, 2048, [1024], [1]]]  # float32 x 1024 from byte 2048: 2 KiB past the end
     with pytest.raises(exchange.ExchangeError, match="reaches past the outbox"):
@@ -124,7 +124,7 @@ def test_a_runner_s_device_outbox_follows_its_inputs_in_its_own_memory_and_is_re
     whole shared outbox before every call: 2.6 ms for cholesky_py's 8 GiB on an H200, 2026-11-29). An output
     described past the outbox, into the runner's inputs, is refused before anything is read."""
     area = staging.Area(skeleton=None, copies=[], host_bytes=0, device_bytes=5000, poison=[])
-    files = staging.RunnerFiles(exchange.HostFile(tmp_path / "in"), exchange.HostFile(tmp_path / "out"))
+    files = staging.RunnerFiles(host_area.HostFile(tmp_path / "in"), host_area.HostFile(tmp_path / "out"))
     plan = staging.plan_for(area, files, {"device": 12288, "host": 1 << 20})
     assert plan["device"] == {"bytes": 8192 + 12288} and files.device_wanted == 8192 + 12288
     assert plan["outbox"]["device"] == {"offset": 8192, "bytes": 12288}
@@ -143,13 +143,13 @@ def test_staging_writes_the_set_poisons_the_outputs_and_reading_zeroes_what_was_
     data = (torch.arange(4.0), torch.ones(4), torch.empty(4))
     area = staging.lay_out(data, ["[2]"], 2)
     area.sets["s"] = staging.tensors_of(data)
-    files = staging.RunnerFiles(exchange.HostFile(tmp_path / "in"), exchange.HostFile(tmp_path / "out"))
+    files = staging.RunnerFiles(host_area.HostFile(tmp_path / "in"), host_area.HostFile(tmp_path / "out"))
     plan = staging.plan_for(area, files, {"device": 0, "host": 8192})
     staging.stage(area, "s", 1, [files], flush=False)
-    mapped = exchange.MappedFile(plan["host"]["path"], plan["host"]["bytes"])
+    mapped = host_area.MappedFile(plan["host"]["path"], plan["host"]["bytes"])
     a, b, out = (mapped.view(layout) for layout in plan["copies"][1])
     assert torch.equal(a, data[0]) and torch.equal(b, data[1]) and torch.isnan(out).all()
-    box = exchange.MappedFile(plan["outbox"]["host"]["path"], plan["outbox"]["host"]["bytes"])
+    box = host_area.MappedFile(plan["outbox"]["host"]["path"], plan["outbox"]["host"]["bytes"])
     box.view({"offset": 0, "dtype": "float32", "shape": [4], "stride": [1]}).copy_(a + b)
     got = staging.received([["host", 0, 0, [4], [1]]], files)
     assert torch.equal(got[0], a + b)

@@ -147,8 +147,11 @@ def not_c_level(values: dict) -> list[str]:
 
 
 def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: list, outboxes: dict,
-                events: tuple, stream, workspace: str, threads_before: int | None, entered_serial: int) -> dict:
+                events: tuple, stream, workspace: str, threads_before: int | None, entered_serial: int,
+                remake=None) -> dict:
     """Answer call records until the parent says stop; returns what the stretch saw (for the JSON reply).
+    `remake(copy)`: the copy's data made again, called after each call on it and before the reply, while the next
+    input set is not yet written in (None: data with no object whose state a call changes).
 
     `outboxes`: area ("device" or "host") -> (a uint8 tensor over that outbox, its capacity in bytes).
     `threads_before`: the Python threads no call may add to, or None where new threads are not counted."""
@@ -382,6 +385,11 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                     if cuda:
                         sync()
                 except base_exception as error:  # a fault of the kernel's GPU work that surfaced in the copy
+                    raised = error
+            if raised is None and remake is not None:
+                try:
+                    datas[copy] = remake(copy)
+                except base_exception as error:  # the kernel changed what its objects are made from
                     raised = error
             if raised is not None:  # the kernel's error, or its GPU work's fault: its verdict is a crash
                 kept.append(raised)  # what the call left set is named with it: a hook that broke judge is tampering

@@ -7,8 +7,7 @@ waits (judge.boundary.callframe). The runner's process therefore holds no set be
 way: the runner copies what the kernel returned into an outbox the oracle reads, and the oracle projects and
 compares it. Two kinds of memory: device memory the runner allocates and exports by CUDA IPC, which the oracle
 maps and writes in memory order (judge.boundary.cuda_ipc says why the runner owns it), and a host file per runner
-for CPU tensors, which the oracle reads and writes with pread/pwrite only (never mapped on its side, so that a
-runner that truncates its file cannot fault the oracle).
+for CPU tensors (judge.boundary.host_area).
 
 Data reach the runner as a skeleton: the nesting of GPU MODE's data (tuples, lists, dicts), its plain values
 and, for each tensor, a layout in one of the two areas. An output comes back described the same way (the runner's
@@ -23,16 +22,17 @@ The description, one JSON object per node:
     {"tuple": [node, ...]}            with "fields": [name, ...] for a named tuple (outputs only)
     {"list": [node, ...]}
     {"dict": [[key, node], ...]}      keys str (inputs), str or int (outputs)
+    {"object": "module:qualname", "kind": "dataclass" | "module", "parts": [[name, role, node], ...]}
+                                      a problem's own object (inputs only; judge.boundary.objects)
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
-import stat
-from pathlib import Path
 from typing import Any
+
+from . import objects
 
 ALIGN = 4096  # each tensor starts on its own 4 KiB boundary
 DEVICE, HOST = "device", "host"
@@ -77,10 +77,19 @@ def skeleton(data: Any, path: str = "", *, output: bool = False) -> tuple[Any, l
             return {"float": repr(node)} if not math.isfinite(node) else {"value": node}
         if not output and isinstance(node, torch.dtype):
             return {"dtype": str(node).removeprefix("torch.")}
+        named = None if output else objects.parts(node)
+        if named is not None:
+            try:
+                name = objects.class_name(node)
+            except ValueError as error:
+                raise ExchangeError(f"input{where} is {error}") from None
+            return {"object": name, "kind": objects.kind_of(node),
+                    "parts": [[part, role, walk(value, f"{where}.{part}")] for part, role, value in named]}
         if output:
             raise ExchangeError(f"output{where} is a {type(node).__module__}.{type(node).__qualname__}: {OUTPUTS}")
         raise ExchangeError(f"input{where} is a {type(node).__module__}.{type(node).__qualname__}: judge hands "
-                            "kernels tensors, numbers, strings, dtypes and tuples, lists and dicts of them")
+                            "kernels tensors, numbers, strings, dtypes, tuples, lists and dicts of them, and "
+                            "dataclasses and nn.Modules of the problem's own classes")
 
     try:
         return walk(data, path), tensors
@@ -104,7 +113,19 @@ def build(tree: Any, tensors: list) -> Any:
         return float(tree["float"])
     if "dtype" in tree:
         return getattr(torch, tree["dtype"])
+    if "object" in tree:  # the class imported by name where it is first met (a runner: the problem's own file)
+        return objects.made(objects.find_class(tree["object"]), tree["kind"], [(n, r) for n, r, _ in tree["parts"]],
+                            [build(node, tensors) for _, _, node in tree["parts"]])
     return tree["value"]
+
+
+def holds_objects(tree: Any) -> bool:
+    """Whether a skeleton describes an input object anywhere: a kernel may change its state, so each call is handed
+    one made again (judge.boundary.runner)."""
+    if "object" in tree:
+        return True
+    items = tree.get("tuple") or tree.get("list") or [v for _, v in tree.get("dict", [])]
+    return any(holds_objects(item) for item in items)
 
 
 # ---- outputs ----------------------------------------------------------------------------------------------
@@ -291,160 +312,3 @@ def check_layout(layout: dict, capacity: int) -> None:
     offset = layout.get("offset")
     if type(offset) is not int or offset < 0 or offset + span(shape, stride, itemsize(layout["dtype"])) > capacity:
         raise ExchangeError("an output reaches past the outbox")
-
-
-# ---- the host area: a file per runner ---------------------------------------------------------------------
-
-
-def open_own_directory(path: str) -> int:
-    """A descriptor of directory `path`, opened from / one component at a time without following a link, that is
-    this process's own, not writable by others and empty: the directory judge made for one runner's files. Anything
-    else (a link anywhere on the way, another owner, a file already there) is an ExchangeError."""
-    parts = Path(path).parts
-    if not parts or parts[0] != "/":
-        raise ExchangeError(f"the exchange directory {path} is not an absolute path")
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open("/", flags)
-    try:
-        for part in parts[1:]:
-            try:
-                child = os.open(part, flags, dir_fd=fd)
-            except OSError as error:
-                raise ExchangeError(f"the exchange directory {path} could not be opened at {part!r} without following "
-                                    f"a link ({error.strerror})") from None
-            os.close(fd)
-            fd = child
-        info = os.fstat(fd)
-        if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise ExchangeError(f"the exchange directory {path} is not judge's own (owner {info.st_uid}, mode "
-                                f"{stat.S_IMODE(info.st_mode):04o})")
-        if os.listdir(fd):
-            raise ExchangeError(f"the exchange directory {path} was not empty")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-class HostFile:
-    """The oracle's side of a runner's host area: a file it created in the runner's directory (owned by the
-    runner's user so that a runner that dropped to uid nobody can map it), read and written by offset only.
-    With `directory` (a descriptor, exchange.open_own_directory) the file is made relative to it."""
-
-    def __init__(self, path: Path, owner: int | None = None, directory: int | None = None):
-        self.path = Path(path)
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            if directory is None:
-                self.fd = os.open(self.path, flags, 0o600)
-            else:
-                self.fd = os.open(self.path.name, flags, 0o600, dir_fd=directory)
-        except OSError as error:
-            raise ExchangeError(f"the host file {self.path} could not be made ({error.strerror})") from None
-        if owner is not None and owner != os.geteuid():
-            os.fchown(self.fd, owner, -1)
-        self.nbytes = 0
-
-    def reserve(self, nbytes: int) -> None:
-        """At least `nbytes` long (a runner remaps when the plan it is sent says the area grew)."""
-        if nbytes > self.nbytes:
-            os.ftruncate(self.fd, nbytes)
-            self.nbytes = nbytes
-
-    def write(self, layout: dict, tensor) -> None:
-        """`tensor` at `layout`, strides and all."""
-        tensor = tensor.detach().cpu()
-        if _dense_as(tensor, layout):  # the usual case: its own bytes are the span
-            _pwrite_all(self.fd, memoryview(tensor.reshape(-1).view(_uint8()).numpy()), layout["offset"])
-            return
-        buffer = _span_buffer(layout)
-        _strided(buffer, layout).copy_(tensor)
-        _pwrite_all(self.fd, memoryview(buffer.numpy()), layout["offset"])
-
-    def read(self, layout: dict):
-        """A copy of the tensor at `layout`; a file the runner cut short is an ExchangeError."""
-        buffer = _span_buffer(layout)
-        view = memoryview(buffer.numpy())
-        got = os.preadv(self.fd, [view], layout["offset"]) if len(view) else 0
-        if got != len(view):
-            raise ExchangeError("the output file was cut short in the kernel's process")
-        return _strided(buffer, layout)
-
-    def zero(self, start: int = 0, end: int | None = None) -> None:
-        end = self.nbytes if end is None else min(end, self.nbytes)
-        chunk = bytes(min(1 << 22, max(0, end - start)))
-        while start < end:
-            start += os.pwrite(self.fd, chunk[:end - start], start)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-def _span_buffer(layout: dict):
-    import torch
-
-    size = itemsize(layout["dtype"])
-    count = span(layout["shape"], layout["stride"], size)
-    return torch.empty(count, dtype=torch.uint8)
-
-
-def _uint8():
-    import torch
-
-    return torch.uint8
-
-
-def _dense_as(tensor, layout: dict) -> bool:
-    """Whether `tensor` is contiguous and `layout` is its contiguous layout (same shape and dtype)."""
-    return (tensor.is_contiguous() and list(tensor.shape) == layout["shape"] and dtype_name(tensor) == layout["dtype"]
-            and list(tensor.stride()) == layout["stride"])
-
-
-def _strided(buffer, layout: dict):
-    import torch
-
-    dtype = getattr(torch, layout["dtype"])
-    if buffer.numel() == 0:
-        return torch.empty_strided(layout["shape"], layout["stride"], dtype=dtype)
-    return buffer.view(dtype).as_strided(layout["shape"], layout["stride"])
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    data = data.cast("B")
-    while len(data):
-        done = os.pwrite(fd, data, offset)
-        data, offset = data[done:], offset + done
-
-
-class MappedFile:
-    """A runner's side of its host area: the file mapped shared, so that what the oracle writes is what the
-    kernel reads, and what the runner copies out is what the oracle reads."""
-
-    def __init__(self, path: str, nbytes: int):
-        import mmap
-
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ExchangeError("the host area is not a regular file")
-            self.nbytes = nbytes
-            self.map = mmap.mmap(fd, max(nbytes, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
-        import ctypes
-
-        self.pointer = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
-
-    def view(self, layout: dict):
-        """The tensor at `layout` in the mapped file."""
-        import torch
-
-        size = itemsize(layout["dtype"])
-        count = span(layout["shape"], layout["stride"], size)
-        dtype = getattr(torch, layout["dtype"])
-        if count == 0:
-            return torch.empty_strided(layout["shape"], layout["stride"], dtype=dtype)
-        raw = torch.frombuffer(self.map, dtype=torch.uint8, count=count, offset=layout["offset"])
-        return raw.view(dtype).as_strided(layout["shape"], layout["stride"])

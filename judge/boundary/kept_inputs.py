@@ -8,8 +8,9 @@ it took more than PAYS times what copying it out took (copying it back in costs 
 kept stays within SHARE of the host memory that was available when the oracle started. Each use gets a copy of its
 own, on the device the input was made on: no two evaluations share a tensor.
 
-Only inputs that a copy reproduces are kept: nested tuples (named ones too), lists and dicts of plain, contiguous
-tensors with storages of their own, and other values (numbers, strings, a config dict's entries) as they are.
+Only inputs that a copy reproduces are kept: nested tuples (named ones too), lists, dicts and input objects
+(judge.boundary.objects, made again for each use) of plain, contiguous tensors with storages of their own, and
+other values (numbers, strings, a config dict's entries) as they are.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import time
 from typing import Any
 
+from . import objects
 from .tensors import sync
 
 # What keeping may take of the host memory available when the oracle starts.
@@ -93,6 +95,9 @@ def _tensors(data: Any) -> list | None:
             return all(walk(x) for x in obj)
         if isinstance(obj, dict):
             return all(walk(v) for v in obj.values())
+        named = objects.parts(obj)
+        if named is not None:
+            return all(walk(value) for _, _, value in named)
         if isinstance(obj, torch.Tensor):
             if type(obj) is not torch.Tensor or not obj.is_contiguous() or obj.is_sparse:
                 return False
@@ -110,10 +115,15 @@ def _tensors(data: Any) -> list | None:
 
 
 def _copied(obj: Any, move, leaf: type) -> Any:
-    """`obj` rebuilt with `move` applied to each `leaf`: tuples (named ones as such), lists and dicts rebuilt, other
-    values as they are."""
+    """`obj` rebuilt with `move` applied to each `leaf`: tuples (named ones as such), lists, dicts and input objects
+    (judge.boundary.objects) rebuilt, other values as they are."""
     if isinstance(obj, leaf):
         return move(obj)
+    if isinstance(obj, _HeldObject):
+        return objects.made(obj.cls, obj.kind, obj.roles, [_copied(value, move, leaf) for value in obj.values])
+    named = objects.parts(obj)
+    if named is not None:
+        return _HeldObject(obj, [_copied(value, move, leaf) for _, _, value in named])
     if isinstance(obj, tuple):
         items = [_copied(x, move, leaf) for x in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
@@ -122,6 +132,15 @@ def _copied(obj: Any, move, leaf: type) -> Any:
     if isinstance(obj, dict):
         return type(obj)((k, _copied(v, move, leaf)) for k, v in obj.items())
     return obj
+
+
+class _HeldObject:
+    """An input object kept as its class and parts, made again for each use (judge.boundary.objects)."""
+
+    def __init__(self, obj, values: list):
+        self.cls, self.kind = type(obj), objects.kind_of(obj)
+        self.roles = [(name, role) for name, role, _ in objects.parts(obj)]
+        self.values = values
 
 
 class _Held:

@@ -18,6 +18,7 @@ from typing import Any
 from . import cuda_ipc, exchange, staging, tensors
 from .compare import checked_instead, checker_decides, compare_outputs, failed
 from .kept_inputs import KeptInputs, host_budget
+from .slot_reads import SlotReads
 from .memory import (RELEASE_ABOVE_BYTES, collect_beyond, peak_noted, ran_out, release as release_cached,
                      without_graph, working_memory)
 from ..machine import facts_here, host_memory
@@ -38,7 +39,7 @@ class TimingSets:
     projection_seed: int
     sets: dict[Any, Any]  # "warm" or a timed set's index -> its data
     bounds: dict[int, list[dict]]  # a timed set's index -> its answer's projection bounds
-    slots: list[str]
+    slots: list[str]  # the output slots filled with NaN before a call (judge.boundary.slot_reads)
     projector: Any  # tensors.Projector
     output: tuple[int, int]  # the outboxes its answers need: host and device bytes (staging.outbox_need)
 
@@ -64,6 +65,7 @@ class Oracle:
         self.flush: cuda_ipc.Exported | None = None  # the L2 flush buffer, written before each GPU-timed call
         self.unchecked: dict[str, tuple] = {}  # key -> (output, answer, inputs) of a case whose check ran out of room
         self.inputs = KeptInputs(host_budget())  # correctness inputs that cost more to make than to keep
+        self.slot_reads = SlotReads()  # which output slots are filled with NaN before a call
 
     @property
     def tolerance(self) -> tuple[float, float]:
@@ -103,6 +105,10 @@ class Oracle:
         answer = tensors.detached(without_graph(self.reference.ref_kernel, copies[0], fresh=fresh))
         tensors.sync()
         return copies[-1], answer
+
+    def _reference_on(self, copy) -> Any:
+        """The reference's answer on `copy`, which it may write into."""
+        return tensors.detached(without_graph(self.reference.ref_kernel, copy))
 
     def plan(self, spec: dict, distribution: str) -> dict:
         """The output slots of a spec (paths of the inputs the reference writes), its inputs' and outputs' bytes,
@@ -186,6 +192,7 @@ class Oracle:
             after, expected = self._answered(data)
         slots = tensors.output_slots(data, after, expected)
         del after
+        slots = self.slot_reads.slots_to_poison(spec, distribution, data, slots, expected, self._reference_on)
         release_cached()  # the reference's working memory, cached: the runner's call and the check need the room
         self._retire(key)
         area = staging.lay_out(data, slots, 1)
@@ -316,7 +323,9 @@ class Oracle:
         made.sets["warm"] = self._generate(_with_seed(spec, seeds[0]), distribution)
         first = made.sets[0] = self._generate(_with_seed(spec, seeds[1]), distribution)
         after, answer = self._answered(first)
-        made.slots = tensors.output_slots(first, after, answer)
+        slots = tensors.output_slots(first, after, answer)
+        del after
+        made.slots = self.slot_reads.slots_to_poison(spec, distribution, first, slots, answer, self._reference_on)
         made.output = staging.outbox_need(answer)
         made.bounds[0] = made.projector.bounds(answer, *self.tolerance)
         return made

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import callframe, cuda_ipc, exchange, tamper
+from . import callframe, cuda_ipc, exchange, host_area, tamper
 from .memory import release as release_cached
 
 WARMUP_CALLS = 3
@@ -54,7 +54,7 @@ class Runner:
         self.kernel = None
         self.channel: tuple[int, int] | None = None  # the command and reply pipes (judge.sandbox.child sets them)
         self.inputs: cuda_ipc.Exported | None = None  # the device memory its inputs live in, its own, grown as needed
-        self.host_maps: dict[str, exchange.MappedFile] = {}
+        self.host_maps: dict[str, host_area.MappedFile] = {}
         self.stretch: dict[str, Any] = {}
         self.threads_before: int | None = None  # Python threads alive when warm-up ended
         self.prims = callframe.Primitives()
@@ -97,10 +97,10 @@ class Runner:
                 self.inputs = None
             self.inputs = cuda_ipc.Exported(device["bytes"])
         host = plan["host"]
-        views = []
+        views, copies = [], []
         for layouts in plan["copies"]:
-            tensors = [self._view(layout, device, host) for layout in layouts]
-            views.append(exchange.build(plan["skeleton"], tensors))
+            copies.append([self._view(layout, device, host) for layout in layouts])
+            views.append(exchange.build(plan["skeleton"], copies[-1]))
         outboxes = {}
         box = plan["outbox"]
         if box.get("device") and self.inputs is not None:  # the tail of its own device memory (staging.plan_for)
@@ -111,7 +111,13 @@ class Runner:
         host_box = self._host(box["host"]["path"], box["host"]["bytes"])
         outboxes["host"] = (host_box.view(exchange.raw_layout(box["host"]["bytes"], area=exchange.HOST)),
                             box["host"]["bytes"])
-        self.stretch = {"datas": views, "outboxes": outboxes}
+        # Objects (judge.boundary.objects) made again after each call: a KV cache's length a call raised is not the
+        # next call's, whose input set is the oracle's as made.
+        remake = None
+        if exchange.holds_objects(plan["skeleton"]):
+            def remake(copy: int, skeleton=plan["skeleton"], copies=copies) -> Any:
+                return exchange.build(skeleton, copies[copy])
+        self.stretch = {"datas": views, "outboxes": outboxes, "remake": remake}
         return {"copies": len(views), "device": self.inputs.handle if device else None}
 
     def _view(self, layout: dict, device: dict | None, host: dict):
@@ -121,10 +127,10 @@ class Runner:
             return cuda_ipc.view(self.inputs.pointer, layout)
         return self._host(host["path"], host["bytes"]).view(layout)
 
-    def _host(self, path: str, nbytes: int) -> exchange.MappedFile:
+    def _host(self, path: str, nbytes: int) -> host_area.MappedFile:
         mapped = self.host_maps.get(path)
         if mapped is None or mapped.nbytes < nbytes:
-            mapped = self.host_maps[path] = exchange.MappedFile(path, nbytes)
+            mapped = self.host_maps[path] = host_area.MappedFile(path, nbytes)
         return mapped
 
     # ---- calls -------------------------------------------------------------------------------------------
@@ -140,7 +146,7 @@ class Runner:
             if calls >= 2 and _perf() - start > WARMUP_MAX_S:
                 break
             began = _perf()
-            launches.append(self._launch_time(datas[calls % len(datas)]))
+            launches.append(self._launch_time(calls % len(datas)))
             durations.append(_perf() - began)  # launch and GPU work: each call is synchronized after
             calls += 1
         # the first call may have compiled or loaded the kernel: the duration is the typical later one
@@ -150,7 +156,7 @@ class Runner:
         # (a call of 44 ms made four more, 0.18 s a runner and benchmark in every pair), else that many more calls.
         host = launches[1:][-LAUNCH_SAMPLES:]
         if call_us <= LONG_CALL_US and len(host) < LAUNCH_SAMPLES:  # past it, the spin is at its cap anyway
-            more = [self._launch_time(datas[i % len(datas)]) for i in range(LAUNCH_SAMPLES - len(host))]
+            more = [self._launch_time(i % len(datas)) for i in range(LAUNCH_SAMPLES - len(host))]
             host, calls = host + more, calls + len(more)
         rate = self._spin_rate() if self.cuda else 0.0
         # Libraries start their pools in a kernel's first calls (torch.compile's compile workers): the threads
@@ -170,7 +176,7 @@ class Runner:
         result = callframe.serve_calls(
             self.prims, self.channel[0], self.channel[1], self.kernel, self.stretch["datas"],
             self.stretch["outboxes"], self.events if self.cuda else (), stream, str(self.workspace.resolve()),
-            self.threads_before if count_threads else None, entered_serial)
+            self.threads_before if count_threads else None, entered_serial, self.stretch["remake"])
         if not count_threads:  # a correctness call's working memory, cached here, is room the oracle's check needs
             release_cached()
         error = result.pop("error", None)
@@ -187,15 +193,17 @@ class Runner:
 
         return profile_calls(self.torch, self.kernel, self.stretch["datas"], calls, mode, self.cuda)
 
-    def _launch_time(self, data) -> float:
-        """The host's time to launch one call (the warm-up's only measurement)."""
+    def _launch_time(self, copy: int) -> float:
+        """The host's time to launch one call on copy `copy` (the warm-up's only measurement)."""
         if self.cuda:
             self.torch.cuda.synchronize()
         start = _perf()
-        self.kernel(data)
+        self.kernel(self.stretch["datas"][copy])
         host = (_perf() - start) * 1e6
         if self.cuda:
             self.torch.cuda.synchronize()
+        if self.stretch["remake"] is not None:
+            self.stretch["datas"][copy] = self.stretch["remake"](copy)
         return round(host, 2)
 
     def _spin_rate(self) -> float:

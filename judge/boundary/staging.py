@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import callframe, cuda_ipc, exchange, output_copy, tensors
+from . import callframe, cuda_ipc, exchange, host_area, output_copy, tensors
 
 # An output may take this many times the reference's bytes (a wider dtype, padding) before it is refused: the size
 # of a runner's host outbox. It was 4: for a 4 GiB output that is a 16 GiB outbox, which helped the oracle run out of
@@ -34,8 +34,8 @@ OUTBOX_MIN_BYTES = 1 << 20
 class RunnerFiles:
     """A runner's host files (inputs in, outputs out) and, on a GPU, its device memory for inputs as mapped here."""
 
-    inbox: exchange.HostFile
-    outbox: exchange.HostFile
+    inbox: host_area.HostFile
+    outbox: host_area.HostFile
     device: cuda_ipc.Imported | None = None
     device_handle: str = ""
     device_wanted: int = 0  # the bytes the last plan asked the runner to have
@@ -231,12 +231,12 @@ def open_files(directory: str, owner: int | None = None) -> RunnerFiles:
     """A runner's two host files in `directory`, which judge made for it, owned by `owner` (the runner's user).
     The directory is opened component by component without following a link and must be this process's own
     and empty, and the files are made relative to it: the oracle never writes where a link someone else made
-    points (exchange.open_own_directory)."""
-    folder = exchange.open_own_directory(directory)
+    points (host_area.open_own_directory)."""
+    folder = host_area.open_own_directory(directory)
     try:
-        inbox = exchange.HostFile(Path(directory) / "inbox", owner, folder)
+        inbox = host_area.HostFile(Path(directory) / "inbox", owner, folder)
         try:
-            outbox = exchange.HostFile(Path(directory) / "outbox", owner, folder)
+            outbox = host_area.HostFile(Path(directory) / "outbox", owner, folder)
         except BaseException:
             inbox.close()
             raise

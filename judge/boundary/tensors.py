@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from . import objects
+
 MAX_MISMATCHES = 5
 # Projections of an output that a timed call's result is checked by, and how many standard deviations of
 # an honest output's error (|error| <= atol + rtol * |expected| element by element) one may be off.
@@ -17,11 +19,15 @@ COMPARE_CHUNK = 1 << 25
 
 
 def leaves(obj, path: str = "") -> list[tuple[str, Any]]:
-    """The tensors (and other non-container values) of nested tuples, lists and dicts, with their paths."""
+    """The tensors (and other non-container values) of nested tuples, lists, dicts and input objects
+    (judge.boundary.objects: a part's path is `.name`), with their paths."""
     if isinstance(obj, (tuple, list)):
         return [leaf for i, item in enumerate(obj) for leaf in leaves(item, f"{path}[{i}]")]
     if isinstance(obj, dict):
         return [leaf for key, item in obj.items() for leaf in leaves(item, f"{path}[{key!r}]")]
+    named = objects.parts(obj)
+    if named is not None:
+        return [leaf for name, _, item in named for leaf in leaves(item, f"{path}.{name}")]
     return [(path, obj)]
 
 
@@ -96,7 +102,9 @@ def _shown(value):
 
 
 def clone_data(obj):
-    """A deep copy of the tensors in nested tuples, lists and dicts (GPU MODE inputs), other values as they are."""
+    """A deep copy of the tensors in nested tuples, lists, dicts and input objects (GPU MODE inputs; an object is
+    made again, so that a reference that changes its state leaves the original as it was), other values as they
+    are."""
     import torch
 
     if isinstance(obj, tuple):
@@ -107,6 +115,9 @@ def clone_data(obj):
         return {k: clone_data(v) for k, v in obj.items()}
     if isinstance(obj, torch.Tensor):
         return obj.clone()
+    named = objects.parts(obj)
+    if named is not None:
+        return objects.remade(obj, [clone_data(value) for _, _, value in named])
     return obj
 
 
