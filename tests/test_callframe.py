@@ -134,6 +134,10 @@ BUILTINS_REPLACED = [
     ("import builtins\n_real = builtins.max\nbuiltins.max = lambda *a, **k: _real(*a, **k)\ndel builtins.hash\n\n"
      "def custom_kernel(data):\n    return _rt_base(data)\n",
      "builtins.hash, builtins.max replaced since before the kernel's import"),
+    ("import builtins\n_real = builtins.isinstance\n\ndef _rt_broken(*args):\n    raise TypeError('arg 2 must be a type')\n\n"
+     "def custom_kernel(data):\n    out = _rt_base(data)\n    builtins.isinstance = builtins.len = _rt_broken\n"
+     "    return out\n",
+     "its call replaced builtins.isinstance, builtins.len"),
     (RAISES_WITH_HOOK := "import builtins, sys\n_real = builtins.isinstance\n\ndef custom_kernel(data):\n"
      "    if sys._getframe(1).f_code.co_name == 'serve_calls':  # judge's calls, not the warm-up's\n"
      "        builtins.isinstance = lambda *a: _real(*a)\n        raise TypeError('arg 2 must be a type')\n"
@@ -142,12 +146,12 @@ BUILTINS_REPLACED = [
 ]
 
 
-@pytest.mark.parametrize("mixin, found", BUILTINS_REPLACED, ids=["on-the-call", "at-import", "on-a-call-that-raised"])
+@pytest.mark.parametrize("mixin, found", BUILTINS_REPLACED, ids=["on-the-call", "at-import", "breaking-the-runner-after", "on-a-call-that-raised"])
 def test_a_replaced_builtin_is_named_on_the_call_that_replaced_it_or_on_entry(tmp_path, mixin, found):
-    """The frame looks no builtin up, so hooks the kernel hangs on them reach the kernel's own next call: on an H200
-    (2026-11-29) the red team's one-shot builtins made the FP8 kernel's second case raise in CuTe DSL, and the
-    first case's half-zero output went unreported under a crash. Putting a builtin back as it was is no change. A
-    call that raises (there, where the hook broke a library) is named too: the hook, not the crash, is its verdict."""
+    """The frame looks no builtin up, but a hook the kernel hangs on one reaches the runner's own code after the
+    stretch: on an H200 (2026-11-29) the red team's one-shot hooks broke the runner's torch.cuda.is_available, and the
+    FP8 kernel's half-zero output came out `crashed`. The call's flags are now read before the runner runs again, and
+    a call that raised is named too: the hook, not the crash, is the verdict. Putting a builtin back is no change."""
     result = judged(tmp_path, mixin)
     assert (result.status, result.summary) == ("tampered", f"tampered: {found}")
 

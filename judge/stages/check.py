@@ -201,22 +201,21 @@ def _run_case(evaluator: Evaluator, worker: Worker, case: Case, n: int, nonce: i
             raise Tampered("; ".join(found))
         evaluator.ask("stage", key=key, name="case", copies=[0], runners=[worker.pid])
         reply = worker.record(lambda s: callframe.command(s, callframe.OP_CALL), time_left(deadline), "case")
-        value = reply.value
+        value, flags = reply.value, frame_flags(reply.value)
         if value.get("status") == callframe.RAISED:
             error = worker.read_reply(serial, time_left(deadline)).value.get("error", "the kernel raised")
-            if frame_flags(value):  # what its call left set broke the call or judge's copy: tampering, not a crash
-                raise Tampered("; ".join(frame_flags(value)))
-            if budget.ran_out(error):
-                raise NoRoom(budget.kernel_ran_out(error))
-            raise CommandFailed(f"{error} ({_where(entry)})", worker.log_tail())
+            if not flags:
+                if budget.ran_out(error):
+                    raise NoRoom(budget.kernel_ran_out(error))
+                raise CommandFailed(f"{error} ({_where(entry)})", worker.log_tail())
+        # Named before the runner's own code runs again: a builtin the call hooked broke the runner's next line
+        # (torch.cuda.is_available, on an H200, 2026-11-29), which came out as the kernel's crash.
+        if flags:
+            raise Tampered("; ".join(flags))
         worker.leave(callframe.command(0, callframe.OP_STOP), serial, time_left(deadline))
     except BaseException:
         evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])  # the oracle drops the case
         raise
-    flags = frame_flags(value)
-    if flags:
-        evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])
-        raise Tampered("; ".join(flags))
     entry = entry.updated(poisoned=made["poisoned"], kernel_s=round(value["us"] * 1e-6, 6))
     if value.get("status") == callframe.BAD_OUTPUT:
         evaluator.ask("verify_case", key=key, runner=worker.pid, leaves=[])

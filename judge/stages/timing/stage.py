@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -41,9 +40,10 @@ from ...boundary import callframe
 from ...boundary.runner import spin_cycles, spin_for
 from ...errors import JudgeError
 from .. import budget
-from ..details import ABSENT, TimedBenchmark, TimingDetail
+from ..details import ABSENT, TimingDetail
 from ..result import StageResult, not_run
 from ...targets import Target
+from .summary import PairBenchmark, PairResult, pair_geomeans, summarise
 from .turns import PairTurns, clocks_for, reps_for
 from ...sandbox.worker import CommandFailed, Worker, WorkerError, time_left
 
@@ -57,34 +57,6 @@ class Stopped(Exception):
     def __init__(self, status: str, message: str, who: str, log: str = ""):
         super().__init__(message)
         self.status, self.message, self.who, self.log = status, message, who, log
-
-
-@dataclass
-class PairBenchmark:
-    """One benchmark as one process pair timed it: both runners' series per clock and the facts of its turns."""
-
-    index: int
-    series: dict[tuple[str, str], list[dict]]  # (who, clock) -> repetitions (PairTurns.series)
-    spin_us: float
-    sets: int
-    copies: int
-    placement: str  # "separate": each runner's inputs in its own memory (ledgers before 2026-11-28: GPU pairs "shared")
-    measuring_s: float
-    strays: list[int]  # processes a runner started that left its process group
-    analysed: str  # the clock whose repetitions the verdict reads (PairTurns.analysed_clock)
-    failure: str | None = None  # why the turns stopped, when they did not finish
-
-
-@dataclass
-class PairResult:
-    """What one process pair measured: per benchmark its series and facts, and what its runners showed."""
-
-    benchmarks: list[PairBenchmark] = field(default_factory=list)
-    failure: str | None = None
-    findings: list[str] = field(default_factory=list)  # the candidate's: its audit, its frame's flags
-    base_findings: list[str] = field(default_factory=list)
-    confinement: dict | None = None
-    seconds: float = 0.0
 
 
 def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float | None = None,
@@ -126,7 +98,7 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
             pairs.append(time_pair(evaluator, Path(workspace), p, nonce, deadline, benchmark_starts))
             if pairs[-1].failure or pairs[-1].findings or pairs[-1].base_findings:
                 break
-            if enough_pairs(_pair_geomeans(pairs, target), floor, time.monotonic() - started, budget, control,
+            if enough_pairs(pair_geomeans(pairs, target), floor, time.monotonic() - started, budget, control,
                             limit, max(pair.seconds for pair in pairs)):
                 break
     except Stopped as stop:
@@ -221,13 +193,17 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
         measuring_s = time.monotonic() - measuring
         for who, worker in runners.items():
             current = who
-            if turns.failure == "raised" and who == turns.last_who:
-                error = worker.read_reply(serials[who], time_left(deadline)).value.get("error", "the kernel raised")
-                if not turns.flags[who]:  # with flags, what its call left set broke it: tampered (below)
-                    raise _stopped(CommandFailed(error, worker.log_tail()), who)
-            else:
+            # With flags, what a call left set (a hooked builtin) may break the call or the runner's own code after
+            # the stretch: the flags below make it tampered, not crashed.
+            try:
+                if turns.failure == "raised" and who == turns.last_who:
+                    error = worker.read_reply(serials[who], time_left(deadline)).value.get("error", "the kernel raised")
+                    raise CommandFailed(error, worker.log_tail())
                 worker.leave(callframe.command(0, callframe.OP_STOP), serials[who], time_left(deadline))
                 worker.freeze()
+            except CommandFailed as error:
+                if not turns.flags[who]:
+                    raise _stopped(error, who) from None
         for who, flags in turns.flags.items():
             (result.base_findings if who == "base" else result.findings).extend(sorted(set(flags)))
     except (WorkerError, CommandFailed) as error:
@@ -316,16 +292,6 @@ def _stopped(error: Exception, who: str) -> Stopped:
     return Stopped(error.status, error.message, who, error.log_tail)
 
 
-def _pair_geomeans(pairs: list[PairResult], target: Target) -> list[float]:
-    """Each pair's geomean log ratio over the benchmarks, on the analysed clock."""
-    return stats.geomean_logs([[_log_ratio(b) for b in pair.benchmarks] for pair in pairs])
-
-
-def _log_ratio(bench: PairBenchmark) -> float:
-    base, cand, _ = audits.samples(bench.series, bench.analysed)
-    return stats.pair_log_ratio(base, cand)
-
-
 def _result(evaluator: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | None,
             seconds: float) -> StageResult:
     """The stage's result from the pairs: failure, tampering, or the summary with its decision."""
@@ -353,99 +319,3 @@ def _result(evaluator: Evaluator, pairs: list[PairResult], floor: Floor, facts: 
         return StageResult(STAGE, "tampered", f"tampered: {'; '.join(reasons)}", seconds, detail, "")
     return StageResult(STAGE, "passed", detail.summary, seconds, detail.updated(audit_reasons=ABSENT, summary=ABSENT),
                        "")
-
-
-def summarise(pairs: list[PairResult], target: Target, confinement: dict | None, floor: Floor) -> TimingDetail:
-    """Per benchmark: the pairs' log ratios, their mean and t interval, pooled medians per clock and the
-    audits; the geomean, its interval and the decision against `floor`."""
-    deciding = target.deciding_clock
-    out, reasons = [], []
-    for i in range(len(pairs[0].benchmarks)):
-        benches = [pair.benchmarks[i] for pair in pairs]
-        out.append(_timed_benchmark(benches, target, deciding, reasons))
-    detail = TimingDetail(benchmarks=out, clock=deciding, confinement=confinement, max_speedup=target.max_speedup,
-                          min_effect=target.min_effect, audit_reasons=reasons, method=METHOD[deciding],
-                          floor=floor.to_json(), pairs=len(pairs))
-    logs = _pair_geomeans(pairs, target)
-    geomeans = [round(math.exp(g), 5) for g in logs]
-    if len(logs) < 2:
-        point = math.exp(logs[0])
-        return detail.updated(geomean=round(point, 5), geomean_ci=[round(point, 5), round(point, 5)],
-                              significant=False, decision="inconclusive", pair_geomeans=geomeans,
-                              summary=f"geomean {point:.3f}x over {len(out)} benchmarks (one process pair: no interval)",
-                              measuring_s=round(sum(b.measuring_s for b in out), 3))
-    decided = stats.decide(logs, floor.effect)
-    outcome = floor.bounded(stats.final(decided, floor.effect))
-    n = len(out)
-    return detail.updated(
-        summary=(f"geomean {decided.point:.3f}x [{decided.low:.3f}, {decided.high:.3f}] over {n} benchmark"
-                 f"{'s' if n != 1 else ''}, {len(pairs)} process pairs"),
-        geomean=round(decided.point, 5), geomean_ci=[round(decided.low, 5), round(decided.high, 5)],
-        significant=decided.low > 1.0 or decided.high < 1.0, decision=outcome, pair_geomeans=geomeans,
-        measuring_s=round(sum(b.measuring_s for b in out), 3))
-
-
-def _timed_benchmark(benches: list[PairBenchmark], target: Target, deciding: str, reasons: list[str]) -> TimedBenchmark:
-    i = benches[0].index
-    logs = [_log_ratio(b) for b in benches]
-    mean = sum(logs) / len(logs)
-    low, high = (stats.t_interval(logs)[1:] if len(logs) > 1 else (mean, mean))
-    analysed = benches[-1].analysed
-    pooled = {}
-    for b in benches:
-        for key, reps in b.series.items():
-            pooled.setdefault(key, []).extend(reps)
-    base_us, cand_us, method = [], [], analysed
-    rep_pairs = []
-    for p, b in enumerate(benches):
-        bu, cu, method = audits.samples(b.series, b.analysed)
-        if deciding == "gpu" and b.analysed == "call":
-            method = "device-wide"  # the turns found side-stream work and moved to the call clock (judge.stages.timing.turns)
-        base_us += bu
-        cand_us += cu
-        rep_pairs += [p] * len(bu)
-    clocks = {}
-    for clock in sorted({c for _, c in pooled}):
-        bs = [r["us"] for r in pooled[("base", clock)]]
-        cs = [r["us"] for r in pooled[("cand", clock)]]
-        if bs and cs:
-            clocks[clock] = {"base_median_us": round(stats.median(bs), 3), "cand_median_us": round(stats.median(cs), 3),
-                             "speedup": round(stats.median(bs) / stats.median(cs), 5), "reps": min(len(bs), len(cs))}
-    audit = audits.audit([b.series for b in benches], deciding)
-    reasons += [f"benchmark {i}: {r}" for r in audit.pop("reasons")]
-    strays = sorted({pid for b in benches for pid in b.strays})
-    if strays:
-        reasons.append(f"benchmark {i}: processes it started left its process group and kept running while "
-                       f"the base was timed (pids {', '.join(map(str, strays))})")
-    return TimedBenchmark(
-        index=i, label=target.benchmark_label(i), clock=deciding,
-        base_median_us=round(stats.median(base_us), 3), cand_median_us=round(stats.median(cand_us), 3),
-        speedup=round(math.exp(mean), 5), ci_low=round(math.exp(low), 5), ci_high=round(math.exp(high), 5),
-        significant=len(logs) > 1 and (low > 0 or high < 0), reps=len(base_us), stopped="pairs",
-        method=method if method in ("stream", "device-wide") else deciding, clocks=clocks, audit=audit,
-        spin_us=benches[0].spin_us, sets=benches[0].sets, copies=benches[0].copies,
-        placement=benches[0].placement, processes=len(benches),
-        process_medians_us={"base": [round(stats.median(audits.samples(b.series, b.analysed)[0]), 3)
-                                     for b in benches],
-                            "cand": [round(stats.median(audits.samples(b.series, b.analysed)[1]), 3)
-                                     for b in benches]},
-        pair_log_ratios=[round(x, 6) for x in logs],
-        measuring_s=round(sum(b.measuring_s for b in benches), 3), base_us=_rounded(base_us),
-        cand_us=_rounded(cand_us), rep_pairs=rep_pairs,
-        speed_of_light_us=target.speed_of_light_us[i] if target.speed_of_light_us else ABSENT,
-    )
-
-
-_PAIRS = ("process pairs (a fresh base and candidate process each, on the same cores, neither having run the correctness "
-          "cases), taking turns (order alternated), inputs written in by the oracle before each call")
-METHOD = {
-    "gpu": f"{_PAIRS} into the runner's own memory, L2 flushed, launch hidden behind a GPU spin, CUDA events; device-wide "
-           "span where a kernel leaves side-stream work; Student's t over the pairs",
-    "call": f"{_PAIRS} into the runner's own memory, L2 flushed, GPU idle at the start, CUDA events around the whole call "
-            "(launch included), device-wide; Student's t over the pairs",
-    "host": f"{_PAIRS}, the host's clock around the call; Student's t over the pairs",
-}
-
-
-def _rounded(values: list[float]) -> list[float]:
-    return [round(x, 3) for x in values]
