@@ -3,6 +3,7 @@ its kernel a dataclass of weights and a KV cache nn.Module: described and made a
 state, an output slot the reference reads left unpoisoned, and each call handed the object as made (the kvdecode
 fixture: a decode step that appends a row to the cache and attends over it)."""
 
+import collections
 import re
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from judge.stages.timing.stage import measure  # noqa: E402
 from judge.targets import load_target  # noqa: E402
 
 KVDECODE = Path(__file__).parent / "fixtures" / "gpumode" / "kvdecode"
+Shapes = collections.namedtuple("Shapes", ["rows", "cols"])
 SPEC = {"batch": 2, "dim": 4, "prefill": 3, "capacity": 8, "seed": 5}
 
 
@@ -133,3 +135,25 @@ def test_a_kv_cache_problem_is_checked_and_timed_with_each_call_given_the_cache_
     assert "check_implementation: the output differs from the reference's" in forgets.summary, forgets.summary
     assert timed.status == "passed", timed.summary + timed.log_tail
     assert timed.detail.pairs >= 3 and len(timed.detail.benchmarks) == 1
+
+
+def test_named_tuples_and_sizes_among_the_inputs_arrive_as_their_own_class():
+    """An input's named tuple is made again as its own class where a runner finds it by name, else as judge's with
+    the same fields; a torch.Size stays one; the oracle's copies keep both (a reference that reads `.rows` of a
+    plain tuple would fail)."""
+    def local():
+        return collections.namedtuple("Local", ["scale"])(2.0)
+
+    data = (Shapes(3, 4), torch.Size([3, 4]), local(), torch.max(torch.ones(2, 2), dim=1))
+    tree, found = exchange.skeleton(data)
+    assert tree["tuple"][0] == {"fields": ["rows", "cols"], "tuple": [{"value": 3}, {"value": 4}],
+                                "class": f"{__name__}:Shapes"}
+    assert tree["tuple"][1] == {"size": [3, 4]} and "class" not in tree["tuple"][2]
+    assert tree["tuple"][3]["class"] == "torch.return_types:max"
+    built = exchange.build(tree, found)
+    assert type(built[0]) is Shapes and built[0].rows == 3
+    assert type(built[1]) is torch.Size and built[1] == torch.Size([3, 4])
+    assert built[2]._fields == ("scale",) and built[2].scale == 2.0
+    assert type(built[3]) is torch.return_types.max and built[3].values is found[0]
+    copy = tensors.clone_data(data)
+    assert [type(x) for x in copy] == [type(x) for x in data] and copy[0].cols == 4

@@ -19,7 +19,9 @@ The description, one JSON object per node:
     {"value": v}                      None, a bool, an int or a finite float
     {"float": "nan" | "inf" | "-inf"}
     {"dtype": "float16"}              (inputs only)
-    {"tuple": [node, ...]}            with "fields": [name, ...] for a named tuple (outputs only)
+    {"tuple": [node, ...]}            with "fields": [name, ...] for a named tuple, and for an input's "class":
+                                      "module:qualname" where a runner can import it by that name
+    {"size": [n, ...]}                a torch.Size (inputs only)
     {"list": [node, ...]}
     {"dict": [[key, node], ...]}      keys str (inputs), str or int (outputs)
     {"object": "module:qualname", "kind": "dataclass" | "module", "parts": [[name, role, node], ...]}
@@ -59,9 +61,17 @@ def skeleton(data: Any, path: str = "", *, output: bool = False) -> tuple[Any, l
 
         if type(node) is tuple:
             return {"tuple": [walk(x, f"{where}[{i}]") for i, x in enumerate(node)]}
-        if output and isinstance(node, tuple) and field_names(type(node)) is not None:
-            return {"fields": list(field_names(type(node))),
-                    "tuple": [walk(x, f"{where}[{i}]") for i, x in enumerate(node)]}
+        if not output and isinstance(node, torch.Size):
+            return {"size": [int(n) for n in node]}
+        if isinstance(node, tuple) and field_names(type(node)) is not None:
+            described = {"fields": list(field_names(type(node))),
+                         "tuple": [walk(x, f"{where}[{i}]") for i, x in enumerate(node)]}
+            if not output:  # an input's own class where a runner finds it by name, else judge's with its fields
+                try:
+                    described["class"] = objects.class_name(node)
+                except ValueError:
+                    pass
+            return described
         if type(node) is list:
             return {"list": [walk(x, f"{where}[{i}]") for i, x in enumerate(node)]}
         if type(node) is dict:
@@ -101,8 +111,14 @@ def build(tree: Any, tensors: list) -> Any:
     """The data a skeleton describes, with `tensors` (in index order) at its tensor places."""
     import torch
 
+    if "fields" in tree:  # a named tuple among the inputs (judge.boundary.objects.class_name)
+        values = [build(x, tensors) for x in tree["tuple"]]
+        cls = objects.find_class(tree["class"]) if "class" in tree else _namedtuple(tuple(tree["fields"]))
+        return cls(values) if hasattr(cls, "n_sequence_fields") else cls(*values)
     if "tuple" in tree:
         return tuple(build(x, tensors) for x in tree["tuple"])
+    if "size" in tree:
+        return torch.Size(tree["size"])
     if "list" in tree:
         return [build(x, tensors) for x in tree["list"]]
     if "dict" in tree:

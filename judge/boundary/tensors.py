@@ -107,8 +107,11 @@ def clone_data(obj):
     are."""
     import torch
 
-    if isinstance(obj, tuple):
-        return tuple(clone_data(x) for x in obj)
+    if isinstance(obj, tuple):  # named tuples and torch.Size as their own class
+        items = [clone_data(x) for x in obj]
+        if type(obj) is tuple:
+            return tuple(items)
+        return obj._make(items) if hasattr(obj, "_make") else type(obj)(items)
     if isinstance(obj, list):
         return [clone_data(x) for x in obj]
     if isinstance(obj, dict):
