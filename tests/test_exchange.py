@@ -3,6 +3,7 @@ read by a runner's mapping (host files here; device memory in tests/test_cuda_ip
 
 import functools
 import os
+import re
 
 import pytest
 
@@ -26,8 +27,16 @@ def test_a_skeleton_keeps_nesting_values_and_tensor_order():
 def test_data_judge_cannot_hand_over_is_named_with_its_place():
     with pytest.raises(exchange.ExchangeError, match=r"input\[1\]\['k'\] is a builtins.set"):
         exchange.skeleton((torch.zeros(1), {"k": {1}}))
-    with pytest.raises(exchange.ExchangeError, match="keys that are not strings"):
-        exchange.skeleton({1: torch.zeros(1)})
+    with pytest.raises(exchange.ExchangeError, match=re.escape("input['w'] is a dict with keys that are neither "
+                                                               "strings nor ints")):
+        exchange.skeleton({"w": {(1, 2): torch.zeros(1)}})
+
+
+def test_a_dict_of_int_keys_among_the_inputs_arrives_with_them():
+    """MoE-style inputs: weights by expert number."""
+    tree, found = exchange.skeleton({0: torch.zeros(2), 7: torch.ones(2)})
+    rebuilt = exchange.build(tree, found)
+    assert list(rebuilt) == [0, 7] and rebuilt[7] is found[1]
 
 
 def test_layouts_keep_strides_and_start_each_tensor_on_its_own_page():

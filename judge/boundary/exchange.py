@@ -23,7 +23,7 @@ The description, one JSON object per node:
                                       "module:qualname" where a runner can import it by that name
     {"size": [n, ...]}                a torch.Size (inputs only)
     {"list": [node, ...]}
-    {"dict": [[key, node], ...]}      keys str (inputs), str or int (outputs)
+    {"dict": [[key, node], ...]}      keys str or int
     {"object": "module:qualname", "kind": "dataclass" | "module", "parts": [[name, role, node], ...]}
                                       a problem's own object (inputs only; judge.boundary.objects)
 """
@@ -51,8 +51,8 @@ class ExchangeError(ValueError):
 
 def skeleton(data: Any, path: str = "", *, output: bool = False) -> tuple[Any, list]:
     """(tree, tensors): `data` as JSON-able nesting with each tensor replaced by its index in `tensors`.
-    With `output`, as an output is described (trusted data only: this reads the objects freely): named tuples
-    keep their field names, dict keys may be ints, and strings and dtypes are refused."""
+    Trusted data only: this reads the objects freely. With `output`, as an output is described: strings, dtypes,
+    sizes and objects are refused, and a named tuple keeps its field names but not its class."""
     tensors: list = []
     what = "output" if output else "input"
 
@@ -75,8 +75,8 @@ def skeleton(data: Any, path: str = "", *, output: bool = False) -> tuple[Any, l
         if type(node) is list:
             return {"list": [walk(x, f"{where}[{i}]") for i, x in enumerate(node)]}
         if type(node) is dict:
-            if not all(type(k) is str or (output and type(k) is int) for k in node):
-                raise ExchangeError(f"{what}{where} is a dict with keys that are not strings")
+            if not all(type(k) in (str, int) for k in node):
+                raise ExchangeError(f"{what}{where} is a dict with keys that are neither strings nor ints")
             return {"dict": [[k, walk(v, f"{where}[{k!r}]")] for k, v in node.items()]}
         if isinstance(node, torch.Tensor):
             tensors.append(node)
