@@ -91,6 +91,28 @@ def test_the_oracle_makes_a_slow_case_once_for_every_evaluation_and_a_fast_one_e
     assert line.endswith('["default", {"seed": 11, "size": 64}]')
 
 
+SLOW_ANSWER = SLOW.replace("    a, out = data\n", "    a, out = data\n    answered.append(a.numel())\n"
+                            "    time.sleep(0.12 if a.numel() > 8 else 0)\n").replace("made = []", "made, answered = [], []")
+
+
+def test_a_slow_answer_is_kept_with_its_output_slots_for_every_evaluation(oracle_over):
+    """The reference ran for every evaluation's copy of each case; an answer slow to make is now kept as its input
+    is (with the output slots read off its run), and each check gets a copy of its own."""
+    oracle = oracle_over(SLOW_ANSWER, runners=(1, 2))
+    slow, fast = {"size": 64, "seed": 11}, {"size": 4, "seed": 12}
+    plans = {}
+    for runner, key in ((1, "c1-0"), (2, "c2-0")):
+        plans[key] = oracle.case(key + "s", slow, "default", runner)
+        oracle.case(key + "f", fast, "default", runner)
+    # the slow case answered once, and its poisoned copy once (judge.boundary.slot_reads); the fast one each time
+    assert sys.modules["reference"].answered == [64, 64, 4, 4, 4]
+    assert plans["c1-0"]["poisoned"] == plans["c2-0"]["poisoned"] == ["[1]"]
+    first, second = oracle.cases["c1-0s"][1], oracle.cases["c2-0s"][1]
+    assert torch.equal(first, second) and first.data_ptr() != second.data_ptr()
+    assert list(oracle.inputs.kept) == ['["default", {"seed": 11, "size": 64}]',
+                                        'answer ["default", {"seed": 11, "size": 64}]']
+
+
 class _Seeds(RoundSeeds):
     def __init__(self, confined: bool):
         self.secret, self._nonces, self.runners_leave_nothing = 7, 0, confined

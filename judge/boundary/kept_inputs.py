@@ -1,4 +1,4 @@
-"""Correctness inputs the oracle keeps for the rest of the round, in host memory.
+"""Correctness inputs, and their answers, that the oracle keeps for the rest of the round, in host memory.
 
 Every evaluation of a round is checked on the round's own secret cases (judge.stages.seeds), so an input made for
 the base's check is the same input the A/A control and every candidate are checked on. Making one can cost far
@@ -6,7 +6,9 @@ more than the check: trimul's Cauchy inputs are drawn on the CPU one number at a
 on an H200 (2026-11-28), and its 43 cases took 310 of a round's 430 s in the oracle. An input is kept where making
 it took more than PAYS times what copying it out took (copying it back in costs about the same), while everything
 kept stays within SHARE of the host memory that was available when the oracle started. Each use gets a copy of its
-own, on the device the input was made on: no two evaluations share a tensor.
+own, on the device the input was made on: no two evaluations share a tensor. A case's answer (the reference run on
+a copy of its input, and the output slots read off that run) is kept the same way: each evaluation's check then
+runs the problem's checker without judge's own reference run before it.
 
 Only inputs that a copy reproduces are kept: nested tuples (named ones too), lists, dicts and input objects
 (judge.boundary.objects, made again for each use) of plain, contiguous tensors with storages of their own, and
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Callable
 
 from . import objects
 from .tensors import sync
@@ -50,6 +52,16 @@ class KeptInputs:
         data = _copied(host, _to_origin, _Held)
         sync()
         return data
+
+    def made(self, key: str, make: Callable[[], Any]) -> Any:
+        """What `make()` makes for `key`: a fresh copy of the one kept, else made now and offered."""
+        kept = self.get(key)
+        if kept is not None:
+            return kept
+        started = time.perf_counter()
+        made = make()
+        self.offer(key, made, time.perf_counter() - started)
+        return made
 
     def offer(self, key: str, data: Any, making_s: float) -> bool:
         """Keep `data` (which took `making_s` to make) where it pays and fits; whether it was kept."""

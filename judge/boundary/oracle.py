@@ -18,6 +18,7 @@ from typing import Any
 from . import cuda_ipc, exchange, staging, tensors
 from .compare import checked_instead, checker_decides, compare_outputs, failed
 from .kept_inputs import KeptInputs, host_budget
+from .problem_files import generator
 from .slot_reads import SlotReads
 from .memory import (RELEASE_ABOVE_BYTES, collect_beyond, peak_noted, ran_out, release as release_cached,
                      without_graph, working_memory)
@@ -53,7 +54,7 @@ class Oracle:
         import reference
 
         self.reference = reference
-        self.generators = {name: _generator(reference, spec) for name, spec in generators.items()}
+        self.generators = {name: generator(reference, spec) for name, spec in generators.items()}
         self.checker = getattr(reference, "check_implementation", None)
         self.rtol, self.atol = rtol, atol
         self.files: dict[int, staging.RunnerFiles] = {}
@@ -105,6 +106,13 @@ class Oracle:
         answer = tensors.detached(without_graph(self.reference.ref_kernel, copies[0], fresh=fresh))
         tensors.sync()
         return copies[-1], answer
+
+    def _case_answer(self, data, spec: dict, distribution: str) -> tuple[Any, list[str]]:
+        """A case's answer and the output slots to fill with NaN, read off the reference's run on a copy of `data`."""
+        after, expected = self._answered(data)
+        slots = tensors.output_slots(data, after, expected)
+        del after
+        return expected, self.slot_reads.slots_to_poison(spec, distribution, data, slots, expected, self._reference_on)
 
     def _reference_on(self, copy) -> Any:
         """The reference's answer on `copy`, which it may write into."""
@@ -189,10 +197,8 @@ class Oracle:
         self.unchecked.clear()  # a case left unchecked is given up once the next one starts
         with peak_noted(f"case {key} (inputs and answer)"):
             data = self._case_input(spec, distribution)
-            after, expected = self._answered(data)
-        slots = tensors.output_slots(data, after, expected)
-        del after
-        slots = self.slot_reads.slots_to_poison(spec, distribution, data, slots, expected, self._reference_on)
+            expected, slots = self.inputs.made("answer " + KeptInputs.key(spec, distribution),
+                                               lambda: self._case_answer(data, spec, distribution))
         release_cached()  # the reference's working memory, cached: the runner's call and the check need the room
         self._retire(key)
         area = staging.lay_out(data, slots, 1)
@@ -426,25 +432,3 @@ def _is_tensor(value) -> bool:
 
 def _with_seed(spec: dict, seed: int) -> dict:
     return {**spec, "seed": seed} if "seed" in spec else dict(spec)
-
-
-def _generator(reference, spec: str):
-    """A distribution's input generator: the reference's generate_input, or `file.py:function` in its directory."""
-    import importlib.util
-    from pathlib import Path
-
-    if not spec:
-        return reference.generate_input
-    file, _, function = spec.partition(":")
-    path = Path(file)
-    module_spec = importlib.util.spec_from_file_location(f"judge_inputs_{path.stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return getattr(module, function)
-
-
-def oracle_dir(target, dest) -> Any:
-    """A pristine copy of the task's files (the base kernel included, for problems whose reference imports
-    from it), written by judge for the oracle alone."""
-    target.assemble(dest, target.kernel_source())
-    return dest

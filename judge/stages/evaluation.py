@@ -22,7 +22,7 @@ from typing import Any
 
 from ..core_blocks import block_placement, pin, placement, visible_gpu
 from ..errors import JudgeError
-from ..boundary.oracle import oracle_dir
+from ..boundary.problem_files import oracle_dir
 from ..boundary.tensors import Projector
 from ..targets import Target
 from ..sandbox import forkserver
