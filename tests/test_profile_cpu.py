@@ -36,6 +36,17 @@ def test_vecadd_cpu_profile_is_where_the_host_time_goes_and_a_raising_kernel_is_
     assert failed["reason"].startswith("ValueError: no")
 
 
+def test_a_kernel_that_changes_its_input_objects_is_profiled_on_them_as_made(tmp_path):
+    """The kvdecode fixture's cache holds 8 rows and its benchmark fills 5: more than three calls on one cache object
+    raise 'KV cache exceeded', and a profile makes more. Each profiled call gets the cache as made."""
+    target = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "kvdecode")
+    target.arch = "cpu"
+    done = profiles.profile_source(Ledger(tmp_path / "ledger.db"), target, target.kernel_source(), "base",
+                                   tmp_path / "base")
+    assert done["profile"]["status"] == "ok", done["profile"]
+    assert [b["label"] for b in done["profile"]["benchmarks"]] == ["batch=4 dim=64 prefill=5 capacity=8"]
+
+
 def test_a_runner_started_by_ncu_keeps_its_pipes_and_ncus_report_is_read_when_it_exits(tmp_path):
     """The ncu path's plumbing with a stand-in for ncu (tests/fixtures/profile/fake_ncu.sh) on the CPU: the runner
     is started by the launcher, answers over the pipes it inherited, exits when told, and only then is the report

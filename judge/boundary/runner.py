@@ -191,7 +191,10 @@ class Runner:
         """Profiled calls on the warm-up's data (judge.boundary.profiling), for the profile stage's runner only."""
         from .profiling import profile_calls
 
-        return profile_calls(self.torch, self.kernel, self.stretch["datas"], calls, mode, self.cuda)
+        datas = self.stretch["datas"]
+        if self.stretch["remake"] is not None:  # objects a call changes, each call given them as made
+            datas = _Remade(self.stretch["remake"], len(datas))
+        return profile_calls(self.torch, self.kernel, datas, calls, mode, self.cuda)
 
     def _launch_time(self, copy: int) -> float:
         """The host's time to launch one call on copy `copy` (the warm-up's only measurement)."""
@@ -218,6 +221,19 @@ class Runner:
             end.synchronize()
             rates.append(200_000 / (start.elapsed_time(end) * 1e3))
         return sorted(rates)[1]
+
+
+class _Remade:
+    """The copies' data made again at each use (judge.boundary.objects): what a profile's calls are made on."""
+
+    def __init__(self, remake, count: int):
+        self.remake, self.count = remake, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, copy: int) -> Any:
+        return self.remake(copy)
 
 
 def _error_line(error: BaseException) -> str:
