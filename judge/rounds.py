@@ -1,9 +1,8 @@
 """Runs a round: each proposal's patch on a fresh copy of the round's base, its stages, its outcome.
 
-The round's base is frozen in the ledger the first time the round runs: round 1's is the target's
-kernel file, round N+1's is round N's base with round N's winning patch applied (compounding).
-Each finished evaluation is written at once, so a killed run resumes where it stopped.
-"""
+The round's base is frozen in the ledger the first time the round runs: round 1's is the target's kernel file, round
+N+1's is round N's base with round N's winning patch applied (compounding). Each finished evaluation is written at
+once, so a killed run resumes where it stopped."""
 
 from __future__ import annotations
 
@@ -204,10 +203,11 @@ class RoundRun:
     spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
 
     def stale(self, previous: Optional[EvaluationRow]) -> bool:
-        """Whether an earlier evaluation must be redone: asked to, or it was not run for a reason gone now."""
+        """Whether to redo an earlier evaluation: asked to, or not run for a reason now gone (gate, failed base)."""
         if previous is None or self.settings.again:
             return True
-        return previous["outcome"] == Outcome.NOT_RUN.value and previous["reason"] != self.gate
+        return previous["outcome"] == Outcome.NOT_RUN.value and previous["reason"] != self.gate and \
+            previous["reason"] != base_failure(self.ledger, self.round_row["id"])
 
     def _count(self, stages: list[StageResult]) -> None:
         for stage in stages:

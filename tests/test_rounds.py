@@ -256,6 +256,12 @@ def test_the_candidates_of_a_round_whose_base_failed_are_not_run_and_say_why(set
     assert handed == ["(control)"]  # no candidate went to a worker
     assert [info for kind, info in events if kind == "base-failed"] == [{"proposal": "(base)", "reason": why}]
     assert summary.winner is None
+    # Run again, the base frozen and still failing: the not-run verdict stands, nothing is recorded twice.
+    rows = ledger.query("select count(*) as n from evaluations")[0]["n"]
+    [again] = run_round(ledger, 1, settings=settings)
+    assert [(v.proposal_id, v.outcome, v.skipped) for v in again.verdicts if v.proposal_id == "a-fast"] == [
+        ("a-fast", "not-run", True)]
+    assert ledger.query("select count(*) as n from evaluations")[0]["n"] == rows
 
 
 def test_a_patch_that_adds_a_forbidden_call_stops_at_the_screen(tmp_path):
