@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable
 
 from . import objects
-from .tensors import sync
+from .tensors import same_tuple, sync
 
 # What keeping may take of the host memory available when the oracle starts.
 SHARE = 0.25
@@ -135,10 +135,9 @@ def _copied(obj: Any, move, leaf: type) -> Any:
         return objects.made(obj.cls, obj.kind, obj.roles, [_copied(value, move, leaf) for value in obj.values])
     named = objects.parts(obj)
     if named is not None:
-        return _HeldObject(obj, [_copied(value, move, leaf) for _, _, value in named])
+        return _HeldObject(obj, named, [_copied(value, move, leaf) for _, _, value in named])
     if isinstance(obj, tuple):
-        items = [_copied(x, move, leaf) for x in obj]
-        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+        return same_tuple(obj, [_copied(x, move, leaf) for x in obj])
     if isinstance(obj, list):
         return [_copied(x, move, leaf) for x in obj]
     if isinstance(obj, dict):
@@ -149,9 +148,9 @@ def _copied(obj: Any, move, leaf: type) -> Any:
 class _HeldObject:
     """An input object kept as its class and parts, made again for each use (judge.boundary.objects)."""
 
-    def __init__(self, obj, values: list):
+    def __init__(self, obj, named: list, values: list):
         self.cls, self.kind = type(obj), objects.kind_of(obj)
-        self.roles = [(name, role) for name, role, _ in objects.parts(obj)]
+        self.roles = [(name, role) for name, role, _ in named]
         self.values = values
 
 

@@ -107,8 +107,8 @@ class Oracle:
         tensors.sync()
         return copies[-1], answer
 
-    def _case_answer(self, data, spec: dict, distribution: str) -> tuple[Any, list[str]]:
-        """A case's answer and the output slots to fill with NaN, read off the reference's run on a copy of `data`."""
+    def _answer_and_slots(self, data, spec: dict, distribution: str) -> tuple[Any, list[str]]:
+        """The answer on `data` and the output slots to fill with NaN, read off the reference's run on a copy."""
         after, expected = self._answered(data)
         slots = tensors.output_slots(data, after, expected)
         del after
@@ -198,7 +198,7 @@ class Oracle:
         with peak_noted(f"case {key} (inputs and answer)"):
             data = self._case_input(spec, distribution)
             expected, slots = self.inputs.made("answer " + KeptInputs.key(spec, distribution),
-                                               lambda: self._case_answer(data, spec, distribution))
+                                               lambda: self._answer_and_slots(data, spec, distribution))
         release_cached()  # the reference's working memory, cached: the runner's call and the check need the room
         self._retire(key)
         area = staging.lay_out(data, slots, 1)
@@ -328,10 +328,7 @@ class Oracle:
                           (0, False))
         made.sets["warm"] = self._generate(_with_seed(spec, seeds[0]), distribution)
         first = made.sets[0] = self._generate(_with_seed(spec, seeds[1]), distribution)
-        after, answer = self._answered(first)
-        slots = tensors.output_slots(first, after, answer)
-        del after
-        made.slots = self.slot_reads.slots_to_poison(spec, distribution, first, slots, answer, self._reference_on)
+        answer, made.slots = self._answer_and_slots(first, spec, distribution)
         made.output = staging.outbox_need(answer)
         made.bounds[0] = made.projector.bounds(answer, *self.tolerance)
         return made

@@ -107,11 +107,8 @@ def clone_data(obj):
     are."""
     import torch
 
-    if isinstance(obj, tuple):  # named tuples and torch.Size as their own class
-        items = [clone_data(x) for x in obj]
-        if type(obj) is tuple:
-            return tuple(items)
-        return obj._make(items) if hasattr(obj, "_make") else type(obj)(items)
+    if isinstance(obj, tuple):
+        return same_tuple(obj, [clone_data(x) for x in obj])
     if isinstance(obj, list):
         return [clone_data(x) for x in obj]
     if isinstance(obj, dict):
@@ -122,6 +119,14 @@ def clone_data(obj):
     if named is not None:
         return objects.remade(obj, [clone_data(value) for _, _, value in named])
     return obj
+
+
+def same_tuple(like: tuple, items: list) -> tuple:
+    """`items` as a tuple of `like`'s class: a plain tuple, a named tuple (collections' or torch's return types) or a
+    torch.Size."""
+    if type(like) is tuple:
+        return tuple(items)
+    return like._make(items) if hasattr(like, "_make") else type(like)(items)
 
 
 def detached(obj):
@@ -137,9 +142,7 @@ def detached(obj):
         items = [detached(x) for x in obj]
         if all(a is b for a, b in zip(items, obj)):
             return obj
-        if type(obj) in (tuple, list):
-            return type(obj)(items)
-        return obj._make(items) if hasattr(obj, "_make") else type(obj)(items)
+        return items if type(obj) is list else same_tuple(obj, items)
     if isinstance(obj, dict):
         values = {k: detached(v) for k, v in obj.items()}
         return obj if all(values[k] is v for k, v in obj.items()) else type(obj)(values)
