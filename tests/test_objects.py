@@ -157,3 +157,20 @@ def test_named_tuples_and_sizes_among_the_inputs_arrive_as_their_own_class():
     assert type(built[3]) is torch.return_types.max and built[3].values is found[0]
     copy = tensors.clone_data(data)
     assert [type(x) for x in copy] == [type(x) for x in data] and copy[0].cols == 4
+
+
+def test_a_kernel_that_patches_its_input_class_to_start_a_thread_as_objects_are_made_again_is_named(tmp_path):
+    """The runner makes a call's objects again before its reply, with the problem's class, which the kernel can
+    patch: code of the kernel's runs there. A thread it starts then is counted on that call's reply, as after the
+    call itself, so it cannot wait there for the next input set."""
+    target = load_target(KVDECODE)
+    target.arch = "cpu"
+    base_dir = target.assemble(tmp_path / "base", target.kernel_source())
+    patched = target.kernel_source() + (
+        "\n\nimport threading, time\nimport reference\n\n\ndef _rt_new(cls, *args, **kwargs):\n"
+        "    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n    return object.__new__(cls)\n\n\n"
+        "reference.KVCache.__new__ = _rt_new\n")
+    with Evaluator(target, tmp_path / "round", secret=7, base_dir=base_dir) as evaluator:
+        timed = measure(evaluator, target.assemble(tmp_path / "patched", patched), budget_s=1, timeout_s=300)
+    assert (timed.status, timed.summary) == (
+        "tampered", "tampered: its call started a Python thread that was still alive after it")
