@@ -169,6 +169,53 @@ def test_kept_sets_are_made_once_for_every_pair_and_made_again_for_other_seeds(o
     assert oracle.reference.made[-2:] == [20, 21] and len(oracle.reference.made) == 7  # not kept: made again
 
 
+SLOW_TO_MAKE = '''
+import time
+import torch
+made, answered = [], []
+def generate_input(size, seed, slow):
+    made.append(seed)
+    time.sleep(slow)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(size, generator=g), torch.empty(size)
+def ref_kernel(data):
+    answered.append(1)
+    a, out = data
+    torch.mul(a, 2, out=out)
+    return out
+def check_implementation(data, output):
+    return True, ""
+'''
+
+
+def test_sets_the_round_shares_come_back_from_host_memory_with_their_answers_known(oracle_over):
+    """Where the round shares its sets but the device keeps none of them, a set that is slow to make comes back
+    from host memory in the next pair, and its answer's bounds with it: trimul's seqlen-768 Cauchy sets took 3.4 s
+    each to draw on the CPU, and on an H100's plan were drawn again in every pair (about 10 s of a 22 s pair)."""
+    import torch
+
+    oracle = oracle_over(SLOW_TO_MAKE)
+    spec = {"size": 4096, "seed": 0, "slow": 0.2}
+
+    def pair(key: str, seeds: list[int]) -> None:
+        oracle.benchmark(key, spec, "default", seeds, 99, 2, [1], hold="timing-0")
+        oracle.turn(key, stage={"set": 1, "copy": 0, "runners": [1]})
+        oracle._bounds(key, 1)
+
+    pair("t-0-0", [10, 11, 12])
+    first = oracle.timing["t-0-0"].sets[1][0].clone()
+    oracle.release("t-0-0")
+    answered = len(oracle.reference.answered)  # sets 0 and 1 answered, the output slots read off set 0's
+    assert oracle.reference.made == [10, 11, 12] and answered >= 2
+    pair("t-1-0", [10, 11, 12])
+    assert oracle.reference.made == [10, 11, 12] and len(oracle.reference.answered) == answered  # none again
+    assert torch.equal(oracle.timing["t-1-0"].sets[1][0], first)
+    assert oracle.timing["t-1-0"].sets[1][0].data_ptr() != first.data_ptr()  # a copy of its own for the pair
+    oracle.release("t-1-0")
+    pair("t-2-0", [20, 21, 22])  # other seeds: made and answered again
+    assert oracle.reference.made[3:] == [20, 21, 22] and len(oracle.reference.answered) >= answered + 2
+
+
 def test_repetitions_follow_the_kernels_duration():
     assert [turns.reps_for(us) for us in (0.0, 8.0, 10_000.0, 41_700.0, 230_000.0, 1e6)] == [50, 50, 25, 6, 2, 2]
 
@@ -471,14 +518,33 @@ def test_a_plan_the_device_cannot_hold_gives_back_the_spares_before_it_refuses()
 def test_the_oracle_logs_a_benchmarks_memory_beside_its_plan(monkeypatch, capfd):
     import torch
 
-    from judge.boundary import oracle as oracle_module
+    from judge.boundary import memory
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (3 << 30, 80 << 30))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: 40 << 30)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 44 << 30)
-    oracle_module._log_memory("benchmark t1-0-14 laid out (2 sets, 2 copies)", 24 << 30)
+    memory.log_device_memory("benchmark t1-0-14 laid out (2 sets, 2 copies)", 24 << 30)
     assert capfd.readouterr().err == (
         "judge oracle: benchmark t1-0-14 laid out (2 sets, 2 copies): this process holds 40960 MiB of tensors "
         "(45056 MiB reserved by torch) and its areas; the device has 3072 of 81920 MiB free; the plan reserved "
         "24576 MiB for this benchmark\n")
+
+
+def test_a_runner_warms_up_with_one_call_where_an_earlier_pair_found_its_calls_long():
+    """cholesky_py's n=32768 calls take 0.29 s: a second warm-up call in each runner cost 0.6 s of every 14 s pair on
+    an H200 (2026-11-29). The first call may compile: the repetitions are then sized by what the earlier pair knew."""
+    from judge.boundary.runner import Runner
+
+    runner = Runner.__new__(Runner)
+    called = []
+    runner.kernel = lambda data: (called.append(data), time.sleep(0.06))
+    runner.stretch, runner.cuda = {"datas": [0, 1, 2, 3], "remake": None}, False
+    warm = runner.warm_up(known_us=60_000.0)
+    assert warm["calls"] == 1 and called == [0] and warm["call_us"] >= 60_000.0
+    called.clear()
+    warm = runner.warm_up(known_us=1_000.0)  # short: until the warm-up's 0.3 s are spent
+    assert warm["calls"] >= 5 and called[:4] == [0, 1, 2, 3]
+    assert timing.sizing_call_us([2_500_000.0, 310_000.0], 288_000.0) == 288_000.0  # the first call compiled
+    assert timing.sizing_call_us([30_000.0, 31_000.0], 20_000.0) == 30_000.0  # not long: the warm-ups decide
+    assert timing.sizing_call_us([0.0, 300_000.0], 288_000.0) == 0.0  # a reply without numbers: all repetitions

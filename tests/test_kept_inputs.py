@@ -133,3 +133,27 @@ def test_confined_evaluations_are_checked_on_the_rounds_cases_and_unconfined_one
     mine, theirs = (unconfined.cases(unconfined.nonce()) for _ in range(2))
     assert not {c.spec["seed"] for c in mine} & {c.spec["seed"] for c in theirs}
     assert not {c.spec["seed"] for c in mine} & {c.spec["seed"] for c in first}
+
+
+class _TimingSeeds(_Seeds):
+    def __init__(self, shares: bool, kept: tuple[bool, ...]):
+        super().__init__(shares)
+        self.shares_sets, self.kept = shares, kept
+
+    def keeps(self, index: int) -> bool:
+        return self.kept[index]
+
+
+def test_a_round_that_shares_its_sets_times_the_same_ones_in_every_pair_kept_on_the_device_or_not():
+    shared = _TimingSeeds(True, (True, False))
+    one, other = shared.nonce(), shared.nonce()
+    for index in (0, 1):
+        assert shared.timing_seeds(index, one, 0, 2) == shared.timing_seeds(index, other, 3, 2) == [
+            derive(7, "timing", index, n) for n in range(3)]
+        assert shared.projection_seed(index, one, 0) == shared.projection_seed(index, other, 3)
+    assert (shared.kept_name(0), shared.held_name(0)) == ("timing-0", "")  # on the device
+    assert (shared.kept_name(1), shared.held_name(1)) == ("", "timing-1")  # in host memory, where making them pays
+    own = _TimingSeeds(False, (False, False))
+    nonce = own.nonce()
+    assert own.timing_seeds(1, nonce, 0, 2) != own.timing_seeds(1, nonce, 1, 2)  # each pair's own
+    assert (own.kept_name(1), own.held_name(1)) == ("", "")

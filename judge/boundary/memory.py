@@ -102,3 +102,18 @@ def collect_beyond(expected: int, what: str) -> None:
     release(always=True)
     print(f"judge oracle: {what}: {before >> 20} MiB of tensors held ({expected >> 20} MiB kept on purpose), "
           f"{after >> 20} MiB after a collection that found {found} objects", file=sys.stderr)
+
+
+def log_device_memory(what: str, reserve: int) -> None:
+    """One line in the log (the oracle's): the device's memory after `what`, beside what judge's plan reserved for it
+    (judge.stages.budget), so that a plan the processes outgrow shows where (cholesky_py's oracle held 60.5 GiB of
+    an H100 where its plan counted far less)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    free, total = torch.cuda.mem_get_info()
+    print(f"judge oracle: {what}: this process holds {torch.cuda.memory_allocated() >> 20} MiB of tensors "
+          f"({torch.cuda.memory_reserved() >> 20} MiB reserved by torch) and its areas; the device has "
+          f"{free >> 20} of {total >> 20} MiB free; the plan reserved {reserve >> 20} MiB for this benchmark",
+          file=sys.stderr)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
@@ -20,8 +20,8 @@ from .compare import checked_instead, checker_decides, compare_outputs, failed
 from .kept_inputs import KeptInputs, host_budget
 from .problem_files import generator
 from .slot_reads import SlotReads
-from .memory import (RELEASE_ABOVE_BYTES, collect_beyond, peak_noted, ran_out, release as release_cached,
-                     without_graph, working_memory)
+from .memory import (RELEASE_ABOVE_BYTES, collect_beyond, log_device_memory, peak_noted, ran_out,
+                     release as release_cached, without_graph, working_memory)
 from ..machine import facts_here, host_memory
 
 # Shown mismatches when the target sets no tolerance (its check_implementation then decides alone).
@@ -43,6 +43,7 @@ class TimingSets:
     slots: list[str]  # the output slots filled with NaN before a call (judge.boundary.slot_reads)
     projector: Any  # tensors.Projector
     output: tuple[int, int]  # the outboxes its answers need: host and device bytes (staging.outbox_need)
+    held: str = ""  # the name its sets and answers are held under between pairs (Oracle.benchmark's `hold`)
 
 
 class Oracle:
@@ -63,6 +64,7 @@ class Oracle:
         self.timing: dict[str, TimingSets] = {}  # a timed benchmark's key -> its sets
         self.host_outbox = staging.OUTBOX_MIN_BYTES
         self.kept: dict[str, TimingSets] = {}  # a benchmark's timing sets kept from one pair to the next
+        self.held: dict[str, TimingSets] = {}  # a benchmark's answers (bounds, slots, outbox), without its sets
         self.flush: cuda_ipc.Exported | None = None  # the L2 flush buffer, written before each GPU-timed call
         self.unchecked: dict[str, tuple] = {}  # key -> (output, answer, inputs) of a case whose check ran out of room
         self.inputs = KeptInputs(host_budget())  # correctness inputs that cost more to make than to keep
@@ -81,8 +83,9 @@ class Oracle:
         return data
 
     def _case_input(self, spec: dict, distribution: str):
-        """A correctness case's inputs: a copy of the kept ones, else made now and kept where that pays
-        (judge.boundary.kept_inputs: every evaluation of the round is checked on the same cases)."""
+        """A correctness case's inputs, or a timing set the round shares: a copy of the kept ones, else made now
+        and kept where that pays (judge.boundary.kept_inputs: every evaluation of the round is checked on the same
+        cases, and times the same sets where the round shares them)."""
         key = KeptInputs.key(spec, distribution)
         data = self.inputs.get(key)
         if data is None:
@@ -254,11 +257,13 @@ class Oracle:
 
     def benchmark(self, key: str, spec: dict, distribution: str, seeds: list[int], projection_seed: int,
                   copies: int, runners: list[int], shift: int = 0, flush: bool = False, keep: str = "",
-                  reserve: int = 0, eager: bool = False) -> dict:
+                  hold: str = "", reserve: int = 0, eager: bool = False) -> dict:
         """A benchmark's timing sets for one comparison: the warm-up set (seeds[0], never timed) and a set per
         later seed, each with its answer's projections, made as they are first needed (TimingSets); the area
         `copies` copies wide. Sets asked for again under the same `keep` name with the same seeds are not made again
-        (judge.stages.evaluation says when a round keeps them). `reserve`: the bytes the benchmark needs on the
+        (judge.stages.evaluation says when a round keeps them). Sets the round shares but the device does not keep
+        are made again for each pair from host copies where that pays, and their answers' bounds are held under
+        `hold` (judge.stages.seeds). `reserve`: the bytes the benchmark needs on the
         device with its sets (judge.stages.budget); `eager`: every set made now, before the runners run the
         benchmark, where making one beside their outputs would not fit, and each one answered (the runners then hold
         nothing of it). Returns each runner's `build` plan."""
@@ -269,9 +274,9 @@ class Oracle:
             made = None
         self._make_room(reserve, keep)
         if made is None:
-            made = self._timing_sets(spec, distribution, seeds, projection_seed)
+            made = self._timing_sets(spec, distribution, seeds, projection_seed, "" if keep else hold)
             for index in range(1, len(seeds) - 1) if eager else ():
-                made.sets[index] = self._generate(_with_seed(spec, seeds[index + 1]), distribution)
+                made.sets[index] = self._set_input(made, index)
                 release_cached(always=True)
             for index in range(len(seeds) - 1) if eager else ():  # answered too, while the runners hold nothing
                 self._answer(made, index)
@@ -286,7 +291,7 @@ class Oracle:
         self.timing[key] = made
         outbox = self._outbox_for(made.output)
         plans = {str(r): staging.plan_for(area, self.files[r], outbox) for r in runners}
-        _log_memory(f"benchmark {key} laid out ({len(seeds) - 1} sets, {copies} copies)", reserve)
+        log_device_memory(f"benchmark {key} laid out ({len(seeds) - 1} sets, {copies} copies)", reserve)
         return {"plans": plans, "sets": len(seeds) - 1, "copies": copies,
                 "seconds": round(time.perf_counter() - started, 3)}
 
@@ -321,24 +326,40 @@ class Oracle:
               "free now", file=sys.stderr)
         return True
 
-    def _timing_sets(self, spec: dict, distribution: str, seeds: list[int], projection_seed: int) -> TimingSets:
+    def _timing_sets(self, spec: dict, distribution: str, seeds: list[int], projection_seed: int,
+                     hold: str = "") -> TimingSets:
         """The warm-up set and the first timed set made, and the first set's answer: the output slots are read off
-        its reference call (on a copy), the outbox is sized from it. The other sets come when first used."""
+        its reference call (on a copy), the outbox is sized from it. The other sets come when first used. Where
+        the same sets were held under `hold`, their answers are known: no reference runs again."""
         made = TimingSets(spec, distribution, seeds, projection_seed, {}, {}, [], tensors.Projector(projection_seed),
-                          (0, False))
-        made.sets["warm"] = self._generate(_with_seed(spec, seeds[0]), distribution)
-        first = made.sets[0] = self._generate(_with_seed(spec, seeds[1]), distribution)
+                          (0, False), hold)
+        known = self.held.get(hold) if hold else None
+        made.sets["warm"] = self._set_input(made, "warm")
+        first = made.sets[0] = self._set_input(made, 0)
+        if known is not None and (known.spec, known.distribution, known.seeds, known.projection_seed) == \
+                (spec, distribution, seeds, projection_seed):
+            made.slots, made.output, made.bounds = known.slots, known.output, dict(known.bounds)
+            return made
         answer, made.slots = self._answer_and_slots(first, spec, distribution)
         made.output = staging.outbox_need(answer)
         made.bounds[0] = made.projector.bounds(answer, *self.tolerance)
         return made
+
+    def _set_input(self, made: TimingSets, which: Any) -> Any:
+        """Timing set `which` ("warm" or a timed set's index) of `made`: made from its seed, or, where the round
+        shares its sets (`made.held`), a copy of the one kept in host memory (made and kept now where that pays)."""
+        seed = made.seeds[0] if which == "warm" else made.seeds[which + 1]
+        spec = _with_seed(made.spec, seed)
+        if made.held:
+            return self._case_input(spec, made.distribution)
+        return self._generate(spec, made.distribution)
 
     def _timing_set(self, key: str, index: int) -> list:
         """The tensors of timed set `index` of `key`, made now if this is its first use."""
         area, made = self.areas[key], self.timing[key]
         if index not in area.sets:
             if index not in made.sets:
-                made.sets[index] = self._generate(_with_seed(made.spec, made.seeds[index + 1]), made.distribution)
+                made.sets[index] = self._set_input(made, index)
                 release_cached()  # what making it took: the plan counts it only while a set is made
             area.sets[index] = staging.tensors_of(made.sets[index])
         return area.sets[index]
@@ -389,7 +410,9 @@ class Oracle:
         """Forget a benchmark's sets (unless kept): torch frees them as their last reference goes, and a collection
         frees what a reference cycle still held (memory.collect_beyond)."""
         self._retire(key)
-        self.timing.pop(key, None)
+        done = self.timing.pop(key, None)
+        if done is not None and done.held:  # what its answers came to, for the next pair's same sets
+            self.held[done.held] = replace(done, sets={}, projector=None)
         collect_beyond(sum(_set_bytes(made) for made in self.kept.values()), f"after benchmark {key}")
 
     def _retire(self, key: str) -> None:
@@ -404,21 +427,6 @@ class Oracle:
 def _set_bytes(made: TimingSets) -> int:
     """The bytes of a benchmark's timing sets: what keeping them holds."""
     return sum(getattr(t, "nbytes", 0) for data in made.sets.values() for t in staging.tensors_of(data))
-
-
-def _log_memory(what: str, reserve: int) -> None:
-    """One line in the oracle's log: the device's memory after `what`, beside what judge's plan reserved for it
-    (judge.stages.budget), so that a plan the processes outgrow shows where (cholesky_py's oracle held 60.5 GiB of
-    an H100 where its plan counted far less)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return
-    free, total = torch.cuda.mem_get_info()
-    print(f"judge oracle: {what}: this process holds {torch.cuda.memory_allocated() >> 20} MiB of tensors "
-          f"({torch.cuda.memory_reserved() >> 20} MiB reserved by torch) and its areas; the device has "
-          f"{free >> 20} of {total >> 20} MiB free; the plan reserved {reserve >> 20} MiB for this benchmark",
-          file=sys.stderr)
 
 
 def _is_tensor(value) -> bool:

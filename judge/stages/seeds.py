@@ -4,9 +4,11 @@ confined: every evaluation is checked on the same secret cases, so that the orac
 (judge.boundary.kept_inputs) and no candidate pays again for a slow generate_input; each test still runs on two
 seeds. No runner can learn another's cases: runners share no process, file or writable name (docs/architecture.md,
 "What a runner shares"), and a workspace is made fresh for each evaluation; unconfined, each evaluation has cases
-of its own. Timing sets are the pair's (each evaluation has a nonce of its own),
-except for the benchmarks whose sets the round keeps for every pair (keeps), which no runner sees before its call and
-none carries to the next (judge.stages.evaluation)."""
+of its own. Timing sets are the round's where runners are
+confined (`shares_sets`): every pair and comparison times the same sets, which no runner sees before its call and
+none carries to the next; the oracle then keeps them on the device where the plan has room (`keeps`), else in host
+memory where making one costs more than copying it back (judge.boundary.kept_inputs). Unconfined, each pair has sets
+of its own (each evaluation has a nonce of its own)."""
 
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ class Case:
 
 
 class RoundSeeds:
-    """What an Evaluator derives from its `secret` (it provides `secret`, `target`, `_nonces`, `keeps(index)` and
-    `runners_leave_nothing`)."""
+    """What an Evaluator derives from its `secret` (it provides `secret`, `target`, `_nonces`, `keeps(index)`,
+    `shares_sets` and `runners_leave_nothing`)."""
 
     def nonce(self) -> int:
         """A number of one evaluation's own, from which its seeds are derived."""
@@ -72,20 +74,25 @@ class RoundSeeds:
 
     def timing_seeds(self, index: int, nonce: int, pair: int, sets: int) -> list[int]:
         """The warm-up seed, then one seed per timing input set of benchmark `index` in one process pair: the
-        round's own where the sets are kept (every pair and comparison of the round times the same sets), else
-        the pair's."""
-        if self.keeps(index):
+        round's own where the round shares its sets (every pair and comparison of the round times the same sets),
+        else the pair's."""
+        if self.shares_sets:
             return [derive(self.secret, "timing", index, n) for n in range(sets + 1)]
         return [derive(self.secret, nonce, "timing", pair, index, n) for n in range(sets + 1)]
 
     def projection_seed(self, index: int, nonce: int, pair: int) -> int:
-        if self.keeps(index):
+        if self.shares_sets:
             return derive(self.secret, "projection", index)
         return derive(self.secret, nonce, "projection", pair, index)
 
     def kept_name(self, index: int) -> str:
-        """The name the oracle keeps benchmark `index`'s timing sets under ('' where they are not kept)."""
+        """The name the oracle keeps benchmark `index`'s timing sets under on the device ('' where they are not)."""
         return f"timing-{index}" if self.keeps(index) else ""
+
+    def held_name(self, index: int) -> str:
+        """The name the oracle holds benchmark `index`'s sets under between pairs, in host memory where making them
+        pays, and their answers' bounds ('' where each pair's sets are its own, or the device keeps them)."""
+        return f"timing-{index}" if self.shares_sets and not self.keeps(index) else ""
 
     def shift(self, nonce: int, pair: int, index: int) -> int:
         """Where a pair's inputs start below a page (drawn): both kernels of the pair share it."""
