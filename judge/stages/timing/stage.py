@@ -37,7 +37,7 @@ from ..lease import RunnerLease
 from ..progress import Progress, quiet
 from ...noise import MAX_PAIRS, MIN_PAIRS, Floor, default_floor, enough_pairs
 from ...boundary import callframe
-from ...boundary.runner import spin_cycles, spin_for
+from ...boundary.runner import LONG_CALL_US, spin_cycles, spin_for
 from ...errors import JudgeError
 from .. import budget
 from ..details import ABSENT, TimingDetail
@@ -95,7 +95,8 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
 
     try:
         for p in range(MAX_PAIRS):
-            pairs.append(time_pair(evaluator, Path(workspace), p, nonce, deadline, benchmark_starts))
+            known = {bench.index: bench.call_us for bench in pairs[-1].benchmarks} if pairs else {}
+            pairs.append(time_pair(evaluator, Path(workspace), p, nonce, deadline, benchmark_starts, known))
             if pairs[-1].failure or pairs[-1].findings or pairs[-1].base_findings:
                 break
             if enough_pairs(pair_geomeans(pairs, target), floor, time.monotonic() - started, budget, control,
@@ -113,10 +114,11 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
 
 
 def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float,
-              benchmark_starts: Callable[[int, int], None] | None = None) -> PairResult:
+              benchmark_starts: Callable[[int, int], None] | None = None,
+              known: dict[int, float] | None = None) -> PairResult:
     """One process pair over every benchmark: two fresh runners (bound in an order drawn for the pair), pinned
     to the timing cores, each benchmark in turn (`benchmark_starts(pair, index)` told as it starts), then both
-    runners' audits."""
+    runners' audits. `known`: per benchmark, the call time an earlier pair of the comparison sized it by."""
     rng = random.Random(evaluator.shift(nonce, pair, -1))
     order = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
     runners: dict[str, Worker] = {}
@@ -137,7 +139,8 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
         for index in range(len(evaluator.target.benchmarks)):
             if benchmark_starts is not None:
                 benchmark_starts(pair, index)
-            bench = _benchmark(evaluator, runners, index, pair, nonce, first, deadline, result)
+            bench = _benchmark(evaluator, runners, index, pair, nonce, first, deadline, result,
+                               (known or {}).get(index, 0.0))
             result.benchmarks.append(bench)
             if bench.failure:
                 result.failure = bench.failure
@@ -158,7 +161,7 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
 
 
 def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pair: int, nonce: int, first: str,
-               deadline: float, result: PairResult) -> PairBenchmark:
+               deadline: float, result: PairResult, known_us: float = 0.0) -> PairBenchmark:
     """One benchmark in one pair: its sets made and laid out by the oracle, both runners built and warmed up,
     then the turns (judge.stages.timing.turns)."""
     target = evaluator.target
@@ -172,13 +175,13 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
                              seeds=evaluator.timing_seeds(index, nonce, pair, sets),
                              projection_seed=evaluator.projection_seed(index, nonce, pair), copies=copies,
                              runners=list(pids.values()), shift=evaluator.shift(nonce, pair, index),
-                             flush=not target.on_cpu, keep=evaluator.kept_name(index),
+                             flush=not target.on_cpu, keep=evaluator.kept_name(index), hold=evaluator.held_name(index),
                              reserve=budget.need_of([evaluator.bytes_of(index)], [planned]), eager=planned.eager)
     except JudgeError as error:
         raise out_of_memory(error, index) from None
     current = "cand"
     try:
-        spin, serials, call_us = _enter_frames(evaluator, runners, key, made, copies, deadline, result)
+        spin, serials, call_us = _enter_frames(evaluator, runners, key, made, copies, deadline, result, known_us)
         clocks, deciding = clocks_for(target.on_cpu, target.deciding_clock, call_us)
         turns = PairTurns(evaluator, key, index, runners, clocks, deciding, sets, copies, spin,
                           random.Random(evaluator.shift(nonce, pair, index + 1000)), first, deadline,
@@ -213,7 +216,8 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
     strays = sorted(pid for w in runners.values() for pid in w.strays())
     return PairBenchmark(index=index, series=turns.series, spin_us=round(spin["us"], 1), sets=sets, copies=copies,
                          placement="separate", measuring_s=measuring_s, strays=strays, analysed=turns.analysed_clock(),
-                         failure=turns.failure if turns.failure and turns.failure != "raised" else None)
+                         failure=turns.failure if turns.failure and turns.failure != "raised" else None,
+                         call_us=call_us)
 
 
 def out_of_memory(error: JudgeError, index: int) -> Exception:
@@ -228,11 +232,13 @@ def out_of_memory(error: JudgeError, index: int) -> Exception:
 
 
 def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
-                  result: PairResult) -> tuple[dict, dict[str, int], float]:
+                  result: PairResult, known_us: float = 0.0) -> tuple[dict, dict[str, int], float]:
     """Both runners build their data from the oracle's plans, warm up on the warm-up set and enter the call frame,
     each stopped in between: the benchmark's spin, each runner's serial in the frame and the shorter of the two
     kernels' warm-up calls (what each runner says, bounded by the parent's own clock around its warm-up), which
-    sizes the repetitions: a candidate cannot make them fewer than the base's calls make them."""
+    sizes the repetitions: a candidate cannot make them fewer than the base's calls make them. Where an earlier
+    pair found the calls long (`known_us`), each runner warms up with one call, whose time may include a compile:
+    the repetitions are then sized by the shorter of it and `known_us`."""
     current = "cand"
     try:
         for who, worker in runners.items():
@@ -247,7 +253,7 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
         warm, call_us = [], []
         for who, worker in runners.items():
             current = who
-            reply = worker.call("warm_up", time_left(deadline))
+            reply = worker.call("warm_up", time_left(deadline), known_us=known_us)
             warm.append((who, reply.value))
             call_us.append(_claimed_call_us(reply))
             worker.freeze()
@@ -260,7 +266,14 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
             (result.base_findings if who == "base" else result.findings).extend(entered.value.get("found", []))
     except (WorkerError, CommandFailed) as error:
         raise _stopped(error, current) from None
-    return spin, serials, min(call_us)
+    return spin, serials, sizing_call_us(call_us, known_us)
+
+
+def sizing_call_us(claimed: list[float], known_us: float) -> float:
+    """The call time a benchmark's repetitions are sized by: the shorter kernel's warm-up call; where an earlier pair
+    found the calls long (`known_us`) and each runner warmed up with one call, which may have compiled, the shorter
+    of those and `known_us`."""
+    return min(claimed + ([known_us] if known_us >= LONG_CALL_US else []))
 
 
 def _claimed_call_us(reply) -> float:

@@ -28,6 +28,7 @@ class PairBenchmark:
     strays: list[int]  # processes a runner started that left its process group
     analysed: str  # the clock whose repetitions the verdict reads (PairTurns.analysed_clock)
     failure: str | None = None  # why the turns stopped, when they did not finish
+    call_us: float = 0.0  # the shorter kernel's typical call, by which its repetitions were sized (_enter_frames)
 
 
 @dataclass
