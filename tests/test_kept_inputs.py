@@ -157,3 +157,24 @@ def test_a_round_that_shares_its_sets_times_the_same_ones_in_every_pair_kept_on_
     nonce = own.nonce()
     assert own.timing_seeds(1, nonce, 0, 2) != own.timing_seeds(1, nonce, 1, 2)  # each pair's own
     assert (own.kept_name(1), own.held_name(1)) == ("", "")
+
+
+def test_a_copy_out_that_does_not_pay_is_made_once_and_not_tried_where_the_rate_says_so(monkeypatch):
+    """trimul's answers, 1.5-3 GiB computed in 0.05 s, were copied to host memory and dropped again in every
+    evaluation's check: 18-22 s of each on an H200 (2026-11-29)."""
+    copies = []
+    real = kept_inputs._Held
+
+    def counted(tensor):
+        copies.append(tensor.numel())
+        return real(tensor)
+
+    monkeypatch.setattr(kept_inputs, "_Held", counted)
+    clock = iter(range(0, 1000, 2))  # every copy out takes 2 s of this clock
+    monkeypatch.setattr(kept_inputs.time, "perf_counter", lambda: float(next(clock)))
+    kept = KeptInputs(budget_bytes=1 << 30)
+    big = (torch.ones(kept_inputs.MEASURED_BYTES // 4),)
+    assert not kept.offer("a", big, making_s=1.0)  # 1 s to make, 2 s to copy out: does not pay
+    assert not kept.offer("a", big, making_s=1.0) and len(copies) == 1  # not copied again
+    assert not kept.offer("b", big, making_s=3.0) and len(copies) == 1  # the rate says 4 s would be needed
+    assert kept.offer("c", big, making_s=5.0) and len(copies) == 2 and list(kept.kept) == ["c"]

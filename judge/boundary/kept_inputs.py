@@ -30,6 +30,8 @@ SHARE = 0.25
 PAYS = 2.0
 # Inputs made faster than this are made again: keeping them would save nothing a round would notice.
 MIN_MAKING_S = 0.05
+# A copy out of at least this many bytes sets the rate later copies are judged by (a small one is mostly latency).
+MEASURED_BYTES = 16 << 20
 
 
 class KeptInputs:
@@ -39,6 +41,8 @@ class KeptInputs:
         self.budget_bytes = max(0, int(budget_bytes))
         self.kept: dict[str, Any] = {}  # key -> the host copy
         self.bytes = 0
+        self.unpaid: set[str] = set()  # keys whose copy out cost more than keeping would save: never offered again
+        self.bytes_per_s = 0.0  # the last copy out's rate, by which a copy that would not pay is not even tried
 
     @staticmethod
     def key(spec: dict, distribution: str) -> str:
@@ -64,8 +68,11 @@ class KeptInputs:
         return made
 
     def offer(self, key: str, data: Any, making_s: float) -> bool:
-        """Keep `data` (which took `making_s` to make) where it pays and fits; whether it was kept."""
-        if key in self.kept or making_s < MIN_MAKING_S:
+        """Keep `data` (which took `making_s` to make) where it pays and fits; whether it was kept. A copy out that
+        does not pay is made once per key at most, and not at all where the last copy's rate says it would not:
+        trimul's answers, 1.5-3 GiB computed in 0.05 s, were copied out and dropped again for every evaluation's
+        check, 18-22 s of each (H200, 2026-11-29)."""
+        if key in self.kept or key in self.unpaid or making_s < MIN_MAKING_S:
             return False
         leaves = _tensors(data)
         if leaves is None:
@@ -73,12 +80,19 @@ class KeptInputs:
         nbytes = sum(t.numel() * t.element_size() for t in leaves)
         if self.bytes + nbytes > self.budget_bytes:
             return False
+        if self.bytes_per_s > 0 and making_s <= PAYS * nbytes / self.bytes_per_s:
+            self.unpaid.add(key)
+            return False
         import torch
 
         started = time.perf_counter()
         host = _copied(data, _Held, torch.Tensor)
         sync()
-        if making_s <= PAYS * (time.perf_counter() - started):
+        copy_s = time.perf_counter() - started
+        if nbytes >= MEASURED_BYTES:
+            self.bytes_per_s = nbytes / max(copy_s, 1e-9)
+        if making_s <= PAYS * copy_s:
+            self.unpaid.add(key)
             return False
         self.kept[key] = host
         self.bytes += nbytes
