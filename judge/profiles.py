@@ -16,9 +16,9 @@ from .targets import Target
 from .workspaces import fresh
 
 PROFILE_EVENT = "profile"
-# A round's profile of its base adds at most this share of the round's own seconds, and may always take the minimum
-# (twice the 97 s that the FP8 target's five benchmarks took under ncu on an H100, 2026-11-27).
-ROUND_PROFILE_SHARE, ROUND_PROFILE_MIN_S = 0.25, 180.0
+# A round's profile of its base adds at most this share of the round's own seconds past its first benchmark, which
+# may always finish (judge.stages.profile.stage); the next round's profile of the same base goes on from there.
+ROUND_PROFILE_SHARE = 0.25
 
 
 def device_here(target: Target) -> Optional[str]:
@@ -63,7 +63,8 @@ def profile_source(ledger: Ledger, target: Target, source: str, subject: str, ro
     device = device_here(target)
     stored = None if again else ledger.stored_profile(target.name, sha, device)
     answer = {"target": target.name, "subject": subject, "kernel_sha256": sha, "device": device}
-    if stored is not None:
+    left = _left_out(stored)
+    if stored is not None and not left:
         return {**answer, "reused": True, "profile_id": stored["id"], "profile": _without_row(stored)}
     notes: list[str] = []
     peaks = peaks_for(ledger, target, device, notes)
@@ -74,8 +75,12 @@ def profile_source(ledger: Ledger, target: Target, source: str, subject: str, ro
     from .stages.profile.stage import profile_kernel
 
     profile = profile_kernel(target, workspace, root / "judge", device=device, peaks=peaks, use_ncu=use_ncu,
-                             progress=progress, timeout_s=timeout_s)
+                             progress=progress, timeout_s=timeout_s, indices=left or None)
     profile.notes = notes + profile.notes
+    if left:
+        if profile.status != "ok":  # nothing more this time: the stored one stands, to be gone on with next time
+            return {**answer, "reused": True, "profile_id": stored["id"], "profile": _without_row(stored)}
+        profile = _gone_on(Profile.from_json(stored), profile)
     data = profile.to_json()
     profile_id = ledger.record_profile(target=target.name, kernel_sha256=sha, subject=subject, device=device,
                                        profile=data, round_id=round_id, revision_id=revision_id)
@@ -83,12 +88,13 @@ def profile_source(ledger: Ledger, target: Target, source: str, subject: str, ro
 
 
 def round_profile_s(round_s: float) -> float:
-    """How long a round's profile of its base may take: ROUND_PROFILE_SHARE of the round's own seconds, at least
-    ROUND_PROFILE_MIN_S, at most the stage's LIMIT_S. cholesky_py's base (15 benchmarks, calls of up to 3 s) was
-    still being profiled when its round's 500 s ran out on an H100 (2026-11-28)."""
+    """How long a round's profile of its base may take: ROUND_PROFILE_SHARE of the round's own seconds, at most the
+    stage's LIMIT_S; its first benchmark may always finish. A floor of 180 s (the FP8 target's 97 s under ncu, twice)
+    put trimul's round of three candidates past ten minutes on an H200 (2026-11-29): the round's time, not one
+    target's, sizes it, and what one round leaves out the next profiles (profile_source)."""
     from .stages.profile.stage import LIMIT_S
 
-    return min(LIMIT_S, max(ROUND_PROFILE_MIN_S, ROUND_PROFILE_SHARE * round_s))
+    return min(LIMIT_S, ROUND_PROFILE_SHARE * round_s)
 
 
 def profile_round_base(run, finished: bool, on_event: Callable[..., None], round_s: float = 0.0) -> None:
@@ -110,6 +116,26 @@ def profile_round_base(run, finished: bool, on_event: Callable[..., None], round
     except Exception as error:  # noqa: BLE001 - judge's own failure here is the profile's, never the round's
         line = unavailable(f"{type(error).__name__}: {error}").line
     on_event(PROFILE_EVENT, target=run.target.name, proposal="(base)", line=line)
+
+
+def _left_out(stored: Optional[dict]) -> list[int]:
+    """The benchmarks a stored profile left out for want of time (judge.stages.profile.stage.OUT_OF_TIME)."""
+    from .stages.profile.stage import OUT_OF_TIME
+
+    if stored is None:
+        return []
+    return [b["index"] for b in stored.get("benchmarks", []) if (b.get("error") or "").startswith(OUT_OF_TIME)]
+
+
+def _gone_on(stored: Profile, more: Profile) -> Profile:
+    """A stored profile with the benchmarks it left out for want of time taken from `more`, a later profile of the
+    same kernel on the same device on those benchmarks only."""
+    done = {b.index: b for b in more.benchmarks}
+    notes = list(stored.notes) + [n for n in more.notes if n not in stored.notes]
+    if more.tool != stored.tool:
+        notes.append(f"benchmarks {', '.join(str(i) for i in sorted(done))} profiled later with {more.tool}")
+    return Profile("ok", tool=stored.tool, notes=notes, device=stored.device, versions=more.versions,
+                   peaks=more.peaks or stored.peaks, benchmarks=[done.get(b.index, b) for b in stored.benchmarks])
 
 
 def _without_row(stored: dict) -> dict:

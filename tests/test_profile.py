@@ -326,9 +326,37 @@ def test_ncu_2025s_own_csv_from_an_h100_gives_bandwidth_tensor_pipes_and_occupan
 def test_a_rounds_profile_of_its_base_takes_a_share_of_the_rounds_own_time():
     from judge.profiles import round_profile_s
 
-    assert round_profile_s(60.0) == 180.0  # a short round: the FP8 target's ncu profile (97 s on an H100) still fits
+    assert round_profile_s(60.0) == 15.0  # a short round: its first benchmark may still finish (the stage's rule)
     assert round_profile_s(2000.0) == 500.0  # a quarter of a long round (cholesky_py's ran past 500 s)
     assert round_profile_s(10_000.0) == 900.0  # never past the stage's own limit
+
+
+def test_a_profile_that_left_benchmarks_out_for_want_of_time_is_gone_on_with_next_time(tmp_path, monkeypatch):
+    """A round's profile takes a quarter of the round's time; what it leaves out, the next round's profile of the same
+    base profiles, and the ledger's profile is then whole."""
+    asked = []
+
+    def fake_kernel(target, workspace, root, indices=None, **kwargs):
+        asked.append(indices)
+        done = [BenchmarkProfile(i, f"n={i}", call_us=10.0 * (i + 1)) for i in (indices or range(4))][:2]
+        left = [BenchmarkProfile(i, f"n={i}", error=f"{stage.OUT_OF_TIME} after 30 s")
+                for i in (indices or range(4))[2:]]
+        return Profile("ok", tool="ncu", device="NVIDIA H100 80GB HBM3", benchmarks=done + left)
+
+    monkeypatch.setattr(profiles, "device_here", lambda target: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(profiles, "peaks_for", lambda *args: None)
+    monkeypatch.setattr(stage, "profile_kernel", fake_kernel)
+    ledger, target = Ledger(tmp_path / "ledger.db"), load_target(AXPY)
+    first = profiles.profile_source(ledger, target, "x = 1\n", "base", tmp_path / "p")
+    assert Profile.from_json(first["profile"]).line == "profiled with ncu on NVIDIA H100 80GB HBM3 (2 of 4 benchmarks)"
+    second = profiles.profile_source(ledger, target, "x = 1\n", "base", tmp_path / "p")
+    assert asked == [None, [2, 3]] and not second["reused"] and second["profile_id"] != first["profile_id"]
+    whole = Profile.from_json(second["profile"])
+    assert [(b.index, b.call_us, b.error) for b in whole.benchmarks] == [
+        (0, 10.0, None), (1, 20.0, None), (2, 30.0, None), (3, 40.0, None)]
+    assert whole.line == "profiled with ncu on NVIDIA H100 80GB HBM3"
+    third = profiles.profile_source(ledger, target, "x = 1\n", "base", tmp_path / "p")
+    assert third["reused"] and third["profile_id"] == second["profile_id"] and len(asked) == 2
 
 
 class _Clock:
@@ -357,7 +385,7 @@ def _ncu_stage_with(monkeypatch, seconds_each: float, fail_at: int | None = None
 
     monkeypatch.setattr(stage, "_one_under_ncu", one)
     return stage._under_ncu(SimpleNamespace(target=target), Path("w"), "ncu", clock.now + 100.0,
-                            lambda **info: None, [])
+                            lambda **info: None, [], [0, 1, 2, 3])
 
 
 def test_a_profile_whose_time_runs_out_under_ncu_keeps_the_benchmarks_it_profiled(monkeypatch):
@@ -374,3 +402,6 @@ def test_a_profile_whose_time_runs_out_under_ncu_keeps_the_benchmarks_it_profile
     # with nothing profiled yet, a failure is ncu's, as before: the stage falls back to torch.profiler
     with pytest.raises(RuntimeError, match="timed-out"):
         _ncu_stage_with(monkeypatch, 10.0, fail_at=0)
+    # the first benchmark may finish past the profile's time (up to NCU_BUDGET_S): the others are left for later
+    benchmarks = _ncu_stage_with(monkeypatch, 150.0)
+    assert [b.error for b in benchmarks] == [None] + ["not profiled: the profile's time ran out after 150 s"] * 3

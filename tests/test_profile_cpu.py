@@ -64,7 +64,7 @@ def test_a_runner_started_by_ncu_keeps_its_pipes_and_ncus_report_is_read_when_it
     notes = []
     with Evaluator(target, fresh(tmp_path / "judge"), warm=False) as evaluator:
         benches = stage._under_ncu(evaluator, workspace.resolve(), str(fake), time.monotonic() + 120,
-                                   lambda **info: None, notes)
+                                   lambda **info: None, notes, list(range(len(target.benchmarks))))
     assert notes == []
     assert [(b.index, [(k.launches, k.us, k.stalls[0][0]) for k in b.kernels]) for b in benches] == [
         (0, [(2.0, 2435.0, "long_scoreboard"), (1.0, 3.25, "long_scoreboard")]),

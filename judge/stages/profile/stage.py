@@ -34,14 +34,19 @@ STAGE = "profile"
 CALLS = {NCU: 1, TORCH: 5, HOST: 20}
 LIMIT_S = 900.0
 NCU_BUDGET_S = 420.0  # of LIMIT_S, for every benchmark under ncu: past it, torch.profiler has the rest
+# What a benchmark the profile's time left out says: a later profile of the same kernel profiles it (judge.profiles).
+OUT_OF_TIME = "not profiled: the profile's time ran out"
 FAILURES = (WorkerError, CommandFailed, JudgeError, OSError, RuntimeError, KeyError, ValueError)
 
 
 def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optional[str] = None,
                    peaks: Optional[Peaks] = None, use_ncu: bool = True, confine: bool = True,
-                   progress: Progress = quiet, timeout_s: Optional[float] = None) -> Profile:
-    """Profile the kernel assembled in `workspace` on every benchmark, with `root` as judge's own directory for it
-    (emptied first). Never raises for what the kernel or a tool does: a failure is an unavailable Profile."""
+                   progress: Progress = quiet, timeout_s: Optional[float] = None,
+                   indices: Optional[list[int]] = None) -> Profile:
+    """Profile the kernel assembled in `workspace` on every benchmark (or those of `indices`), with `root` as judge's
+    own directory for it (emptied first). Within `timeout_s` after the first benchmark, which may always finish (up to
+    NCU_BUDGET_S): a profile that never finishes one helps nobody, and the benchmarks it leaves out say OUT_OF_TIME.
+    Never raises for what the kernel or a tool does: a failure is an unavailable Profile."""
     from ..evaluation import Evaluator
 
     reason = gate(target.arch)
@@ -50,6 +55,7 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
     if reason:
         return unavailable(reason, **facts)
     deadline = time.monotonic() + (LIMIT_S if timeout_s is None else timeout_s)
+    indices = list(range(len(target.benchmarks))) if indices is None else list(indices)
     notes: list[str] = []
     try:
         with Evaluator(target, fresh(Path(root)), confine=confine, warm=False) as evaluator:
@@ -57,7 +63,8 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
             ncu = nsight.find() if use_ncu and not target.on_cpu else None
             if ncu is not None:
                 try:
-                    benchmarks, tool = _under_ncu(evaluator, Path(workspace), ncu, deadline, progress, notes), NCU
+                    benchmarks, tool = _under_ncu(evaluator, Path(workspace), ncu, deadline, progress, notes,
+                                                  indices), NCU
                     facts["versions"]["ncu"] = nsight.version(ncu)  # the tool's version where its numbers are kept
                 except FAILURES as error:
                     notes.append(f"ncu ({nsight.version(ncu) or 'version unknown'}) failed "
@@ -65,7 +72,7 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
             elif not target.on_cpu:
                 notes.append("ncu is not on this machine (or was not asked for): torch.profiler instead")
             if benchmarks is None:
-                benchmarks = _in_process(evaluator, Path(workspace), tool, deadline, progress)
+                benchmarks = _in_process(evaluator, Path(workspace), tool, deadline, progress, indices)
             for bench in benchmarks:
                 _finish(bench, evaluator, peaks, target.on_cpu)
             if tool == TORCH and not any(b.kernels for b in benchmarks):
@@ -77,17 +84,19 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
     return Profile("ok", tool=tool, notes=notes, benchmarks=benchmarks, **facts)
 
 
-def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress: Progress) -> list[BenchmarkProfile]:
-    """One runner for every benchmark, torch.profiler inside it."""
+def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress: Progress,
+                indices: list[int]) -> list[BenchmarkProfile]:
+    """One runner for the benchmarks of `indices`, torch.profiler inside it (the first may take NCU_BUDGET_S)."""
     started = time.monotonic()
+    first_deadline = max(deadline, started + NCU_BUDGET_S)
     worker = evaluator.runner(workspace, "profile.log", timed=True)
     try:
-        worker.call("load", time_left(deadline))
+        worker.call("load", time_left(first_deadline))
         out = []
-        for index in range(len(evaluator.target.benchmarks)):
+        for index in indices:
             _tell(progress, evaluator.target, index, started)
             try:
-                value = _calls(evaluator, worker, index, CALLS[mode], mode, deadline)
+                value = _calls(evaluator, worker, index, CALLS[mode], mode, deadline if out else first_deadline)
             except (WorkerError, CommandFailed) as error:
                 out.append(_failed(evaluator.target, index, error))
                 if isinstance(error, WorkerError):
@@ -96,45 +105,48 @@ def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress
             out.append(_from_runner(evaluator.target, index, value))
         stopped = "not profiled: the runner had stopped on an earlier benchmark"
         return out + [BenchmarkProfile(i, evaluator.target.benchmark_label(i), error=stopped)
-                      for i in range(len(out), len(evaluator.target.benchmarks))]
+                      for i in indices[len(out):]]
     finally:
         evaluator.close_runner(worker)
 
 
 def _under_ncu(evaluator, workspace: Path, ncu: str, deadline: float, progress: Progress,
-               notes: list[str]) -> list[BenchmarkProfile]:
-    """A runner under ncu per benchmark, within NCU_BUDGET_S of the stage's time; where that time runs out, the
-    benchmarks profiled so far are kept and the rest say so (_out_of_time). Any other failure raises, and the
-    stage falls back to torch.profiler. Where the first benchmark fails with METRICS asked for, it is
-    tried once more with ncu's sections alone (a GPU without one of them), and so are the rest."""
+               notes: list[str], indices: list[int]) -> list[BenchmarkProfile]:
+    """A runner under ncu per benchmark of `indices`, the first within NCU_BUDGET_S whatever `deadline` says, the
+    others within `deadline` too; where that time runs out, the benchmarks profiled so far are kept and the rest say
+    so (_out_of_time). Any other failure raises, and the stage falls back to torch.profiler. Where the first
+    benchmark fails with METRICS asked for, it is tried once more with ncu's sections alone (a GPU without one of
+    them), and so are the rest."""
     started = time.monotonic()
-    deadline = min(deadline, started + NCU_BUDGET_S)
+    first_deadline = started + NCU_BUDGET_S
+    deadline = min(deadline, first_deadline)
     metrics, out, longest = True, [], 0.0
     target = evaluator.target
-    for index in range(len(target.benchmarks)):
+    for index in indices:
         if out and deadline - time.monotonic() < longest:
-            return out + _out_of_time(target, len(out), time.monotonic() - started)
+            return out + _out_of_time(target, indices[len(out):], time.monotonic() - started)
         _tell(progress, target, index, started)
         began = time.monotonic()
+        limit = deadline if out else first_deadline
         try:
-            out.append(_one_under_ncu(evaluator, workspace, ncu, index, metrics, deadline))
+            out.append(_one_under_ncu(evaluator, workspace, ncu, index, metrics, limit))
         except RuntimeError as error:
-            if out and time.monotonic() >= deadline:  # the time ran out inside this benchmark: keep the others
-                return out + _out_of_time(target, len(out), time.monotonic() - started)
-            if index > 0 or not metrics:
+            if out and time.monotonic() >= limit:  # the time ran out inside this benchmark: keep the others
+                return out + _out_of_time(target, indices[len(out):], time.monotonic() - started)
+            if out or not metrics:
                 raise
             notes.append(f"ncu with its extra metrics failed ({one_line(str(error))}): its sections alone instead")
             metrics = False
-            out.append(_one_under_ncu(evaluator, workspace, ncu, index, metrics, deadline))
+            out.append(_one_under_ncu(evaluator, workspace, ncu, index, metrics, limit))
         longest = max(longest, time.monotonic() - began)
     return out
 
 
-def _out_of_time(target: Target, done: int, seconds: float) -> list[BenchmarkProfile]:
-    """The benchmarks from `done` on, not profiled: the next one would not have finished in the profile's time (one
-    takes about as long as the longest so far), which the benchmarks profiled before it keep."""
-    why = f"not profiled: the profile's time ran out after {seconds:.0f} s"
-    return [BenchmarkProfile(i, target.benchmark_label(i), error=why) for i in range(done, len(target.benchmarks))]
+def _out_of_time(target: Target, left: list[int], seconds: float) -> list[BenchmarkProfile]:
+    """The benchmarks of `left`, not profiled: the next one would not have finished in the profile's time (one takes
+    about as long as the longest so far), which the benchmarks profiled before it keep."""
+    why = f"{OUT_OF_TIME} after {seconds:.0f} s"
+    return [BenchmarkProfile(i, target.benchmark_label(i), error=why) for i in left]
 
 
 def _one_under_ncu(evaluator, workspace: Path, ncu: str, index: int, metrics: bool, deadline: float
