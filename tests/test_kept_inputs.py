@@ -138,7 +138,7 @@ def test_confined_evaluations_are_checked_on_the_rounds_cases_and_unconfined_one
 class _TimingSeeds(_Seeds):
     def __init__(self, shares: bool, kept: tuple[bool, ...]):
         super().__init__(shares)
-        self.shares_sets, self.kept = shares, kept
+        self.keep_sets, self.kept = shares, kept
 
     def keeps(self, index: int) -> bool:
         return self.kept[index]

@@ -163,15 +163,8 @@ class Evaluator(RoundSeeds):
         return bool(idle)
 
     def keeps(self, index: int) -> bool:
-        """Whether benchmark `index`'s timing sets are kept on the device from one pair to the next (and across
-        the round)."""
+        """Whether benchmark `index`'s timing sets are kept on the device from one pair to the next."""
         return self.memory_plan().kept[index]
-
-    @property
-    def shares_sets(self) -> bool:
-        """Whether every pair and comparison of the round times the round's own sets (judge.stages.seeds): where
-        `keep_sets`, on the device or in host memory."""
-        return bool(self.keep_sets)
 
     def bytes_of(self, index: int) -> budget.BenchmarkBytes:
         spec = with_seed(self.target.benchmarks[index], 0)

@@ -48,7 +48,13 @@ class Case:
 
 class RoundSeeds:
     """What an Evaluator derives from its `secret` (it provides `secret`, `target`, `_nonces`, `keeps(index)`,
-    `shares_sets` and `runners_leave_nothing`)."""
+    `keep_sets` and `runners_leave_nothing`)."""
+
+    @property
+    def shares_sets(self) -> bool:
+        """Whether every pair and comparison of the round times the round's own sets: where the evaluator keeps
+        sets (`keep_sets`: its runners confined), on the device or in host memory."""
+        return bool(self.keep_sets)
 
     def nonce(self) -> int:
         """A number of one evaluation's own, from which its seeds are derived."""
