@@ -1,0 +1,126 @@
+"""Where a timed pair's seconds go: for one candidate (the base's own kernel) after the base's check, each process pair
+and benchmark's wall seconds, split into the runners' builds and warm-ups (entering the frame), the turns themselves
+and the rest (the oracle laying the sets out, leaving the frame, releasing), with the calls each kernel took; then the
+oracle and runner commands by seconds (judge.sandbox.worker's tallies).
+
+    PYTHONPATH=$PWD python benchmarks/pair_breakdown.py --target PROBLEM_DIR [--spares forked|importing]
+Runs on a CPU for a CPU target and on a GPU for a GPU target. Not a test: it prints tables. It wraps the timing stage's
+own functions to clock them, and changes nothing they do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from judge.sandbox import worker as worker_module  # noqa: E402
+from judge.stages.lease import RunnerLease  # noqa: E402
+from judge.stages.timing import stage, turns  # noqa: E402
+from judge.targets import load_target  # noqa: E402
+import judge_overhead  # noqa: E402
+
+TOP_COMMANDS = 12
+
+
+class Clocked:
+    """Seconds spent in the timing stage's parts, keyed by (pair, benchmark) where they belong to one."""
+
+    def __init__(self):
+        self.pairs: dict[int, float] = {}
+        self.benchmarks: dict[tuple[int, int], float] = {}
+        self.frames: dict[tuple[int, int], float] = {}
+        self.turns: dict[tuple[int, int], tuple[float, int]] = {}
+        self.runners: list[float] = []
+        self.pair = 0
+
+    def install(self) -> None:
+        time_pair, benchmark, enter, run = stage.time_pair, stage._benchmark, stage._enter_frames, turns.PairTurns.run
+        acquire = RunnerLease.acquire_loaded
+        clocked = self
+
+        def timed_pair(evaluator, workspace, pair, *args, **kwargs):
+            clocked.pair, began = pair, time.perf_counter()
+            try:
+                return time_pair(evaluator, workspace, pair, *args, **kwargs)
+            finally:
+                clocked.pairs[pair] = time.perf_counter() - began
+
+        def timed_benchmark(evaluator, runners, index, *args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return benchmark(evaluator, runners, index, *args, **kwargs)
+            finally:
+                clocked.benchmarks[(clocked.pair, index)] = time.perf_counter() - began
+
+        def timed_enter(evaluator, runners, key, *args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return enter(evaluator, runners, key, *args, **kwargs)
+            finally:
+                index = int(key.rsplit("-", 1)[1])
+                clocked.frames[(clocked.pair, index)] = time.perf_counter() - began
+
+        def timed_run(self):
+            began = time.perf_counter()
+            try:
+                return run(self)
+            finally:
+                calls = len(self.series[("base", self.analysed_clock())])
+                clocked.turns[(clocked.pair, self.index)] = (time.perf_counter() - began, calls)
+
+        def timed_acquire(lease, *args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return acquire(lease, *args, **kwargs)
+            finally:
+                clocked.runners.append(time.perf_counter() - began)
+
+        stage.time_pair, stage._benchmark, stage._enter_frames = timed_pair, timed_benchmark, timed_enter
+        turns.PairTurns.run, RunnerLease.acquire_loaded = timed_run, timed_acquire
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", type=Path, default=ROOT / "kernels" / "vecadd_cpu")
+    parser.add_argument("--spares", choices=("forked", "importing"), default="forked")
+    args = parser.parse_args()
+    target = load_target(args.target)
+    clocked = Clocked()
+    clocked.install()
+    rows = judge_overhead.one_round(target, Path(tempfile.mkdtemp(prefix="judge-pairs-")), 1,
+                                    args.spares == "forked", None)
+    row = rows[0]
+    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, target {target.name}, one candidate "
+          f"(the base's own kernel), spares {args.spares}: correctness {row['check']:.1f} s, timing "
+          f"{row['timing']:.1f} s ({len(clocked.pairs)} pairs, runners acquired in {sum(clocked.runners):.1f} s)")
+    print("\n| pair | benchmark | wall s | build and warm-up s | turns s | calls per kernel | the rest s |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for (pair, index), wall in sorted(clocked.benchmarks.items()):
+        frames = clocked.frames.get((pair, index), 0.0)
+        turned, calls = clocked.turns.get((pair, index), (0.0, 0))
+        print(f"| {pair} | {index} | {wall:.2f} | {frames:.2f} | {turned:.2f} | {calls} | "
+              f"{wall - frames - turned:.2f} |")
+    per_pair = defaultdict(float)
+    for (pair, _), wall in clocked.benchmarks.items():
+        per_pair[pair] += wall
+    print("\n| pair | wall s | its benchmarks s |")
+    print("|---:|---:|---:|")
+    for pair, wall in sorted(clocked.pairs.items()):
+        print(f"| {pair} | {wall:.2f} | {per_pair[pair]:.2f} |")
+    print("\ncommands: seconds (count)")
+    for name, (count, total) in sorted(worker_module.COMMAND_SECONDS.items(), key=lambda kv: -kv[1][1])[:TOP_COMMANDS]:
+        print(f"- {name}: {total:.2f} s ({count})")
+
+
+if __name__ == "__main__":
+    main()
