@@ -89,9 +89,9 @@ def profile_source(ledger: Ledger, target: Target, source: str, subject: str, ro
 
 def round_profile_s(round_s: float) -> float:
     """How long a round's profile of its base may take: ROUND_PROFILE_SHARE of the round's own seconds, at most the
-    stage's LIMIT_S; its first benchmark may always finish. A floor of 180 s (the FP8 target's 97 s under ncu, twice)
-    put trimul's round of three candidates past ten minutes on an H200 (2026-11-29): the round's time, not one
-    target's, sizes it, and what one round leaves out the next profiles (profile_source)."""
+    stage's LIMIT_S; its first benchmark may always finish. With a floor of 180 s (the FP8 target's 97 s under ncu,
+    twice), trimul's round of three candidates, its last verdict at 512 s, would have ended past ten minutes (H200,
+    2026-11-29): the round's time, not one target's, sizes it, and what one round leaves out the next profiles."""
     from .stages.profile.stage import LIMIT_S
 
     return min(LIMIT_S, ROUND_PROFILE_SHARE * round_s)
