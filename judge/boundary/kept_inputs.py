@@ -57,14 +57,17 @@ class KeptInputs:
         sync()
         return data
 
-    def made(self, key: str, make: Callable[[], Any]) -> Any:
-        """What `make()` makes for `key`: a fresh copy of the one kept, else made now and offered."""
+    def made(self, key: str, make: Callable[[], Any], on_kept: Callable[[float], None] | None = None) -> Any:
+        """What `make()` makes for `key`: a fresh copy of the one kept, else made now and offered (`on_kept` told
+        the seconds making took where it is kept)."""
         kept = self.get(key)
         if kept is not None:
             return kept
         started = time.perf_counter()
         made = make()
-        self.offer(key, made, time.perf_counter() - started)
+        making_s = time.perf_counter() - started
+        if self.offer(key, made, making_s) and on_kept is not None:
+            on_kept(making_s)
         return made
 
     def offer(self, key: str, data: Any, making_s: float) -> bool:

@@ -87,15 +87,12 @@ class Oracle:
         and kept where that pays (judge.boundary.kept_inputs: every evaluation of the round is checked on the same
         cases, and times the same sets where the round shares them)."""
         key = KeptInputs.key(spec, distribution)
-        data = self.inputs.get(key)
-        if data is None:
-            started = time.perf_counter()
-            data = self._generate(spec, distribution)
-            made_s = time.perf_counter() - started
-            if self.inputs.offer(key, data, made_s):
-                print(f"judge oracle: inputs kept for the round ({made_s:.1f} s to make; "
-                      f"{self.inputs.bytes >> 20} MiB kept in all): {key}", file=sys.stderr)
-        return data
+
+        def kept(made_s: float) -> None:
+            print(f"judge oracle: inputs kept for the round ({made_s:.1f} s to make; "
+                  f"{self.inputs.bytes >> 20} MiB kept in all): {key}", file=sys.stderr)
+
+        return self.inputs.made(key, lambda: self._generate(spec, distribution), kept)
 
     def _answered(self, data) -> tuple[Any, Any]:
         """The reference run on a copy of `data`: the copy as the reference left it, and the answer, made without
