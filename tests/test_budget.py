@@ -217,7 +217,10 @@ def test_sets_the_round_shares_come_back_from_host_memory_with_their_answers_kno
 
 
 def test_repetitions_follow_the_kernels_duration():
-    assert [turns.reps_for(us) for us in (0.0, 8.0, 10_000.0, 41_700.0, 230_000.0, 1e6)] == [50, 50, 25, 6, 2, 2]
+    assert [turns.reps_for(us) for us in (0.0, 8.0, 10_000.0, 41_700.0, 230_000.0, 1e6)] == [50, 50, 25, 6, 2, 1]
+    # steady calls may stop at twenty up to 2.5 ms a call, then at as many as take 50 ms, never under eight
+    assert [turns.steady_reps_for(us) for us in (0.0, 8.0, 2_500.0, 2_600.0, 5_300.0, 14_600.0, 1e6)] == \
+        [20, 20, 20, 20, 10, 8, 8]
 
 
 def test_a_runner_cannot_claim_longer_calls_than_its_warm_up_took_nor_a_number_that_is_none():

@@ -261,11 +261,11 @@ def test_a_pair_takes_turns_with_the_oracle_in_between_and_measures_the_null_tai
     assert [r["spin_us"] for r in reps[:2]] == [100.0, 100.0]  # the parent's, not the runner's
 
 
-def _pair_of(base_times, cand_times, reps=turns.REPS_PER_PAIR, cand_tail_us=5.0):
+def _pair_of(base_times, cand_times, reps=turns.REPS_PER_PAIR, cand_tail_us=5.0, steady=turns.PRECISE_REPS):
     runners = {"base": _FakeRunner(11, base_times), "cand": _FakeRunner(22, cand_times, cand_tail_us)}
     pair = turns.PairTurns(_FakeOracle(), "k", 0, runners, ["gpu", "call"], "gpu", 8, 2,
                            {"us": 100.0, "cycles": {"spin": 1, "null": 1}}, random.Random(1), "base",
-                           time.monotonic() + 60, reps=reps)
+                           time.monotonic() + 60, reps=reps, steady=steady)
     pair.run()
     return pair
 
@@ -283,6 +283,12 @@ def test_steady_calls_stop_at_twenty_once_every_set_of_the_clock_is_used_and_noi
         assert [len(pair.series[(w, "gpu")]) for w in ("base", "cand")] == [turns.REPS_PER_PAIR] * 2
     # fewer repetitions than PRECISE_REPS (long calls): all of them, steady or not
     assert [len(_pair_of(steady, steady, reps=6).series[(w, "gpu")]) for w in ("base", "cand")] == [6, 6]
+    # calls of several milliseconds: steady ones stop at their own fewer repetitions, once the GPU clock's sets
+    # (0, 2, 4, 6) have each had a first call; noisy ones still go on to `reps`
+    pair = _pair_of(steady, steady, steady=turns.FEWEST_STEADY)
+    assert [len(pair.series[(w, "gpu")]) for w in ("base", "cand")] == [8, 8]
+    assert {r["set"] for r in pair.series[("base", "gpu")] if r["cold"]} == {0, 2, 4, 6}
+    assert [len(_pair_of(steady, noisy, steady=8).series[(w, "gpu")]) for w in ("base", "cand")] == [50, 50]
     # work left on a side stream (a tail of 500 us after the stream's 1 ms): the check at round 16 moves the verdict
     # to the call clock (every other round from then on), whose steady calls stop at twenty of their own
     pair = _pair_of(steady, steady, cand_tail_us=500.0)

@@ -44,7 +44,7 @@ from ..details import ABSENT, TimingDetail
 from ..result import StageResult, not_run
 from ...targets import Target
 from .summary import PairBenchmark, PairResult, pair_geomeans, summarise
-from .turns import PairTurns, clocks_for, reps_for
+from .turns import PairTurns, clocks_for, reps_for, steady_reps_for
 from ...sandbox.worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "timing"
@@ -185,7 +185,7 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
         clocks, deciding = clocks_for(target.on_cpu, target.deciding_clock, call_us)
         turns = PairTurns(evaluator, key, index, runners, clocks, deciding, sets, copies, spin,
                           random.Random(evaluator.shift(nonce, pair, index + 1000)), first, deadline,
-                          reps=reps_for(call_us))
+                          reps=reps_for(call_us), steady=steady_reps_for(call_us))
         measuring = time.monotonic()
         try:
             turns.run()

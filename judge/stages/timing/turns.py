@@ -25,17 +25,25 @@ from ...sandbox.worker import Worker, time_left
 # The analysed clock's repetitions per kernel in one process pair and benchmark. Three pairs give 150, which on an
 # H100 put the worst self |geomean - 1| at 0.21-0.61% in five self-checks (2026-11-25, docs/judge_performance.md).
 REPS_PER_PAIR = 50
-# A kernel whose calls are long needs fewer: as many as take MEASURE_S of its time, at least MIN_REPS (a 1 s call
-# gets 2, where 50 took a minute a kernel and pair; calls under 5 ms, the FP8 target's among them, keep all 50). The verdict's statistics are over pairs (at least three); within
-# a pair two long calls, each on an input set neither process has seen, whose own spread is small, give the pair's
-# ratio (GPU MODE's eval.py takes three calls in one process, stopping at 0.1% relative error).
+# A kernel whose calls are long needs fewer: as many as take MEASURE_S of its time, at least MIN_REPS (calls under
+# 5 ms, the FP8 target's among them, keep all 50). A call that alone takes MEASURE_S is timed once per kernel and
+# pair, after its warm-up: the verdict's statistics are over pairs (at least three), and one such call on a set
+# neither process has seen varies less than the pairs do (linalg/qr_v2's 1 s calls: 0.4% between pairs on an H200,
+# 2026-11-29). A second one cost every pair 2 s a kernel there.
 MEASURE_S = 0.25
-MIN_REPS = 2
+MIN_REPS = 1
 # Where both kernels' calls are steady, fewer say as much: a benchmark's turns in a pair stop once each kernel has
-# PRECISE_REPS repetitions on the analysed clock and its median is pinned to within PRECISION (half the width of a
-# 95% interval of the median, stats.median_half_width), the sets of that clock all used; else they go on to `reps`.
-# A pair's ratio is then known to about 0.7%, against control floors of 1.9-7.7% (H100 and H200, 2026-11).
+# the steady repetitions (steady_reps_for) on the analysed clock and its median is pinned to within PRECISION (half
+# the width of a 95% interval of the median, stats.median_half_width), the sets of that clock all used; else they go
+# on to `reps`. A pair's ratio is then known to about 0.7%, against control floors of 1.9-7.7% (H100 and H200,
+# 2026-11). The steady repetitions are PRECISE_REPS where twenty calls take PRECISE_S or less (every call under
+# 2.5 ms, the FP8 target's among them), else as many as take PRECISE_S, never fewer than FEWEST_STEADY: the
+# shortest series whose interval of the median leaves out its fastest and its slowest call, so that one wild call
+# on either side still cannot pin it. Twenty steady calls of cholesky_py's 3.6-14.6 ms kernels cost a pair 1.9 s
+# (H200, 2026-11-29), where their pairs' ratios moved together by up to 1% from process to process.
 PRECISE_REPS = 20
+PRECISE_S = 0.05
+FEWEST_STEADY = 8
 PRECISION = 0.005
 MAX_ROUNDS = 4000
 # The clock that does not decide is measured on one round in this many (about REPS_PER_PAIR / 7 repetitions).
@@ -65,9 +73,9 @@ class PairTurns:
 
     def __init__(self, evaluator, key: str, index: int, runners: dict[str, Worker], clocks: list[str], deciding: str,
                  sets: int, copies: int, spin: dict, rng: random.Random, first: str, deadline: float,
-                 reps: int = REPS_PER_PAIR):
+                 reps: int = REPS_PER_PAIR, steady: int = PRECISE_REPS):
         self.evaluator, self.key, self.index, self.runners = evaluator, key, index, runners
-        self.reps = reps
+        self.reps, self.steady = reps, steady
         self.clocks, self.deciding, self.sets, self.copies = clocks, deciding, sets, copies
         self.spin, self.rng, self.first, self.deadline = spin, rng, first, deadline
         self.series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in ("base", "cand") for c in clocks}
@@ -105,9 +113,9 @@ class PairTurns:
 
     @property
     def least_reps(self) -> int:
-        """The repetitions every benchmark gets on its analysed clock, however steady (PRECISE_REPS, or `reps`
-        where that is fewer): the first uses of the sets are spread over them."""
-        return min(self.reps, PRECISE_REPS)
+        """The repetitions every benchmark gets on its analysed clock, however steady (the steady repetitions, or
+        `reps` where that is fewer): the first uses of the sets are spread over them."""
+        return min(self.reps, self.steady)
 
     def precise(self, clock: str, schedule: dict[str, dict[int, int]]) -> bool:
         """Whether the turns may stop before `reps`: both kernels have `least_reps` calls on `clock`, each one's
@@ -252,6 +260,14 @@ def reps_for(call_us: float) -> int:
     if call_us <= 0:
         return REPS_PER_PAIR
     return max(MIN_REPS, min(REPS_PER_PAIR, math.ceil(MEASURE_S * 1e6 / call_us)))
+
+
+def steady_reps_for(call_us: float) -> int:
+    """The calls per kernel after which a pair's steady turns on a benchmark of `call_us` calls may stop: PRECISE_REPS,
+    fewer (down to FEWEST_STEADY) where those would take more than PRECISE_S."""
+    if call_us <= 0:
+        return PRECISE_REPS
+    return max(FEWEST_STEADY, min(PRECISE_REPS, math.ceil(PRECISE_S * 1e6 / call_us)))
 
 
 def first_uses(sets: int, clocks: list[str], deciding: str, every: int,
