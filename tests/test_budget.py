@@ -551,3 +551,25 @@ def test_a_runner_warms_up_with_one_call_where_an_earlier_pair_found_its_calls_l
     assert timing.sizing_call_us([2_500_000.0, 310_000.0], 288_000.0) == 288_000.0  # the first call compiled
     assert timing.sizing_call_us([30_000.0, 31_000.0], 20_000.0) == 30_000.0  # not long: the warm-ups decide
     assert timing.sizing_call_us([0.0, 300_000.0], 288_000.0) == 0.0  # a reply without numbers: all repetitions
+
+
+def test_a_comparisons_first_pair_starts_from_the_bases_own_calls_in_the_round_never_a_rivals():
+    """qr_v2's 1 s calls were warmed up twice in the first pair of every candidate, though the control had timed the
+    base's (H200, 2026-11-29): the base's warm-up calls of the round's earlier pairs now start each comparison."""
+    from judge.stages.timing.summary import PairBenchmark, PairResult
+
+    def pair(*calls):  # (index, the pair's sizing call, the base runner's warm-up call)
+        return PairResult(benchmarks=[PairBenchmark(i, {}, 0.0, 2, 2, "separate", 0.0, [], "call", call_us=sized,
+                                                    base_call_us=base) for i, sized, base in calls])
+
+    base_calls: dict[int, float] = {}
+    timing.note_base_calls(base_calls, pair((0, 990_000.0, 1_010_000.0), (1, 200.0, 0.0)))  # 0: a reply without
+    assert base_calls == {0: 1_010_000.0}  # numbers says nothing
+    timing.note_base_calls(base_calls, pair((0, 400_000.0, 995_000.0), (1, 150.0, 160.0)))
+    assert base_calls == {0: 995_000.0, 1: 160.0}  # the shortest, not what a faster candidate's pair was sized by
+    timing.note_base_calls(base_calls, pair((0, 1_500_000.0, 1_400_000.0)))  # a first call's costs: kept out
+    assert base_calls == {0: 995_000.0, 1: 160.0}
+    assert timing.known_calls([], base_calls) == {0: 995_000.0, 1: 160.0}
+    assert timing.known_calls([], base_calls) is not base_calls  # a comparison's own copy
+    # from its second pair on, a comparison starts from its own previous pair
+    assert timing.known_calls([pair((0, 400_000.0, 995_000.0))], base_calls) == {0: 400_000.0}

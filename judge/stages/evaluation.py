@@ -54,6 +54,7 @@ class Evaluator(RoundSeeds):
     fork_spares: bool | None = None  # spares forked from a template; None: on a GPU target (see _template)
     keep_sets: bool | None = None  # keep timing sets across pairs where they fit; None: where timed runners are
     # confined to a scratch of their own (runners_leave_nothing)
+    base_calls: dict[int, float] = field(default_factory=dict)  # the base's warm-up calls (timing.stage.known_calls)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()

@@ -95,8 +95,9 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
 
     try:
         for p in range(MAX_PAIRS):
-            known = {bench.index: bench.call_us for bench in pairs[-1].benchmarks} if pairs else {}
+            known = known_calls(pairs, evaluator.base_calls)
             pairs.append(time_pair(evaluator, Path(workspace), p, nonce, deadline, benchmark_starts, known))
+            note_base_calls(evaluator.base_calls, pairs[-1])
             if pairs[-1].failure or pairs[-1].findings or pairs[-1].base_findings:
                 break
             if enough_pairs(pair_geomeans(pairs, target), floor, time.monotonic() - started, budget, control,
@@ -181,7 +182,8 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
         raise out_of_memory(error, index) from None
     current = "cand"
     try:
-        spin, serials, call_us = _enter_frames(evaluator, runners, key, made, copies, deadline, result, known_us)
+        spin, serials, claimed = _enter_frames(evaluator, runners, key, made, copies, deadline, result, known_us)
+        call_us = sizing_call_us(list(claimed.values()), known_us)
         clocks, deciding = clocks_for(target.on_cpu, target.deciding_clock, call_us)
         turns = PairTurns(evaluator, key, index, runners, clocks, deciding, sets, copies, spin,
                           random.Random(evaluator.shift(nonce, pair, index + 1000)), first, deadline,
@@ -217,7 +219,7 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
     return PairBenchmark(index=index, series=turns.series, spin_us=round(spin["us"], 1), sets=sets, copies=copies,
                          placement="separate", measuring_s=measuring_s, strays=strays, analysed=turns.analysed_clock(),
                          failure=turns.failure if turns.failure and turns.failure != "raised" else None,
-                         call_us=call_us)
+                         call_us=call_us, base_call_us=claimed["base"])
 
 
 def out_of_memory(error: JudgeError, index: int) -> Exception:
@@ -232,13 +234,13 @@ def out_of_memory(error: JudgeError, index: int) -> Exception:
 
 
 def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
-                  result: PairResult, known_us: float = 0.0) -> tuple[dict, dict[str, int], float]:
+                  result: PairResult, known_us: float = 0.0) -> tuple[dict, dict[str, int], dict[str, float]]:
     """Both runners build their data from the oracle's plans, warm up on the warm-up set and enter the call frame,
-    each stopped in between: the benchmark's spin, each runner's serial in the frame and the shorter of the two
-    kernels' warm-up calls (what each runner says, bounded by the parent's own clock around its warm-up), which
-    sizes the repetitions: a candidate cannot make them fewer than the base's calls make them. Where an earlier
-    pair found the calls long (`known_us`), each runner warms up with one call, whose time may include a compile:
-    the repetitions are then sized by the shorter of it and `known_us`."""
+    each stopped in between: the benchmark's spin, each runner's serial in the frame and each kernel's warm-up call
+    (what its runner says, bounded by the parent's own clock around its warm-up); the shorter one sizes the
+    repetitions (sizing_call_us): a candidate cannot make them fewer than the base's calls make them. Where an
+    earlier pair found the calls long (`known_us`), each runner warms up with one call, whose time may include a
+    compile."""
     current = "cand"
     try:
         for who, worker in runners.items():
@@ -250,12 +252,12 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
             worker.freeze()
         evaluator.ask("stage", key=key, name="warm", copies=list(range(copies)),
                       runners=[w.pid for w in runners.values()])
-        warm, call_us = [], []
+        warm, claimed = [], {}
         for who, worker in runners.items():
             current = who
             reply = worker.call("warm_up", time_left(deadline), known_us=known_us)
             warm.append((who, reply.value))
-            call_us.append(_claimed_call_us(reply))
+            claimed[who] = _claimed_call_us(reply)
             worker.freeze()
         spin = _spin(evaluator.target, warm)
         serials = {}
@@ -266,7 +268,25 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
             (result.base_findings if who == "base" else result.findings).extend(entered.value.get("found", []))
     except (WorkerError, CommandFailed) as error:
         raise _stopped(error, current) from None
-    return spin, serials, sizing_call_us(call_us, known_us)
+    return spin, serials, claimed
+
+
+def known_calls(pairs: list[PairResult], base_calls: dict[int, float]) -> dict[int, float]:
+    """Per benchmark, the call time the next pair starts from: what this comparison's previous pair sized it by;
+    before its first pair, the base's own warm-up calls in the round's earlier pairs (the control's, an earlier
+    candidate's: `note_base_calls`), never a rival candidate's. qr_v2's first pair of every candidate warmed each
+    of its 1 s calls up twice (H200, 2026-11-29)."""
+    if pairs:
+        return {bench.index: bench.call_us for bench in pairs[-1].benchmarks}
+    return dict(base_calls)
+
+
+def note_base_calls(base_calls: dict[int, float], pair: PairResult) -> None:
+    """Keep the shortest warm-up call the base's runner made on each benchmark of `pair` (a single warm-up call
+    may include its process's first-call costs; a shorter one is nearer the typical call)."""
+    for bench in pair.benchmarks:
+        if bench.base_call_us > 0:
+            base_calls[bench.index] = min(bench.base_call_us, base_calls.get(bench.index, math.inf))
 
 
 def sizing_call_us(claimed: list[float], known_us: float) -> float:

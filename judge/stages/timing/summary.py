@@ -29,6 +29,7 @@ class PairBenchmark:
     analysed: str  # the clock whose repetitions the verdict reads (PairTurns.analysed_clock)
     failure: str | None = None  # why the turns stopped, when they did not finish
     call_us: float = 0.0  # the shorter kernel's typical call, by which its repetitions were sized (_enter_frames)
+    base_call_us: float = 0.0  # the base runner's own warm-up call, what later comparisons of the round may know
 
 
 @dataclass
