@@ -72,16 +72,21 @@ def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=N
     """Correctness in a runner of the candidate's, then timing against the base in process pairs (both with
     inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower. `progress` hears
     of each case and each timed benchmark as it starts (judge.stages.progress). A `control` is timed by the
-    controls' rule (judge.noise.enough_pairs)."""
+    controls' rule (judge.noise.enough_pairs), and timed only: it is judge's own copy of the base, whose check is the
+    round's first (a control whose base fails is never recorded), and checking it again cost qr_v2's round 16.6 s
+    (H200, 2026-11-29). Its timed calls are checked as every pair's are."""
     from .stages.check import check
     from .stages.timing.stage import measure
 
     nonce = evaluator.nonce()
+    if control:
+        return [measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce, progress=progress,
+                        control=True)]
     result = check(evaluator, workspace, timing_next=True, nonce=nonce, progress=progress)
     if not result.passed:
         return [result]
     return [result, measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce,
-                            progress=progress, control=control)]
+                            progress=progress)]
 
 
 def progress_of(on_event, name: str) -> Progress:
