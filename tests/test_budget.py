@@ -573,3 +573,8 @@ def test_a_comparisons_first_pair_starts_from_the_bases_own_calls_in_the_round_n
     assert timing.known_calls([], base_calls) is not base_calls  # a comparison's own copy
     # from its second pair on, a comparison starts from its own previous pair
     assert timing.known_calls([pair((0, 400_000.0, 995_000.0))], base_calls) == {0: 400_000.0}
+    # a candidate far faster than the base, whose one warm-up call compiled: sized by the base's 1 s calls in its
+    # first pair, by its own timed calls (10 ms) from the next one on
+    fast = pair((0, 1_000_000.0, 1_000_000.0))
+    fast.benchmarks[0].series = {("base", "call"): [{"us": 1_000_000.0}], ("cand", "call"): [{"us": 10_000.0}]}
+    assert timing.known_calls([fast], base_calls) == {0: 10_000.0}

@@ -272,13 +272,19 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
 
 
 def known_calls(pairs: list[PairResult], base_calls: dict[int, float]) -> dict[int, float]:
-    """Per benchmark, the call time the next pair starts from: what this comparison's previous pair sized it by;
-    before its first pair, the base's own warm-up calls in the round's earlier pairs (the control's, an earlier
-    candidate's: `note_base_calls`), never a rival candidate's. qr_v2's first pair of every candidate warmed each
-    of its 1 s calls up twice (H200, 2026-11-29)."""
+    """Per benchmark, the call time the next pair starts from: what this comparison's previous pair sized it by, or
+    the shorter kernel's median timed call there where that was shorter (a candidate far faster than a long base,
+    whose one warm-up call compiled, is sized by its own calls from its second pair on); before its first pair,
+    the base's own warm-up calls in the round's earlier pairs (the control's, an earlier candidate's:
+    `note_base_calls`), never a rival candidate's. qr_v2's first pair of every candidate warmed each of its 1 s
+    calls up twice (H200, 2026-11-29)."""
     if pairs:
-        return {bench.index: bench.call_us for bench in pairs[-1].benchmarks}
+        return {bench.index: min([bench.call_us] + _timed_medians(bench)) for bench in pairs[-1].benchmarks}
     return dict(base_calls)
+
+
+def _timed_medians(bench: PairBenchmark) -> list[float]:
+    return [stats.median([rep["us"] for rep in reps]) for reps in bench.series.values() if reps]
 
 
 def note_base_calls(base_calls: dict[int, float], pair: PairResult) -> None:
