@@ -89,6 +89,11 @@ def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=N
                             progress=progress)]
 
 
+def kernel_stage_words(job: Job) -> str:
+    """What a job's kernel stages are, as a round's `stage` event says it: a control is timed only."""
+    return "timing" if job.control else "correctness and timing"
+
+
 def progress_of(on_event, name: str) -> Progress:
     """A stage's progress as `progress` events of a round (or a calibration), named for the candidate (or
     "(base)", ...)."""
@@ -140,7 +145,7 @@ class LocalDispatch:
             if run.gate is not None:
                 yield job, kernel_stages_not_run(run.gate), None
                 continue
-            run.on_event("stage", proposal=job.name, stage="correctness and timing")
+            run.on_event("stage", proposal=job.name, stage=kernel_stage_words(job))
             started = time.monotonic()
             stages = run.settings.stages.evaluate(run.open_evaluator(), job.workspace, run.settings.timing_budget_s,
                                                   run.floor, progress=progress_of(run.on_event, job.name),
@@ -227,7 +232,7 @@ class RayDispatch:
         for job in jobs:
             key = str(len(by_key))
             by_key[key] = job
-            self.run.on_event("stage", proposal=job.name, stage="correctness and timing (sent to Ray)")
+            self.run.on_event("stage", proposal=job.name, stage=f"{kernel_stage_words(job)} (sent to Ray)")
             self.pool.submit(self._send, (key, job))
             while self.pool.has_next():  # what has come back meanwhile, so that its actor takes the next job
                 try:

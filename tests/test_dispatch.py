@@ -339,3 +339,11 @@ def test_an_actor_starts_its_oracle_and_spares_before_its_first_candidate(tmp_pa
             assert idle.evaluator._oracle is None and idle.evaluator._pool == []
     finally:
         idle.close()
+
+
+def test_a_round_says_its_control_is_timed_only():
+    from judge.dispatch import kernel_stage_words
+    from judge.stages.job import Job
+
+    assert kernel_stage_words(Job(None, "(control)", "", Path("."), control=True)) == "timing"
+    assert kernel_stage_words(Job(None, "a-fast", "", Path("."))) == "correctness and timing"

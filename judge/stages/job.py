@@ -16,4 +16,4 @@ class Job:
     name: str  # the proposal id, for progress lines
     source: str  # its kernel file
     workspace: Path  # where it is assembled on this machine
-    control: bool = False  # the round's A/A control: timed by the controls' rule (noise.enough_pairs)
+    control: bool = False  # the round's A/A control: timed only, by the controls' rule (noise.enough_pairs)
