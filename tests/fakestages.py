@@ -80,10 +80,13 @@ class FakeStages(StageCalls):
         if marker(workspace) == "interrupt" and str(workspace) not in FakeStages.interrupted:
             FakeStages.interrupted.add(str(workspace))
             raise KeyboardInterrupt
+        timing = lambda: self.timing(evaluator.target, workspace, evaluator.base_dir, budget_s, progress)  # noqa: E731
+        if control:  # judge's own copy of the base: timed only, as judge.dispatch.kernel_stages times it
+            return [timing()]
         check = self.correctness(evaluator.target, workspace, progress)
         if not check.passed:
             return [check]
-        return [check, self.timing(evaluator.target, workspace, evaluator.base_dir, budget_s, progress)]
+        return [check, timing()]
 
     def correctness(self, target, workspace, progress=None):
         """One case, reported as the real stage reports each (judge.stages.progress), then the verdict."""

@@ -169,6 +169,28 @@ def test_hang_in_timing(tmp_path, small_target):
     assert result.summary.startswith("timed-out: ")
 
 
+def test_a_control_out_of_time_leaves_its_rounds_candidates_untimed_and_says_why(tmp_path, small_target):
+    """linalg/eigh_py's base takes 18-30 s a call on its benchmarks' shapes (H200, 2026-11-29): a pair of it is past
+    the task's 600 s. Each pair times the base as the control's did, so a round whose control ran out of time would
+    only run every candidate out of time too; they are checked, and their timing says why it did not run."""
+    from judge.stages.evaluation import Evaluator
+
+    base = assemble(small_target, tmp_path, "base", small_target.kernel_source())
+    slow = assemble(small_target, tmp_path, "slow", variant("hangs"))  # stands for a base too slow for the limit
+    cand = assemble(small_target, tmp_path, "cand", variant("correct"))
+    with Evaluator(small_target, tmp_path / "round", base_dir=base) as evaluator:
+        hung = timing.measure(evaluator, slow, budget_s=1, timeout_s=5)
+        assert hung.status == "timed-out" and evaluator.timing_gate is None  # a candidate's own time-out: its own
+        control = timing.measure(evaluator, slow, budget_s=1, timeout_s=5, control=True)
+        assert control.status == "timed-out", control.summary
+        timed = timing.measure(evaluator, cand, budget_s=1, timeout_s=120)
+    assert timed.status == "not-run"
+    assert re.fullmatch(r"not run: the round's A/A control ran out of its 5 s of timing in pair 1 \(.+\): every pair "
+                        r"times the base as the control's did, so no candidate is timed in this round; a longer limit "
+                        r"\(judge.toml \[limits\] timing_s, or the task's benchmark_timeout\) lets it be",
+                        timed.summary), timed.summary
+
+
 def test_a_forged_clock_is_tampered(tmp_path, small_target):
     """The candidate scales the clock judge's modules read: the frame measures with its own reference, bound
     before the kernel was imported, and the runner's audit names the replacement."""

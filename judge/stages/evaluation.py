@@ -52,9 +52,9 @@ class Evaluator(RoundSeeds):
     gpu_index: int | None = None  # which of the host's GPUs its runners use (for their cores); None: the first visible
     core_block: int | None = None  # a CPU target's evaluation on a shared host (Ray): its block (judge.core_blocks)
     fork_spares: bool | None = None  # spares forked from a template; None: on a GPU target (see _template)
-    keep_sets: bool | None = None  # keep timing sets across pairs where they fit; None: where timed runners are
-    # confined to a scratch of their own (runners_leave_nothing)
+    keep_sets: bool | None = None  # keep timing sets across pairs where they fit (None: where runners_leave_nothing)
     base_calls: dict[int, float] = field(default_factory=dict)  # the base's warm-up calls (timing.stage.known_calls)
+    timing_gate: str | None = None  # why no candidate is timed in this round (timing.stage.measure: the control's)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()

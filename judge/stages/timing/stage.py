@@ -77,6 +77,8 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     `progress` hears of each benchmark of each pair as it starts (judge.stages.progress). A `control` (the base
     against an identical copy, whose pairs set the noise floor) stops by noise.enough_pairs' rule for controls."""
     target = evaluator.target
+    if evaluator.timing_gate is not None and not control:
+        return not_run(STAGE, evaluator.timing_gate)
     floor = floor or default_floor(target)
     nonce = evaluator.nonce() if nonce is None else nonce
     limit = timeout_s if timeout_s is not None else target.limits.timing_s
@@ -106,6 +108,8 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     except Stopped as stop:
         if stop.status == "not-run":
             return not_run(STAGE, stop.message)
+        if control and stop.status == "timed-out":
+            evaluator.timing_gate = out_of_time(limit, len(pairs) + 1, stop.message)
         return StageResult(STAGE, stop.status, f"{stop.status}: {'the base runner ' if stop.who == 'base' else ''}"
                            f"{stop.message}", time.monotonic() - started, TimingDetail(error=stop.message, who=stop.who),
                            stop.log)
@@ -220,6 +224,15 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
                          placement="separate", measuring_s=measuring_s, strays=strays, analysed=turns.analysed_clock(),
                          failure=turns.failure if turns.failure and turns.failure != "raised" else None,
                          call_us=call_us, base_call_us=claimed["base"])
+
+
+def out_of_time(limit: float, pair: int, message: str) -> str:
+    """Why a round whose A/A control ran out of time times no candidate: each of a candidate's pairs times the base
+    as the control's did, on top of the candidate (linalg/eigh_py's base takes 18-30 s a call on its benchmarks'
+    shapes on an H200: a pair of it is past the task's 600 s). Its candidates are still checked."""
+    return (f"the round's A/A control ran out of its {limit:.0f} s of timing in pair {pair} ({message}): every pair "
+            f"times the base as the control's did, so no candidate is timed in this round; a longer limit "
+            f"(judge.toml [limits] timing_s, or the task's benchmark_timeout) lets it be")
 
 
 def out_of_memory(error: JudgeError, index: int) -> Exception:
