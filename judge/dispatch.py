@@ -79,14 +79,12 @@ def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=N
     from .stages.timing.stage import measure
 
     nonce = evaluator.nonce()
-    if control:
-        return [measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce, progress=progress,
-                        control=True)]
-    result = check(evaluator, workspace, timing_next=True, nonce=nonce, progress=progress)
-    if not result.passed:
-        return [result]
-    return [result, measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce,
-                            progress=progress)]
+    checked = [] if control else [check(evaluator, workspace, timing_next=evaluator.timing_gate is None, nonce=nonce,
+                                        progress=progress)]
+    if checked and not checked[0].passed:
+        return checked
+    return checked + [measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce,
+                              progress=progress, control=control)]
 
 
 def kernel_stage_words(job: Job) -> str:

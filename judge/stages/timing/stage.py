@@ -78,6 +78,7 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     against an identical copy, whose pairs set the noise floor) stops by noise.enough_pairs' rule for controls."""
     target = evaluator.target
     if evaluator.timing_gate is not None and not control:
+        evaluator.discard_prebound()  # what a check bound for this timing holds its memory for nothing
         return not_run(STAGE, evaluator.timing_gate)
     floor = floor or default_floor(target)
     nonce = evaluator.nonce() if nonce is None else nonce
