@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .stages.job import Job
+from .stages.details import TimingDetail
 from .stages.result import StageResult
 from .workspaces import fresh
 from .ledger import now, sha256
@@ -29,8 +30,11 @@ class ControlJob:
 
 def control_job(run) -> Optional[ControlJob]:
     """The control this run must time, laid out; None where the kernels cannot run here or a standing control is
-    kept. Whether the base passed is the caller's to know (evaluate_control)."""
-    if run.gate is not None or not run.stale(run.ledger.control_evaluation(run.round_row["id"])):
+    kept. A control that ran out of time is timed again: its round's candidates were left untimed on its account,
+    and a run with a longer limit is how they get timed. Whether the base passed is the caller's to know
+    (evaluate_control)."""
+    standing = run.ledger.control_evaluation(run.round_row["id"])
+    if run.gate is not None or not (run.stale(standing) or standing["outcome"] == Outcome.TIMED_OUT.value):
         return None
     source = run.round_row["base_source"]
     workspace = run.root / "control"
@@ -54,9 +58,20 @@ def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object
         [(_, stages, place)] = run.dispatch.evaluate([control.job])  # one job in, one result out
         control.ran = (stages, place)
     stages, place = control.ran
+    run.timing_gate = timing_gate(stages)
     outcome, reason = decide(stages)
     return run.record(None, sha256(control.job.source), stages, control.started,
                       (outcome, f"the base against itself: {reason}"), place=place, subject=CONTROL)
+
+
+def timing_gate(stages: list[StageResult]) -> Optional[str]:
+    """Why no candidate of the round is timed, where its control's timing ran out of time (judge.stages.timing):
+    the round passes it with every job, so that an evaluator other than the control's (a Ray actor on another GPU)
+    does not spend the limit on each candidate in turn."""
+    for stage in stages:
+        if stage.stage == "timing" and isinstance(stage.detail, TimingDetail) and stage.detail.gate:
+            return stage.detail.gate
+    return None
 
 
 def round_floor(run) -> Floor:

@@ -266,10 +266,11 @@ class RayDispatch:
             self.run.on_event("evaluated", proposal=name, seconds=round(sum(s.seconds or 0.0 for s in stages), 1))
 
     def _send(self, actor, item: tuple[str, Job]):
-        """`actor` evaluates one job (its key, the job) against the round's floor: the pool's call, and the control's."""
+        """`actor` evaluates one job (its key, the job) against the round's floor, and untimed where the round's
+        control ran out of time on another actor (judge.control.timing_gate): the pool's call, and the control's."""
         key, job = item
         floor = self.run.floor.to_json() if self.run.floor else None
-        return actor.evaluate.remote(key, job.name, job.source, floor, job.control)
+        return actor.evaluate.remote(key, job.name, job.source, floor, job.control, self.run.timing_gate)
 
     def close(self) -> None:
         """Close every actor; what each one's runner commands cost goes out as a `worker-tallies` event first
@@ -414,13 +415,14 @@ class EvaluationActor:
 
         return send
 
-    def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None, control: bool = False
-                 ) -> tuple[str, list[StageResult], dict]:
+    def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None, control: bool = False,
+                 timing_gate: Optional[str] = None) -> tuple[str, list[StageResult], dict]:
         from .workspaces import fresh
         from .noise import Floor
 
         if self.gate_reason:
             return key, kernel_stages_not_run(self.gate_reason), self.where()
+        self.evaluator.timing_gate = self.evaluator.timing_gate or timing_gate
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
         stages = kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor), self._progress(name),
                                control)

@@ -153,8 +153,6 @@ def _quiet(*_args, **_kwargs) -> None:
     pass
 
 
-
-
 def run_round(
     ledger: Ledger,
     round: int,
@@ -200,6 +198,7 @@ class RoundRun:
     evaluator: Optional[Evaluator] = None  # opened by the first kernel stage that runs here (open_evaluator)
     dispatch: Union[LocalDispatch, RayDispatch, None] = None  # judge.dispatch: where correctness and timing run
     floor: Optional[Floor] = None  # the effect faster and slower must clear in this run
+    timing_gate: Optional[str] = None  # why no candidate is timed in this run: its control ran out of time
     spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
 
     def stale(self, previous: Optional[EvaluationRow]) -> bool:

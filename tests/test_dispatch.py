@@ -327,6 +327,10 @@ def test_an_actor_starts_its_oracle_and_spares_before_its_first_candidate(tmp_pa
         assert len(actor.evaluator._pool) == actor.evaluator.spares == 2  # its spares load torch meanwhile
         key, stages, _ = actor.evaluate("0", "same", cpu.kernel_source())
         assert [s.status for s in stages] == ["passed", "passed"]
+        gate = "the round's A/A control ran out of its 5 s of timing in pair 1 (on another actor)"
+        _, gated, _ = actor.evaluate("1", "gated", cpu.kernel_source(), timing_gate=gate)
+        assert [(s.status, s.summary) for s in gated][1:] == [("not-run", f"not run: {gate}")]
+        assert gated[0].status == "passed"  # still checked
     finally:
         tallies = actor.close()
     assert tallies["bind"][0] >= 1  # what its runner commands cost, for `judge_scale.py --events`
@@ -347,3 +351,39 @@ def test_a_round_says_its_control_is_timed_only():
 
     assert kernel_stage_words(Job(None, "(control)", "", Path("."), control=True)) == "timing"
     assert kernel_stage_words(Job(None, "a-fast", "", Path("."))) == "correctness and timing"
+
+
+def test_every_job_carries_the_rounds_timing_gate_to_its_actor():
+    """The control that ran out of time on one GPU's actor leaves every candidate untimed on every actor: the
+    driver sends the gate its detail holds (judge.control.timing_gate) with each job."""
+    from types import SimpleNamespace
+
+    from judge.dispatch import RayDispatch
+    from judge.stages.job import Job
+
+    sent = []
+    actor = SimpleNamespace(evaluate=SimpleNamespace(remote=lambda *args: sent.append(args)))
+    dispatch = object.__new__(RayDispatch)
+    dispatch.run = SimpleNamespace(floor=None, timing_gate="the round's A/A control ran out of its 600 s")
+    dispatch._send(actor, ("3", Job(None, "a-fast", "source", Path("."))))
+    assert sent == [("3", "a-fast", "source", None, False, "the round's A/A control ran out of its 600 s")]
+
+
+def test_a_control_that_ran_out_of_time_is_timed_again_by_the_next_run(tmp_path):
+    """Its round's candidates were left untimed on its account; a run with a longer limit times them only if it
+    times the control again. Any other standing control is kept."""
+    from types import SimpleNamespace
+
+    from judge.control import control_job
+    from judge.targets import load_target
+
+    target = load_target(ROOT / "kernels" / "vecadd_cpu")
+
+    def run_with(outcome):
+        ledger = SimpleNamespace(control_evaluation=lambda round_id: {"outcome": outcome})
+        return SimpleNamespace(gate=None, stale=lambda previous: False, ledger=ledger, target=target,
+                               round_row={"id": 1, "base_source": target.kernel_source()}, root=tmp_path)
+
+    again = control_job(run_with("timed-out"))
+    assert again is not None and again.job.control and (tmp_path / "control" / target.kernel_file).is_file()
+    assert control_job(run_with("unchanged")) is None

@@ -173,6 +173,7 @@ def test_a_control_out_of_time_leaves_its_rounds_candidates_untimed_and_says_why
     """linalg/eigh_py's base takes 18-30 s a call on its benchmarks' shapes (H200, 2026-11-29): a pair of it is past
     the task's 600 s. Each pair times the base as the control's did, so a round whose control ran out of time would
     only run every candidate out of time too; they are checked, and their timing says why it did not run."""
+    from judge.control import timing_gate
     from judge.stages.check import check
     from judge.stages.evaluation import Evaluator
 
@@ -184,6 +185,9 @@ def test_a_control_out_of_time_leaves_its_rounds_candidates_untimed_and_says_why
         assert hung.status == "timed-out" and evaluator.timing_gate is None  # a candidate's own time-out: its own
         control = timing.measure(evaluator, slow, budget_s=1, timeout_s=5, control=True)
         assert control.status == "timed-out", control.summary
+        # the round reads it from the control's detail and sends it with every job (a Ray actor elsewhere)
+        assert timing_gate([hung]) is None and timing_gate([control]) == evaluator.timing_gate
+        assert control.detail.to_json()["gate"] == evaluator.timing_gate
         assert check(evaluator, cand, timing_next=True).status == "passed"  # it binds runners for the timing
         timed = timing.measure(evaluator, cand, budget_s=1, timeout_s=120)
         assert all(workers == [] for workers in evaluator._prebound.values())  # and they are let go

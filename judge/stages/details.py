@@ -360,6 +360,7 @@ class TimingDetail(Detail):
     tampered: list[str] = ABSENT  # every audit's finding that made it tampered
     error: str = ABSENT  # why a runner stopped
     who: str = ABSENT  # whose runner stopped: base or candidate
+    gate: str = ABSENT  # a control's that ran out of time: why no candidate of its round is timed
 
 
 DETAILS: dict[str, type[Detail]] = {

@@ -109,11 +109,12 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     except Stopped as stop:
         if stop.status == "not-run":
             return not_run(STAGE, stop.message)
-        if control and stop.status == "timed-out":
+        detail = TimingDetail(error=stop.message, who=stop.who)
+        if control and stop.status == "timed-out":  # the round's other evaluators hear of it from its detail
             evaluator.timing_gate = out_of_time(limit, len(pairs) + 1, stop.message)
+            detail = TimingDetail(error=stop.message, who=stop.who, gate=evaluator.timing_gate)
         return StageResult(STAGE, stop.status, f"{stop.status}: {'the base runner ' if stop.who == 'base' else ''}"
-                           f"{stop.message}", time.monotonic() - started, TimingDetail(error=stop.message, who=stop.who),
-                           stop.log)
+                           f"{stop.message}", time.monotonic() - started, detail, stop.log)
     finally:
         evaluator.discard_prebound()
     return _result(evaluator, pairs, floor, facts, time.monotonic() - started)
