@@ -49,7 +49,8 @@ def one_round(target, work: Path, candidates: int, forked: bool, budget_s: float
                 last = results[-1]
                 raise SystemExit(f"candidate {n}: {last.stage} {last.status}: {last.summary}")
             rows.append({"check": by_stage["correctness"].seconds, "timing": by_stage["timing"].seconds,
-                         "measuring": by_stage["timing"].detail.to_json()["measuring_s"], "total": total})
+                         "measuring": by_stage["timing"].detail.to_json()["measuring_s"], "total": total,
+                         "detail": by_stage["timing"].detail.to_json()})
     return rows
 
 

@@ -3,7 +3,7 @@ and benchmark's wall seconds, split into the runners' builds and warm-ups (enter
 and the rest (the oracle laying the sets out, leaving the frame, releasing), with the calls each kernel took; then the
 oracle and runner commands by seconds (judge.sandbox.worker's tallies).
 
-    PYTHONPATH=$PWD python benchmarks/pair_breakdown.py --target PROBLEM_DIR [--spares forked|importing]
+    PYTHONPATH=$PWD python benchmarks/pair_breakdown.py --target PROBLEM_DIR [--spares forked|importing] [--detail F]
 Runs on a CPU for a CPU target and on a GPU for a GPU target. Not a test: it prints tables. It wraps the timing stage's
 own functions to clock them, and changes nothing they do.
 """
@@ -11,6 +11,7 @@ own functions to clock them, and changes nothing they do.
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from judge.stages.timing import stage, turns  # noqa: E402
 from judge.targets import load_target  # noqa: E402
 import judge_overhead  # noqa: E402
 
-TOP_COMMANDS = 12
+TOP_COMMANDS = 20
 
 
 class Clocked:
@@ -93,6 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=Path, default=ROOT / "kernels" / "vecadd_cpu")
     parser.add_argument("--spares", choices=("forked", "importing"), default="forked")
+    parser.add_argument("--detail", type=Path, help="write the timing stage's detail (JSON) to this file")
     args = parser.parse_args()
     target = load_target(args.target)
     clocked = Clocked()
@@ -100,6 +102,8 @@ def main() -> None:
     rows = judge_overhead.one_round(target, Path(tempfile.mkdtemp(prefix="judge-pairs-")), 1,
                                     args.spares == "forked", None)
     row = rows[0]
+    if args.detail:
+        args.detail.write_text(json.dumps(row["detail"], indent=1))
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, target {target.name}, one candidate "
           f"(the base's own kernel), spares {args.spares}: correctness {row['check']:.1f} s, timing "
           f"{row['timing']:.1f} s ({len(clocked.pairs)} pairs, runners acquired in {sum(clocked.runners):.1f} s)")
