@@ -225,7 +225,7 @@ def _delays(evaluator: Evaluator, target: Target, controls: list[dict]) -> dict[
 def _summary(target: Target, controls: list[dict], slowed: list[dict], floor: Floor) -> dict:
     """Per benchmark: its floor from the A/A runs, and the smallest slowdown whose interval and point found it."""
     per_benchmark = []
-    for index in range(len(target.benchmarks)):
+    for index in target.ranked_benchmarks:
         samples = [[r for b in run.get("benchmarks", []) if b["index"] == index for r in b["pair_log_ratios"]]
                    for run in controls]
         bench_floor = floor_from(samples, 0.0, MIN_PAIRS)

@@ -31,6 +31,10 @@ class Limits:
 
 
 CLOCKS = ("gpu", "call", "host")
+RANKINGS = {"last": "the last benchmark's time", "geom": "the geometric mean of the benchmarks' times",
+            "mean": "the mean of the benchmarks' times"}
+"""task.yml's `ranking_by`, GPU MODE's RankCriterion: what a leaderboard ranks by, so what a verdict is on. Where
+task.yml names none it is GPU MODE's default, "last" (its pmpp problems rank by their largest benchmark)."""
 DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 DEFAULT_MAX_SPEEDUP = 10.0
 
@@ -91,7 +95,7 @@ class Target:
     limits: Limits = field(default_factory=Limits)
     speed_of_light_us: list[float] = field(default_factory=list)
     compile_entry: str | None = None
-    ranking_by: str = "geom"
+    ranking_by: str = "geom"  # a key of RANKINGS
     clock: str = "gpu"
     distributions: list[Distribution] = field(default_factory=lambda: [Distribution("default")])
     max_speedup: float = DEFAULT_MAX_SPEEDUP
@@ -140,6 +144,13 @@ class Target:
 
     def benchmark_label(self, index: int) -> str:
         return spec_label(self.benchmarks[index])
+
+    @property
+    def ranked_benchmarks(self) -> list[int]:
+        """The benchmarks a verdict is on, so the ones timed: the last alone where task.yml ranks by it, else all
+        (every benchmark is still checked for correctness)."""
+        every = list(range(len(self.benchmarks)))
+        return every[-1:] if self.ranking_by == "last" else every
 
     def fingerprint(self) -> str:
         """Hash of the files that define the problem (not the kernel), so a changed reference is noticed."""
@@ -253,7 +264,7 @@ def load_target(path: str | Path) -> Target:
         limits=limits,
         speed_of_light_us=sol,
         compile_entry=(meta.get("compile") or {}).get("entry"),
-        ranking_by=str(task.get("ranking_by", "geom")),
+        ranking_by=_ranking(task, path),
         distributions=_distributions(meta.get("distributions"), path, where),
         static=_static(meta.get("static"), path, where),
         peer=_peer(meta.get("peer"), path, where, kernel_file),
@@ -262,6 +273,14 @@ def load_target(path: str | Path) -> Target:
     )
     check_hooks(target)  # GPU MODE's contract and what judge.toml asks of the target's files, against extensions.py
     return target
+
+
+def _ranking(task: dict[str, Any], path: Path) -> str:
+    ranking = str(task.get("ranking_by", "last")).lower()
+    if ranking not in RANKINGS:
+        raise JudgeError(f"{path / 'task.yml'}: field 'ranking_by': '{task.get('ranking_by')}' — judge ranks by "
+                         + ", ".join(f"'{key}' ({words})" for key, words in RANKINGS.items()))
+    return ranking
 
 
 def _measuring(meta: dict[str, Any], where: Path) -> dict[str, Any]:

@@ -48,7 +48,8 @@ def test_a_benchmark_that_cannot_fit_an_empty_card_ends_the_round_before_the_bas
 
     sizes = [BenchmarkBytes(GIB, GIB, 0), BenchmarkBytes(20 * GIB, 10 * GIB, 4 * GIB)]
     busy = {"name": "NVIDIA H100 80GB HBM3", "total": 80 * GIB, "free": 20 * GIB}  # 60 GiB held by others
-    target = SimpleNamespace(benchmarks=[{}, {}], benchmark_label=["n=1024", "n=32768"].__getitem__)
+    target = SimpleNamespace(benchmarks=[{}, {}], ranked_benchmarks=[0, 1],
+                             benchmark_label=["n=1024", "n=32768"].__getitem__)
     evaluator = SimpleNamespace(bytes_of=lambda i: sizes[i], ask=lambda op: busy, target=target)
     checked = []
     monkeypatch.setattr(check_module, "check", lambda *args, **kwargs: checked.append(args) or "checked")
@@ -491,7 +492,7 @@ class _Round:
 
     def __init__(self, spares: int):
         self.spares, self.closed, self._memory_plan, self.keep_sets = spares, 0, None, False
-        self.target = type("T", (), {"benchmarks": [{}], "benchmark_label": lambda self, i: "n=32768"})()
+        self.target = type("T", (), {"benchmarks": [{}], "ranked_benchmarks": [0], "benchmark_label": lambda self, i: "n=32768"})()
 
     def bytes_of(self, index):
         return BenchmarkBytes(4 * GIB, 4 * GIB, 0, 12 * GIB)
@@ -578,3 +579,21 @@ def test_a_comparisons_first_pair_starts_from_the_bases_own_calls_in_the_round_n
     fast = pair((0, 1_000_000.0, 1_000_000.0))
     fast.benchmarks[0].series = {("base", "call"): [{"us": 1_000_000.0}], ("cand", "call"): [{"us": 10_000.0}]}
     assert timing.known_calls([fast], base_calls) == {0: 10_000.0}
+
+
+def test_a_benchmark_the_target_does_not_rank_by_is_neither_measured_nor_planned_for():
+    """Timed only where ranked (Target.ranking_by "last"): the oracle makes no input to size the others, and the
+    plan holds nothing for them, so a large unranked size cannot refuse or crowd a round."""
+    from types import SimpleNamespace
+
+    measured = []
+
+    def bytes_of(index):
+        measured.append(index)
+        return BenchmarkBytes(input=1 << 30, output=1 << 30)
+
+    target = SimpleNamespace(benchmarks=[{"size": 1}, {"size": 2}, {"size": 3}], ranked_benchmarks=[2],
+                             benchmark_label=lambda i: f"size={i + 1}")
+    sizes, labels = budget.benchmark_sizes(target, bytes_of)
+    assert measured == [2] and labels == ["size=1", "size=2", "size=3"]
+    assert sizes[:2] == [budget.UNTIMED] * 2 and budget.need_of(sizes[:2], [BenchmarkPlan(8, 8)] * 2) == 0

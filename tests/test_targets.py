@@ -201,3 +201,21 @@ def test_a_star_import_of_a_task_file_is_followed(tmp_path):
     problem = _problem(tmp_path / "b", "from common import *\n", common=_reference(without="ref_kernel"))
     assert _refusal(problem) == f"{problem}: reference.py has no ref_kernel ({CONTRACT})"
     load_target(_problem(tmp_path / "c", "from somewhere_else import *\n"))
+
+
+def test_a_problem_is_ranked_as_gpu_mode_ranks_it_and_its_verdict_is_on_that(tmp_path):
+    """GPU MODE ranks a task.yml without `ranking_by` by its last benchmark (kernelbot's RankCriterion.LAST): its
+    pmpp problems' leaderboards compare the largest size alone. judge times what the ranking reads."""
+    problem = _problem(tmp_path, _reference())
+    task = problem / "task.yml"
+    task.write_text(task.read_text() + '  - {"size": 128, "seed": 3}\n  - {"size": 256, "seed": 4}\n')
+    target = load_target(problem)
+    assert (target.ranking_by, target.ranked_benchmarks) == ("last", [2])
+    task.write_text(task.read_text() + 'ranking_by: "geom"\n')
+    assert load_target(problem).ranked_benchmarks == [0, 1, 2]
+    task.write_text(task.read_text().replace('"geom"', '"mean"'))
+    assert load_target(problem).ranked_benchmarks == [0, 1, 2]
+    task.write_text(task.read_text().replace('"mean"', '"median"'))
+    assert _refusal(problem) == (
+        f"{task}: field 'ranking_by': 'median' — judge ranks by 'last' (the last benchmark's time), 'geom' (the "
+        "geometric mean of the benchmarks' times), 'mean' (the mean of the benchmarks' times)")

@@ -2,6 +2,7 @@
 summary (on the CPU with the host clock), and on a GPU the verdicts that matter: a kernel against itself is
 unchanged, a side-stream kernel is not timed as free, a forged clock is caught."""
 
+import dataclasses
 import math
 import os
 import random
@@ -127,6 +128,39 @@ def check_implementation(data, output):
         return False, f"the oracle runs {threads} threads on {cores} cores"
     return _check(data, output)
 '''
+
+
+def test_a_target_ranked_by_its_last_benchmark_times_that_one_alone(tmp_path, small_target):
+    """GPU MODE's pmpp problems rank by their last benchmark: judge's verdict is on it, and timing the others would
+    be seconds spent on nothing the verdict reads (each is still checked for correctness)."""
+    last = dataclasses.replace(small_target, ranking_by="last")
+    base = assemble(last, tmp_path, "base", last.kernel_source())
+    said = []
+    result = run_timing(last, base, base, budget_s=1, timeout_s=300, progress=lambda **info: said.append(info))
+    assert result.status == "passed", result.summary + result.log_tail
+    pairs = result.detail.pairs
+    assert re.fullmatch(rf"geomean \d+\.\d{{3}}x \[\d+\.\d{{3}}, \d+\.\d{{3}}\] over 1 benchmark, the last of 2 \(task.yml "
+                        rf"ranks by it\), {pairs} process pairs", result.summary), result.summary
+    assert [(b.index, b.label) for b in result.detail.benchmarks] == [(1, "size=40000")]
+    assert [(i["pair"], i["benchmark"], i["benchmarks"], i["label"]) for i in said] == [
+        (p, 1, 1, "size=40000") for p in range(1, pairs + 1)]
+
+
+def test_a_target_ranked_by_the_mean_time_is_judged_on_the_summed_times():
+    """kernelbot's RankCriterion.MEAN ranks by the mean of the benchmarks' times: the longest benchmarks weigh most.
+    A pair whose candidate is twice as fast on a 10 us benchmark and even on a 1000 us one reads 1.005x, not the
+    1.414x its geomean would."""
+    from judge.stages.timing.summary import PairBenchmark, PairResult, pair_geomeans
+
+    def bench(index, base_us, cand_us):
+        series = {("base", "host"): [{"us": base_us}] * 3, ("cand", "host"): [{"us": cand_us}] * 3}
+        return PairBenchmark(index, series, 0.0, 2, 2, "separate", 0.0, [], "host")
+
+    pair = PairResult(benchmarks=[bench(0, 10.0, 5.0), bench(1, 1000.0, 1000.0)])
+    target = load_target(FIXTURE)
+    assert [math.exp(x) for x in pair_geomeans([pair], target)] == pytest.approx([2 ** 0.5])
+    mean = dataclasses.replace(target, ranking_by="mean")
+    assert [math.exp(x) for x in pair_geomeans([pair], mean)] == pytest.approx([1010.0 / 1005.0])
 
 
 def test_a_process_of_judges_runs_as_many_torch_threads_as_the_cores_it_is_pinned_to(tmp_path, small_target):

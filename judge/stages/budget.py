@@ -93,6 +93,10 @@ class BenchmarkBytes:
         return max(calls, self.making, self.answering())
 
 
+UNTIMED = BenchmarkBytes(input=0, output=0)
+"""What the plan holds for a benchmark that is never timed (benchmark_sizes)."""
+
+
 @dataclass(frozen=True)
 class BenchmarkPlan:
     sets: int
@@ -214,9 +218,11 @@ def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]
 
 def benchmark_sizes(target, bytes_of) -> tuple[list[BenchmarkBytes], list[str]]:
     """Each benchmark of `target` as the plan takes it: its measured bytes (`bytes_of(index)`, the oracle's) and its
-    label."""
+    label. A benchmark the target does not rank by is never timed (Target.ranked_benchmarks): it is not measured,
+    and the plan holds nothing for it."""
+    ranked = set(target.ranked_benchmarks)
     indices = range(len(target.benchmarks))
-    return [bytes_of(i) for i in indices], [target.benchmark_label(i) for i in indices]
+    return ([bytes_of(i) if i in ranked else UNTIMED for i in indices], [target.benchmark_label(i) for i in indices])
 
 
 def refuse_unfittable(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]) -> None:

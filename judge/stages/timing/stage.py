@@ -83,7 +83,7 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     floor = floor or default_floor(target)
     nonce = evaluator.nonce() if nonce is None else nonce
     limit = timeout_s if timeout_s is not None else target.limits.timing_s
-    budget = budget_s if budget_s is not None else BUDGET_PER_BENCHMARK_S * len(target.benchmarks)
+    budget = budget_s if budget_s is not None else BUDGET_PER_BENCHMARK_S * len(target.ranked_benchmarks)
     budget = min(budget, 0.5 * limit)
     started = time.monotonic()
     deadline = started + limit
@@ -91,9 +91,11 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     pairs: list[PairResult] = []
     evaluator.discard_prebound(keep=(workspace, evaluator.base_dir))
 
+    ranked = target.ranked_benchmarks
+
     def benchmark_starts(pair: int, index: int) -> None:
-        progress(stage=STAGE, pair=pair + 1, max_pairs=MAX_PAIRS, benchmark=index + 1,
-                 benchmarks=len(target.benchmarks), label=target.benchmark_label(index),
+        progress(stage=STAGE, pair=pair + 1, max_pairs=MAX_PAIRS, benchmark=ranked.index(index) + 1,
+                 benchmarks=len(ranked), label=target.benchmark_label(index),
                  seconds=round(time.monotonic() - started, 1))
 
     try:
@@ -123,9 +125,9 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
 def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float,
               benchmark_starts: Callable[[int, int], None] | None = None,
               known: dict[int, float] | None = None) -> PairResult:
-    """One process pair over every benchmark: two fresh runners (bound in an order drawn for the pair), pinned
-    to the timing cores, each benchmark in turn (`benchmark_starts(pair, index)` told as it starts), then both
-    runners' audits. `known`: per benchmark, the call time an earlier pair of the comparison sized it by."""
+    """One process pair over every benchmark the target ranks by (Target.ranked_benchmarks): two fresh runners (bound
+    in an order drawn for the pair), pinned to the timing cores, each benchmark in turn (`benchmark_starts(pair,
+    index)` told as it starts), then both runners' audits. `known`: per benchmark, the call time an earlier pair of the comparison sized it by."""
     rng = random.Random(evaluator.shift(nonce, pair, -1))
     order = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
     runners: dict[str, Worker] = {}
@@ -143,7 +145,7 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
         result.confinement = (runners["cand"].hello or {}).get("confinement")
         evaluator.settle()
         first = "base" if pair % 2 == 0 else "cand"
-        for index in range(len(evaluator.target.benchmarks)):
+        for index in evaluator.target.ranked_benchmarks:
             if benchmark_starts is not None:
                 benchmark_starts(pair, index)
             bench = _benchmark(evaluator, runners, index, pair, nonce, first, deadline, result,

@@ -45,8 +45,29 @@ class PairResult:
 
 
 def pair_geomeans(pairs: list[PairResult], target: Target) -> list[float]:
-    """Each pair's geomean log ratio over the benchmarks, on the analysed clock."""
+    """Each pair's log speedup on what the target ranks by (Target.ranking_by), on the analysed clock: the geomean
+    of its benchmarks' ratios (which is the ratio of the geomeans of their times; with one benchmark, its ratio), or
+    where the mean of the times ranks, the ratio of the summed medians, in which the longest benchmarks weigh most."""
+    if target.ranking_by == "mean":
+        medians = [[[stats.median(x) for x in audits.samples(b.series, b.analysed)[:2]] for b in pair.benchmarks]
+                   for pair in pairs]
+        return [math.log(sum(b for b, _ in pair) / sum(c for _, c in pair)) for pair in medians]
     return stats.geomean_logs([[_log_ratio(b) for b in pair.benchmarks] for pair in pairs])
+
+
+def _noun(target: Target) -> str:
+    return "speedup" if target.ranking_by == "mean" else "geomean"
+
+
+def ranked_words(target: Target, timed: int) -> str:
+    """What a timing summary's speedup is over: its benchmarks, and where the target ranks by something other than
+    their geomean, that."""
+    plural = "s" if timed != 1 else ""
+    if target.ranking_by == "last" and len(target.benchmarks) > 1:
+        return f"over {timed} benchmark{plural}, the last of {len(target.benchmarks)} (task.yml ranks by it)"
+    if target.ranking_by == "mean":
+        return f"over {timed} benchmark{plural}, the ratio of their summed times (task.yml ranks by the mean)"
+    return f"over {timed} benchmark{plural}"
 
 
 def _log_ratio(bench: PairBenchmark) -> float:
@@ -71,14 +92,15 @@ def summarise(pairs: list[PairResult], target: Target, confinement: dict | None,
         point = math.exp(logs[0])
         return detail.updated(geomean=round(point, 5), geomean_ci=[round(point, 5), round(point, 5)],
                               significant=False, decision="inconclusive", pair_geomeans=geomeans,
-                              summary=f"geomean {point:.3f}x over {len(out)} benchmarks (one process pair: no interval)",
+                              summary=f"{_noun(target)} {point:.3f}x {ranked_words(target, len(out))} (one process pair: no "
+                                      "interval)",
                               measuring_s=round(sum(b.measuring_s for b in out), 3))
     decided = stats.decide(logs, floor.effect)
     outcome = floor.bounded(stats.final(decided, floor.effect))
     n = len(out)
     return detail.updated(
-        summary=(f"geomean {decided.point:.3f}x [{decided.low:.3f}, {decided.high:.3f}] over {n} benchmark"
-                 f"{'s' if n != 1 else ''}, {len(pairs)} process pairs"),
+        summary=(f"{_noun(target)} {decided.point:.3f}x [{decided.low:.3f}, {decided.high:.3f}] {ranked_words(target, n)}, "
+                 f"{len(pairs)} process pairs"),
         geomean=round(decided.point, 5), geomean_ci=[round(decided.low, 5), round(decided.high, 5)],
         significant=decided.low > 1.0 or decided.high < 1.0, decision=outcome, pair_geomeans=geomeans,
         measuring_s=round(sum(b.measuring_s for b in out), 3))
