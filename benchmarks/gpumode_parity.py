@@ -284,11 +284,12 @@ def parse_popcorn(text: str) -> dict[str, str]:
 
 def popcorn_verdict(result: dict[str, str], rc: Optional[int], mode: str) -> dict:
     """pass / fail / crashed / timed-out from what eval.py wrote and its exit status, with the first failure's
-    message, the number of cases that passed, and each benchmark's mean in microseconds."""
+    message, the number of cases that passed, and each benchmark's mean in microseconds. The first pmpp family's
+    eval.py says a leaderboard run's failed check as a test's (`test.0.status: fail`) and writes no `check` line."""
     prefix = "test" if mode == "test" else "benchmark"
     count = int(result.get(f"{prefix}-count", "0") or 0)
-    failures = [(i, result.get(f"{prefix}.{i}.error", "")) for i in range(count)
-                if result.get(f"{prefix}.{i}.status") == "fail"]
+    failures = [(f"{kind} {i}", result.get(f"{kind}.{i}.error", "")) for kind in dict.fromkeys((prefix, "test"))
+                for i in range(int(result.get(f"{kind}-count", "0") or 0)) if result.get(f"{kind}.{i}.status") == "fail"]
     if mode == "test":
         passed = sum(result.get(f"test.{i}.status") == "pass" for i in range(count))
     else:
@@ -302,7 +303,7 @@ def popcorn_verdict(result: dict[str, str], rc: Optional[int], mode: str) -> dic
         verdict = "fail"
     else:
         verdict = "crashed"
-    message = f"{prefix} {failures[0][0]}: {failures[0][1]}" if failures else ""
+    message = f"{failures[0][0]}: {failures[0][1]}" if failures else ""
     return {"verdict": verdict, "cases": count, "passed": passed, "message": message[:300],
             "means_us": means, "geomean_us": geomean(means) if len(means) == count else None}
 
@@ -805,6 +806,11 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
     base = judge.get("base") or {}
     if base.get("outcome") not in (None, "unchanged", "not-run"):  # on this machine the problem cannot be judged
         out["base_failed"] = f"{base['outcome']} ({base['reason']})"
+        copy = evals.get("identical") or evals.get("identical-1") or {}
+        if base["outcome"] == "incorrect" and copy and all(e.get("verdict") == "pass" for e in copy.values()):
+            out["base_failed_why"] = ("eval.py passed its identical copy on task.yml's seeds; judge checks inputs "
+                                      "drawn from seeds of its own, on one of which the base fails the problem's own "
+                                      "check")
     rows = []
     for sub in subs:
         outcome = verdicts.get(sub.id, {}).get("outcome")
@@ -861,7 +867,7 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
                      "commands are in parity.json")
     if summary.get("base_failed"):
         lines.append(f"judge: the base is {cell(summary['base_failed'])}: no verdict below tells whether judge is "
-                     "right (the problem cannot run here)")
+                     f"right ({summary.get('base_failed_why') or 'the problem cannot run here'})")
     lb = summary.get("eval_leaderboard_s_per_submission")
     lines += [f"judge submit refused {name}: {cell(why)}" for name, why in judge.get("refused", {}).items()]
     stopped = ""

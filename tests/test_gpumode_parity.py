@@ -170,6 +170,12 @@ def test_eval_py_output_read_into_a_verdict():
     failed = parity.popcorn_verdict(parity.parse_popcorn(LEADERBOARD_FAILED), 112, "leaderboard")
     assert (failed["verdict"], failed["passed"], failed["geomean_us"]) == ("fail", 1, None)
     assert failed["message"] == "benchmark 1: mismatch found! 1 element differs: at (0,) got 1020.0, expected 2.0"
+    # the first pmpp family's eval.py: a leaderboard run's failed check said as a test's, with no check line
+    pmpp = parity.parse_popcorn("test-count: 1\ntest.0.status: fail\ntest.0.error: mismatch found! custom "
+                                "implementation doesn't match reference\n")
+    assert parity.popcorn_verdict(pmpp, 0, "leaderboard") == {
+        "verdict": "fail", "cases": 0, "passed": 0, "message": "test 0: mismatch found! custom implementation doesn't "
+        "match reference", "means_us": [], "geomean_us": None}
     tests = parity.parse_popcorn("test-count: 2\ntest.0.spec: size: 8\ntest.0.status: pass\ntest.1.spec: size: 16\n")
     assert parity.popcorn_verdict(tests, 1, "test")["verdict"] == "crashed"  # died before its check line
     assert parity.popcorn_verdict({}, None, "leaderboard")["verdict"] == "timed-out"
@@ -371,3 +377,20 @@ def test_a_problem_whose_base_fails_here_says_so_and_grades_no_row():
     assert parity.problem_markdown(result, 143771.0).splitlines()[2] == (
         f"judge: the base is compile-error ({why}): no verdict below tells whether judge is right (the problem cannot "
         "run here)")
+
+
+def test_a_base_that_fails_its_own_check_on_a_drawn_seed_is_told_from_one_that_cannot_run():
+    """pmpp/vectorsum_py on an H200 (2026-11-29): its Triton base adds 51,200 float32 block sums atomically, and on
+    the 52,428,800-element benchmark misses the problem's rtol of 1e-5 on some inputs. eval.py checks task.yml's
+    seed, on which it passes; judge's own seeds found one on which it fails."""
+    subs = [parity.Submission("identical", "identical", "submission.py", "")]
+    reason = "1 of 16 checks failed; first: benchmark 5 (size=52428800) (seed 1577329051): mismatch found!"
+    judge = {"submitted": 1, "accepted": ["identical"], "rc": 0, "seconds": 48.9,
+             "base": {"outcome": "incorrect", "reason": reason}, "verdicts": {"identical": {"outcome": "not-run"}}}
+    result = {"problem": "pmpp/vectorsum_py", "ranking_by": "last", "benchmarks": 6, "notes": [], "submissions": [],
+              "judge": judge, "eval": {"identical": {"leaderboard": {"verdict": "pass"}}}}
+    result["summary"] = parity.summarize(result, subs)
+    assert parity.problem_markdown(result, 143771.0).splitlines()[2] == (
+        f"judge: the base is incorrect ({reason}): no verdict below tells whether judge is right (eval.py passed its "
+        "identical copy on task.yml's seeds; judge checks inputs drawn from seeds of its own, on one of which the base "
+        "fails the problem's own check)")
