@@ -90,7 +90,6 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     facts = None if target.on_cpu else evaluator.ask("facts")
     pairs: list[PairResult] = []
     evaluator.discard_prebound(keep=(workspace, evaluator.base_dir))
-
     ranked = target.ranked_benchmarks
 
     def benchmark_starts(pair: int, index: int) -> None:
@@ -111,10 +110,10 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
     except Stopped as stop:
         if stop.status == "not-run":
             return not_run(STAGE, stop.message)
-        detail = TimingDetail(error=stop.message, who=stop.who)
-        if control and stop.status == "timed-out":  # the round's other evaluators hear of it from its detail
-            evaluator.timing_gate = out_of_time(limit, len(pairs) + 1, stop.message)
-            detail = TimingDetail(error=stop.message, who=stop.who, gate=evaluator.timing_gate)
+        gate = out_of_time(limit, len(pairs) + 1, stop.message) if control and stop.status == "timed-out" else None
+        if gate:  # the round's other evaluators hear of it from the detail
+            evaluator.timing_gate = gate
+        detail = TimingDetail(error=stop.message, who=stop.who, gate=gate or ABSENT)
         return StageResult(STAGE, stop.status, f"{stop.status}: {'the base runner ' if stop.who == 'base' else ''}"
                            f"{stop.message}", time.monotonic() - started, detail, stop.log)
     finally:
@@ -127,7 +126,8 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
               known: dict[int, float] | None = None) -> PairResult:
     """One process pair over every benchmark the target ranks by (Target.ranked_benchmarks): two fresh runners (bound
     in an order drawn for the pair), pinned to the timing cores, each benchmark in turn (`benchmark_starts(pair,
-    index)` told as it starts), then both runners' audits. `known`: per benchmark, the call time an earlier pair of the comparison sized it by."""
+    index)` told as it starts), then both runners' audits. `known`: per benchmark, the call time an earlier pair of
+    the comparison sized it by."""
     rng = random.Random(evaluator.shift(nonce, pair, -1))
     order = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
     runners: dict[str, Worker] = {}

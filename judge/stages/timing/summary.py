@@ -92,15 +92,15 @@ def summarise(pairs: list[PairResult], target: Target, confinement: dict | None,
         point = math.exp(logs[0])
         return detail.updated(geomean=round(point, 5), geomean_ci=[round(point, 5), round(point, 5)],
                               significant=False, decision="inconclusive", pair_geomeans=geomeans,
-                              summary=f"{_noun(target)} {point:.3f}x {ranked_words(target, len(out))} (one process pair: no "
-                                      "interval)",
+                              summary=(f"{_noun(target)} {point:.3f}x {ranked_words(target, len(out))} (one "
+                                       "process pair: no interval)"),
                               measuring_s=round(sum(b.measuring_s for b in out), 3))
     decided = stats.decide(logs, floor.effect)
     outcome = floor.bounded(stats.final(decided, floor.effect))
     n = len(out)
     return detail.updated(
-        summary=(f"{_noun(target)} {decided.point:.3f}x [{decided.low:.3f}, {decided.high:.3f}] {ranked_words(target, n)}, "
-                 f"{len(pairs)} process pairs"),
+        summary=(f"{_noun(target)} {decided.point:.3f}x [{decided.low:.3f}, {decided.high:.3f}] "
+                 f"{ranked_words(target, n)}, {len(pairs)} process pairs"),
         geomean=round(decided.point, 5), geomean_ci=[round(decided.low, 5), round(decided.high, 5)],
         significant=decided.low > 1.0 or decided.high < 1.0, decision=outcome, pair_geomeans=geomeans,
         measuring_s=round(sum(b.measuring_s for b in out), 3))
