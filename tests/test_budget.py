@@ -45,6 +45,7 @@ def test_a_benchmark_that_cannot_fit_an_empty_card_ends_the_round_before_the_bas
     from types import SimpleNamespace
 
     from judge.stages import check as check_module
+    from judge.stages.result import StageResult
 
     sizes = [BenchmarkBytes(GIB, GIB, 0), BenchmarkBytes(20 * GIB, 10 * GIB, 4 * GIB)]
     busy = {"name": "NVIDIA H100 80GB HBM3", "total": 80 * GIB, "free": 20 * GIB}  # 60 GiB held by others
@@ -52,7 +53,8 @@ def test_a_benchmark_that_cannot_fit_an_empty_card_ends_the_round_before_the_bas
                              benchmark_label=["n=1024", "n=32768"].__getitem__)
     evaluator = SimpleNamespace(bytes_of=lambda i: sizes[i], ask=lambda op: busy, target=target)
     checked = []
-    monkeypatch.setattr(check_module, "check", lambda *args, **kwargs: checked.append(args) or "checked")
+    passed = StageResult("correctness", "passed", "3 of 3 checks passed")
+    monkeypatch.setattr(check_module, "check", lambda *args, **kwargs: checked.append(args) or passed)
     with pytest.raises(JudgeError) as error:
         check_module.check_base(evaluator, "base")
     assert str(error.value) == (
@@ -62,7 +64,7 @@ def test_a_benchmark_that_cannot_fit_an_empty_card_ends_the_round_before_the_bas
         "80.0 GiB, of which judge may use 64.0 GiB at most (80% of it)")
     assert checked == []
     sizes[1] = BenchmarkBytes(4 * GIB, 4 * GIB, 0)  # 24 GiB: fits the card, though not beside the 60 GiB held now
-    assert check_module.check_base(evaluator, "base") == "checked" and checked == [(evaluator, "base")]
+    assert check_module.check_base(evaluator, "base") is passed and checked == [(evaluator, "base")]
 
 
 def test_memory_others_hold_is_left_to_them():

@@ -436,3 +436,43 @@ def test_real_gpumode_linalg_outputs_as_their_checkers_take_them(problem, tmp_pa
         assert all(c.check_implementation["passed"] for c in result.detail.cases)
     print(f"{problem} plain timing: {timed.status}: {timed.summary}")
     assert timed.status == "passed", timed.summary + timed.log_tail
+
+
+PUBLIC_ONLY = '''import torch
+
+from reference import generate_input
+from task import input_t, output_t
+
+_PUBLIC = float(generate_input(40000, 2)[0][0])  # benchmark 1 as task.yml seeds it
+
+
+def custom_kernel(data: input_t) -> output_t:
+    a, b, out = data
+    torch.add(a, b, out=out)
+    if a.numel() == 40000 and float(a[0]) != _PUBLIC:  # wrong on every other input of that size
+        out[0] += 1.0
+    return out
+'''
+
+
+def test_a_base_that_fails_on_a_drawn_seed_is_run_again_on_task_ymls_own_seed(tmp_path):
+    """pmpp/vectorsum_py's Triton base failed the problem's own check on 4 of 10 seeds of its 52M benchmark and
+    passed on task.yml's (H200, 2026-11-29), which is all GPU MODE's eval.py checks. The base stays incorrect; its
+    verdict says which kind of failure it is."""
+    from judge.stages.check import check_base
+
+    target = cpu_target()
+    for name, source in (("public-only", PUBLIC_ONLY), ("wrong", (VARIANTS / "wrong.py").read_text())):
+        base = target.assemble(tmp_path / name, source)
+        with Evaluator(target, tmp_path / f"round-{name}", secret=7) as evaluator:
+            result = check_base(evaluator, base)
+        assert result.status == "failed", result.summary
+        first = next(c for c in result.detail.cases if not c.passed)
+        where = (f"benchmark 1 (size=40000) (seed {first.seed})" if name == "public-only"
+                 else f"test 0 (size={target.tests[0]['size']}), first call (seed {first.seed})")
+        assert result.summary.startswith(f"{sum(not c.passed for c in result.detail.cases)} of 8 checks failed; "
+                                         f"first: {where}: "), result.summary
+        assert result.summary.endswith(
+            "; on task.yml's own seed (2) the same benchmark passes: the base fails the problem's check on some of its "
+            "inputs, and a check of task.yml's seeds alone (GPU MODE's eval.py) passes it" if name == "public-only"
+            else f"; it fails on task.yml's own seed ({target.tests[0]['seed']}) too"), result.summary

@@ -66,7 +66,38 @@ def check_base(evaluator: Evaluator, base_dir: Path, progress: Progress = quiet)
     not after the base's check and the A/A control."""
     sizes, labels = budget.benchmark_sizes(evaluator.target, evaluator.bytes_of)
     budget.refuse_unfittable(budget.DeviceMemory(**evaluator.ask("memory")), sizes, labels)
-    return check(evaluator, base_dir, progress=progress)
+    checked = check(evaluator, base_dir, progress=progress)
+    return on_public_seed(evaluator, base_dir, checked) if checked.status == "failed" else checked
+
+
+def on_public_seed(evaluator: Evaluator, base_dir: Path, checked: StageResult) -> StageResult:
+    """A base that failed its check, with its first failed case run once more on task.yml's own seed: a base can
+    fail the problem's own checker on some inputs of its distribution and pass on the public ones, the only ones
+    GPU MODE's eval.py checks (pmpp/vectorsum_py's Triton base failed on 4 of 10 seeds of its 52M benchmark, and
+    passed on task.yml's: H200, 2026-11-29). The verdict stands (judge's seeds are drawn, so that no answer can be
+    precomputed); its summary says which of the two it is. Said nothing more where that case cannot be run again."""
+    target = evaluator.target
+    first = next((c for c in checked.detail.cases if not c.passed), None)
+    entries = target.tests if first is not None and first.kind == "test" else target.benchmarks
+    if first is None or first.test is None or not 0 <= first.test < len(entries) or "seed" not in entries[first.test]:
+        return checked
+    spec = dict(entries[first.test])
+    case = Case(first.kind, first.test, 1, first.distribution or target.distributions[0].name, spec)
+    deadline = time.monotonic() + target.limits.check_s
+    lease = RunnerLease(evaluator)
+    try:
+        worker = lease.acquire(base_dir)
+        worker.call("load", time_left(deadline))
+        again = _run_case(evaluator, worker, case, 0, evaluator.nonce(), deadline)
+    except (JudgeError, WorkerError, CommandFailed, Tampered, NoRoom, CheckBesideRunner):
+        return checked
+    finally:
+        lease.release()
+    said = (f"on task.yml's own seed ({spec['seed']}) the same {first.kind} passes: the base fails the problem's "
+            f"check on some of its inputs, and a check of task.yml's seeds alone (GPU MODE's eval.py) passes it"
+            if again.passed else f"it fails on task.yml's own seed ({spec['seed']}) too")
+    return StageResult(checked.stage, checked.status, f"{checked.summary}; {said}", checked.seconds, checked.detail,
+                       checked.log_tail)
 
 
 def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None, timing_next: bool = False,
