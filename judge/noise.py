@@ -133,6 +133,13 @@ sized for an estimate over this many."""
 MAX_PAIRS = 8
 """The most process pairs a comparison takes: one still undecided then is inconclusive."""
 
+CHEAP_CONTROL_SHARE = 0.1
+WIDE_FLOOR_MINIMA = 5
+"""A control whose own floor is past WIDE_FLOOR_MINIMA times the target's minimum goes on, up to MAX_PAIRS, while its
+pairs so far and one more fit CHEAP_CONTROL_SHARE of the stage's limit. From three pairs the spread is known only
+within a factor of three (its 90% bound): pmpp/histogram_py's control of three 1.5 s pairs set a floor of 13.8%
+(H200, 2026-11-29), under which the round could call no change smaller, where five more pairs would have cost 8 s.
+Floors of 2% (matmul_py's, prefixsum_py's) and long pairs (cholesky_py's 10 s, qr_v2's 27 s) stop at three."""
 FLOOR_SIGMAS = 4.0
 SIGMA_BOUND = 0.1  # the lower tail of chi-square that bounds the standard deviation from above
 FLOOR_HISTORY = 20  # the most recent controls of a target and device that set its floor
@@ -164,12 +171,16 @@ def enough_pairs(logs: list[float], floor: Floor, elapsed: float, budget: float,
     would set is past the ceiling (noise.Floor.too_wide) and the stage's limit leaves room for two more pairs of
     the longest so far: its spread sets the floor of every verdict of the round, and from three pairs one stray
     pair sets a floor that hides a threefold slowdown (a 1.35x pair of identical code beside two of 1.0x sets
-    296%), where a few more pairs show it for the stray it was."""
+    296%), where a few more pairs show it for the stray it was. It also goes on while that floor is wide and its
+    pairs are cheap (WIDE_FLOOR_MINIMA, CHEAP_CONTROL_SHARE)."""
     from .stats import settled
 
-    if control and MIN_PAIRS <= len(logs) < MAX_PAIRS and elapsed + 2 * longest_pair < limit and \
-            floor_from([logs], floor.min_effect, MIN_PAIRS).too_wide:
-        return False
+    if control and MIN_PAIRS <= len(logs) < MAX_PAIRS:
+        own = floor_from([logs], floor.min_effect, MIN_PAIRS)
+        if own.too_wide and elapsed + 2 * longest_pair < limit:
+            return False
+        if own.effect > WIDE_FLOOR_MINIMA * floor.min_effect and elapsed + longest_pair < CHEAP_CONTROL_SHARE * limit:
+            return False
     return settled(logs, floor.effect, MIN_PAIRS, MAX_PAIRS) or (len(logs) >= MIN_PAIRS and elapsed > budget)
 
 

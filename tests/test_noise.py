@@ -109,3 +109,19 @@ def test_a_wild_control_stops_at_the_cap_or_where_the_limit_leaves_no_room(pairs
 
     logs = (STRAY * 3)[:pairs]
     assert enough_pairs(logs, Floor(effect=0.01, min_effect=0.01), elapsed, 10.0, True, 300.0, longest) is enough
+
+
+HISTOGRAM = [math.log(g) for g in (0.99416, 0.97845, 1.01208)]  # pmpp/histogram_py's control, H200 2026-11-29
+
+
+@pytest.mark.parametrize("logs, elapsed, longest, enough", [
+    (HISTOGRAM, 5.5, 1.8, False),  # past its 5 s budget, three pairs of 1.5 s set 13.8%: five more cost 8 s
+    (HISTOGRAM * 2 + HISTOGRAM[:2], 13.0, 1.8, True),  # MAX_PAIRS
+    (HISTOGRAM, 55.0, 10.0, True),  # pairs of 10 s: a fourth would pass a tenth of the 600 s limit
+    ([0.0, 0.005, -0.004], 5.5, 1.8, True),  # a floor of 3.4%, within five minima: its budget says enough
+])
+def test_a_control_with_a_wide_floor_goes_on_while_its_pairs_are_cheap(logs, elapsed, longest, enough):
+    from judge.noise import enough_pairs
+
+    assert [floor_from([x], 0.01, 3).percent() for x in (HISTOGRAM, [0.0, 0.005, -0.004])] == ["13.8%", "3.4%"]
+    assert enough_pairs(logs, Floor(effect=0.01, min_effect=0.01), elapsed, 5.0, True, 600.0, longest) is enough
