@@ -70,3 +70,22 @@ def test_a_runner_started_by_ncu_keeps_its_pipes_and_ncus_report_is_read_when_it
         (0, [(2.0, 2435.0, "long_scoreboard"), (1.0, 3.25, "long_scoreboard")]),
         (1, [(2.0, 2435.0, "long_scoreboard"), (1.0, 3.25, "long_scoreboard")])]
     assert all(b.call_us > 0 for b in benches)
+
+
+def test_a_target_ranked_by_its_last_benchmark_has_that_one_profiled_first(tmp_path):
+    """A round's profile of its base gets a share of the round's time (profiles.round_profile_s): where the problem
+    ranks by its last benchmark (GPU MODE's pmpp problems), that one comes first, and a profile cut short leaves
+    out the others."""
+    import dataclasses
+
+    from judge.stages.profile.stage import OUT_OF_TIME
+
+    target = dataclasses.replace(load_target(ROOT / "kernels" / "vecadd_cpu"), ranking_by="last")
+    heard = []
+    done = profiles.profile_source(Ledger(tmp_path / "ledger.db"), target, target.kernel_source(), "base",
+                                   tmp_path / "base", timeout_s=0.0,
+                                   progress=lambda **info: heard.append((info["benchmark"], info["label"])))
+    assert heard[0] == (2, "size=1048576")
+    [first, last] = done["profile"]["benchmarks"]  # kept in the order of the benchmarks
+    assert (first["index"], last["index"]) == (0, 1)
+    assert first["error"].startswith(OUT_OF_TIME) and not last.get("error")

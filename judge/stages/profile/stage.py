@@ -43,8 +43,8 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
                    peaks: Optional[Peaks] = None, use_ncu: bool = True, confine: bool = True,
                    progress: Progress = quiet, timeout_s: Optional[float] = None,
                    indices: Optional[list[int]] = None) -> Profile:
-    """Profile the kernel assembled in `workspace` on every benchmark (or those of `indices`), with `root` as judge's
-    own directory for it (emptied first). Within `timeout_s` after the first benchmark, which may always finish (up to
+    """Profile the kernel assembled in `workspace` on every benchmark, those the target ranks by first (or those of
+    `indices`), with `root` as judge's own directory for it (emptied first). Within `timeout_s` after the first benchmark, which may always finish (up to
     NCU_BUDGET_S): a profile that never finishes one helps nobody, and the benchmarks it leaves out say OUT_OF_TIME.
     Never raises for what the kernel or a tool does: a failure is an unavailable Profile."""
     from ..evaluation import Evaluator
@@ -55,7 +55,10 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
     if reason:
         return unavailable(reason, **facts)
     deadline = time.monotonic() + (LIMIT_S if timeout_s is None else timeout_s)
-    indices = list(range(len(target.benchmarks))) if indices is None else list(indices)
+    if indices is None:  # what the verdicts are on first (Target.ranked_benchmarks), where the time may run out
+        indices = target.ranked_benchmarks + [i for i in range(len(target.benchmarks)) if i not in
+                                              target.ranked_benchmarks]
+    indices = list(indices)
     notes: list[str] = []
     try:
         with Evaluator(target, fresh(Path(root)), confine=confine, warm=False) as evaluator:
@@ -73,6 +76,7 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
                 notes.append("ncu is not on this machine (or was not asked for): torch.profiler instead")
             if benchmarks is None:
                 benchmarks = _in_process(evaluator, Path(workspace), tool, deadline, progress, indices)
+            benchmarks = sorted(benchmarks, key=lambda b: b.index)
             for bench in benchmarks:
                 _finish(bench, evaluator, peaks, target.on_cpu)
             if tool == TORCH and not any(b.kernels for b in benchmarks):
@@ -86,15 +90,20 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
 
 def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress: Progress,
                 indices: list[int]) -> list[BenchmarkProfile]:
-    """One runner for the benchmarks of `indices`, torch.profiler inside it (the first may take NCU_BUDGET_S)."""
+    """One runner for the benchmarks of `indices`, torch.profiler inside it (the first may take NCU_BUDGET_S); where
+    the profile's time would run out in the next one, the rest say so (_out_of_time), as under ncu, and a later
+    round's profile goes on with them (judge.profiles)."""
     started = time.monotonic()
     first_deadline = max(deadline, started + NCU_BUDGET_S)
     worker = evaluator.runner(workspace, "profile.log", timed=True)
     try:
         worker.call("load", time_left(first_deadline))
-        out = []
+        out, longest = [], 0.0
         for index in indices:
+            if out and deadline - time.monotonic() < longest:
+                return out + _out_of_time(evaluator.target, indices[len(out):], time.monotonic() - started)
             _tell(progress, evaluator.target, index, started)
+            began = time.monotonic()
             try:
                 value = _calls(evaluator, worker, index, CALLS[mode], mode, deadline if out else first_deadline)
             except (WorkerError, CommandFailed) as error:
@@ -103,6 +112,7 @@ def _in_process(evaluator, workspace: Path, mode: str, deadline: float, progress
                     break
                 continue
             out.append(_from_runner(evaluator.target, index, value))
+            longest = max(longest, time.monotonic() - began)
         stopped = "not profiled: the runner had stopped on an earlier benchmark"
         return out + [BenchmarkProfile(i, evaluator.target.benchmark_label(i), error=stopped)
                       for i in indices[len(out):]]
