@@ -84,15 +84,13 @@ def on_public_seed(evaluator: Evaluator, base_dir: Path, checked: StageResult) -
     spec = dict(entries[first.test])
     case = Case(first.kind, first.test, 1, first.distribution or target.distributions[0].name, spec)
     deadline = time.monotonic() + target.limits.check_s
-    lease = RunnerLease(evaluator)
     try:
-        worker = lease.acquire(base_dir)
-        worker.call("load", time_left(deadline))
-        again = _run_case(evaluator, worker, case, 0, evaluator.nonce(), deadline)
+        with RunnerLease(evaluator) as lease:
+            worker = lease.acquire(base_dir)
+            worker.call("load", time_left(deadline))
+            again = _run_case(evaluator, worker, case, 0, evaluator.nonce(), deadline)
     except (JudgeError, WorkerError, CommandFailed, Tampered, NoRoom, CheckBesideRunner):
         return checked
-    finally:
-        lease.release()
     said = (f"on task.yml's own seed ({spec['seed']}) the same {first.kind} passes: the base fails the problem's "
             f"check on some of its inputs, and a check of task.yml's seeds alone (GPU MODE's eval.py) passes it"
             if again.passed else f"it fails on task.yml's own seed ({spec['seed']}) too")

@@ -44,8 +44,8 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
                    progress: Progress = quiet, timeout_s: Optional[float] = None,
                    indices: Optional[list[int]] = None) -> Profile:
     """Profile the kernel assembled in `workspace` on every benchmark, those the target ranks by first (or those of
-    `indices`), with `root` as judge's own directory for it (emptied first). Within `timeout_s` after the first benchmark, which may always finish (up to
-    NCU_BUDGET_S): a profile that never finishes one helps nobody, and the benchmarks it leaves out say OUT_OF_TIME.
+    `indices`), with `root` as judge's own directory for it (emptied first). Within `timeout_s` after the first
+    benchmark, which may always finish (up to NCU_BUDGET_S): a profile that never finishes one helps nobody, and the benchmarks it leaves out say OUT_OF_TIME.
     Never raises for what the kernel or a tool does: a failure is an unavailable Profile."""
     from ..evaluation import Evaluator
 
@@ -56,8 +56,8 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
         return unavailable(reason, **facts)
     deadline = time.monotonic() + (LIMIT_S if timeout_s is None else timeout_s)
     if indices is None:  # what the verdicts are on first (Target.ranked_benchmarks), where the time may run out
-        indices = target.ranked_benchmarks + [i for i in range(len(target.benchmarks)) if i not in
-                                              target.ranked_benchmarks]
+        ranked = target.ranked_benchmarks
+        indices = ranked + [i for i in range(len(target.benchmarks)) if i not in ranked]
     indices = list(indices)
     notes: list[str] = []
     try:
