@@ -500,7 +500,7 @@ def run_process(argv: list[str], *, cwd: Path, env: dict, timeout_s: float, memo
                 pass_fds: tuple = (), interrupt_first: bool = False, marks: tuple[str, ...] = ()) -> Ran:
     """Run one command in a session of its own, timed on the wall clock with the GPU's memory sampled; past its
     limit it gets SIGINT first where `interrupt_first` (judge then stops its runners itself), then its group SIGKILL.
-    Its stderr goes to `log_path` as it is; `marks`: texts whose last line's time Ran.marks keeps (a judge run's last
+    Its stderr goes to `log_path`, as it is or, with `marks`, each line after its second since the start; `marks`: texts whose last line's time Ran.marks keeps (a judge run's last
     verdict, which a run stopped in its base's profile reached in honest seconds)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     seen: dict[str, float] = {}
@@ -512,8 +512,8 @@ def run_process(argv: list[str], *, cwd: Path, env: dict, timeout_s: float, memo
         pump = None
         if marks:
             def copy_lines() -> None:
-                for line in proc.stderr:
-                    err.write(line)
+                for line in proc.stderr:  # each line stamped with its second since the start: the round's timeline
+                    err.write(f"{time.monotonic() - started:8.2f} {line}")
                     err.flush()
                     for mark in marks:
                         if mark in line:

@@ -314,7 +314,9 @@ def test_a_judge_run_stopped_in_its_bases_profile_counts_its_seconds_to_its_last
                              memory=parity.GpuMemory(probe=False), log_path=tmp_path / "run.log",
                              marks=(parity.VERDICT_EVENT,))
     assert ran.rc is None and 0.5 <= ran.marks[parity.VERDICT_EVENT] < 2.0
-    assert (tmp_path / "run.log").read_text().count('"kind": "verdict"') == 2  # the log as the command wrote it
+    lines = (tmp_path / "run.log").read_text().splitlines()
+    assert [line.split(None, 1)[1][:30] for line in lines[:2]] == ['{"kind": "verdict", "proposal"'] * 2
+    assert 0.0 <= float(lines[0].split()[0]) <= float(lines[1].split()[0]) < 2.0  # each line with its second
     subs = [parity.Submission(name, "identical", "submission.py", "") for name in ("a", "b")]
     judge = {"submitted": 2, "accepted": ["a", "b"], "rc": None, "seconds": 450.3, "last_verdict_s": 340.0,
              "verdicts": {"a": {"outcome": "unchanged"}, "b": {"outcome": "incorrect"}}}
