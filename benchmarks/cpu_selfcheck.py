@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from judge.stages.evaluation import Evaluator  # noqa: E402
-from judge.rounds import StageCalls  # noqa: E402
+from judge.stage_calls import StageCalls  # noqa: E402
 from judge.targets import load_target  # noqa: E402
 
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from judge import stats  # noqa: E402
-from judge.rounds import StageCalls  # noqa: E402
+from judge.stage_calls import StageCalls  # noqa: E402
 from judge.sandbox import worker as worker_module  # noqa: E402
 from judge.stages.evaluation import Evaluator  # noqa: E402
 from judge.targets import load_target  # noqa: E402

@@ -129,13 +129,10 @@ class LocalDispatch:
         return self.run.gate
 
     def warm(self) -> None:
-        """Start the round's oracle and spares while the driver compiles the base. A failure is met again, and
-        recorded, by the stage that needs them."""
+        """Start the round's oracle and spares on a thread while the driver compiles the base (judge.warm); a round
+        that saw a GPU for it before its probe has started them already."""
         if self.run.gate is None:
-            try:
-                self.run.open_evaluator().start()
-            except Exception:  # noqa: BLE001 - judge's stages report it where it matters
-                pass
+            self.run.warm()
 
     def evaluate(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
         run = self.run
@@ -366,7 +363,7 @@ class EvaluationActor:
         self.target = load_target(write_target(files, self.root / "target", name))
         self.base_dir = self.target.assemble(self.root / "base", base_source)
         self.budget_s = budget_s
-        if self.target.on_cpu:  # as a local round: this host's CPU, no GPU looked for (judge.rounds._machine)
+        if self.target.on_cpu:  # as a local round: this host's CPU, no GPU looked for (StageCalls.machine)
             self.facts, self.gate_reason = host_facts(), None
         else:
             facts = probed()

@@ -171,19 +171,49 @@ class _Nvml:
         }
 
 
+    def capabilities(self) -> list[str]:
+        """Every GPU's compute capability ("9.0"), as NVML lists them (its order, not CUDA's)."""
+        major, minor = self.ctypes.c_int(), self.ctypes.c_int()
+        found = []
+        for index in range(self.uint(self.lib.nvmlDeviceGetCount_v2)):
+            handle = self.ctypes.c_void_p()
+            self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(self.ctypes.c_uint(index), self.ctypes.byref(handle)))
+            self._check(self.lib.nvmlDeviceGetCudaComputeCapability(handle, self.ctypes.byref(major),
+                                                                     self.ctypes.byref(minor)))
+            found.append(f"{major.value}.{minor.value}")
+        return found
+
+
 _NVML: list[_Nvml | None] = []
+
+
+def _nvml() -> _Nvml | None:
+    """This process's NVML, loaded once; None where the driver's library is missing or does not start."""
+    if not _NVML:
+        try:
+            _NVML.append(_Nvml())
+        except (OSError, AttributeError):
+            _NVML.append(None)
+    return _NVML[0]
 
 
 def _nvml_clocks(device: int) -> dict[str, Any] | None:
     """NVML's reading, or None where NVML cannot be loaded or answers with an error (nvidia-smi is asked then)."""
+    nvml = _nvml()
     try:
-        if not _NVML:
-            _NVML.append(_Nvml())
-        return _NVML[0].read(device) if _NVML[0] is not None else None
+        return nvml.read(device) if nvml is not None else None
     except (OSError, AttributeError):
-        if not _NVML:
-            _NVML.append(None)
         return None
+
+
+def nvml_capabilities() -> list[str]:
+    """The compute capability of every GPU of the host, read from the driver's NVML without a CUDA context (well
+    under a second, where a probe imports torch: judge.devices); [] where NVML cannot say."""
+    nvml = _nvml()
+    try:
+        return nvml.capabilities() if nvml is not None else []
+    except (OSError, AttributeError):
+        return []
 
 
 def _pci_bus_id(device: int) -> str | None:

@@ -9,17 +9,18 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
 
 from . import contain
 from .errors import JudgeError
-from .machine import facts_dict, host_facts
 from .workspaces import fresh
 from .ledger import Ledger, now, sha256
 from .ledger.rows import EvaluationRow, RoundRow
 from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ready_jobs
+from .devices import may_run
 from .control import ControlJob, control_job, evaluate_control, round_floor
 from .noise import Floor, default_floor
 from .stages.patch import apply_patch
@@ -29,10 +30,11 @@ from .records import Outcome
 from .schedule import base_failure, base_for, base_words, kernels_to_run, require_runnable
 from .stages.screen.stage import screen_stage
 from .stages.details import CheckDetail, TimingDetail
-from .stages.progress import Progress, quiet
 from .stages.result import StageResult, kernel_stages_not_run, not_run
+from .stage_calls import StageCalls
 from .targets import Target, find_target
 from .verdicts import decide
+from .warm import WarmStart
 
 if TYPE_CHECKING:  # the names alone: judge.dispatch and the evaluator's module are imported where they are used
     from .dispatch import LocalDispatch, RayDispatch
@@ -62,60 +64,6 @@ class RoundSummary:
     # Where the time went: the run's wall clock, and seconds per stage summed over every evaluation it wrote
     # (with several GPUs, stage seconds add up to more than the wall clock).
     time: dict = field(default_factory=dict)
-
-
-class StageCalls:
-    """The stage functions a round calls; tests substitute fakes, the real ones load torch lazily."""
-
-    def probe(self):
-        from .devices import probed  # the same cached probe the correctness and timing stages gate on
-
-        return probed()
-
-    def arch_gate(self, arch: str, facts) -> Optional[str]:
-        from .devices import arch_gate
-
-        return arch_gate(arch, facts)
-
-    def compile_many(self, jobs, *, cache_dir, workers, progress) -> list[StageResult]:
-        from .stages.compile.stage import compile_many
-
-        return compile_many(jobs, cache_dir=cache_dir, workers=workers, progress=progress)
-
-    def compile_workers(self, target: Target, root: Path, cores, spares: int, jobs: int):
-        """Warm compile children for `jobs` candidates, pinned to `cores` (judge.stages.compile.workers)."""
-        from .stages.compile.workers import CompileWorkers
-
-        return CompileWorkers(root, cores=cores, spares=spares, jobs=jobs)
-
-    def compile_one(self, target: Target, workspace: Path, *, cache_dir, workers) -> StageResult:
-        from .stages.compile.stage import run_compile
-
-        return run_compile(target, workspace, cache_dir=cache_dir, workers=workers)
-
-    def static_check(self, target: Target, workspace: Path, compile_stage: StageResult) -> StageResult:
-        from .stages.static.stage import run_static
-
-        return run_static(target, workspace, compile_stage)
-
-    def open_round(self, target: Target, root: Path, base_dir: Path, fork_spares: Optional[bool] = None) -> Evaluator:
-        """The round's trusted state (judge.stages.evaluation.Evaluator): secret seeds, oracle, base runner."""
-        from .stages.evaluation import Evaluator
-
-        return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir, fork_spares=fork_spares)
-
-    def check_base(self, evaluator: Evaluator, base_dir: Path, progress: Optional[Progress] = None) -> StageResult:
-        from .stages.check import check_base
-
-        return check_base(evaluator, base_dir, progress=progress or quiet)
-
-    def evaluate(self, evaluator: Evaluator, workspace: Path, budget_s: Optional[float], floor: Optional[Floor] = None,
-                 progress: Optional[Progress] = None, control: bool = False) -> list[StageResult]:
-        """Correctness, then timing against the base in process pairs, against the noise floor `floor` (a
-        `control` by noise.enough_pairs' rule); `progress` hears of each case and timed benchmark as it starts."""
-        from .dispatch import kernel_stages
-
-        return kernel_stages(evaluator, workspace, budget_s, floor, progress or quiet, control)
 
 
 @dataclass
@@ -196,6 +144,7 @@ class RoundRun:
     gate: Optional[str]
     device: Optional[dict]
     evaluator: Optional[Evaluator] = None  # opened by the first kernel stage that runs here (open_evaluator)
+    warming: Optional[WarmStart] = None  # the thread that started the evaluator (warm), kept until close
     dispatch: Union[LocalDispatch, RayDispatch, None] = None  # judge.dispatch: where correctness and timing run
     floor: Optional[Floor] = None  # the effect faster and slower must clear in this run
     timing_gate: Optional[str] = None  # why no candidate is timed in this run: its control ran out of time
@@ -219,17 +168,31 @@ class RoundRun:
                 if seconds is not None:
                     self.spent[key] = self.spent.get(key, 0.0) + seconds
 
+    def warm(self) -> None:
+        """Open the evaluator and start its oracle and spares on a thread (judge.warm) while the driver goes on."""
+        if self.evaluator is None and self.warming is None:
+            self.warming = WarmStart(self.settings.stages.open_round(self.target, self.root, self.base_dir,
+                                                                     self.settings.fork_spares))
+
     def open_evaluator(self) -> Evaluator:
-        """The trusted state of the kernel-running stages, opened at the first one that runs here."""
+        """The trusted state of the kernel-running stages, opened at the first one that runs here (or by `warm`,
+        once its start has ended)."""
+        if self.evaluator is None and self.warming is not None:
+            self.evaluator = self.warming.ready()
         if self.evaluator is None:
             self.evaluator = self.settings.stages.open_round(self.target, self.root, self.base_dir,
                                                              self.settings.fork_spares)
         return self.evaluator
 
     def close(self) -> None:
+        if self.warming is not None:
+            self.evaluator = self.warming.ready()
         if self.evaluator is not None:
             self.evaluator.close()
             self.evaluator = None
+        if self.warming is not None:
+            self.warming.end()
+            self.warming = None
 
     def record(self, revision: Optional[dict], kernel_sha: Optional[str], stages: list[StageResult],
                started: str, outcome: Optional[tuple[Outcome, str]] = None, place: Optional[dict] = None,
@@ -285,22 +248,36 @@ def _run_target_round(
     wall_start, waited_before = time.monotonic(), ledger.waited_s
     fresh(base_dir)
     target.assemble(base_dir, base_source)
-    run = RoundRun(ledger, target, settings, on_event, round_row, run_id, root, base_dir, *_machine(target, settings, on_event))
-    status = "interrupted"
+    run = RoundRun(ledger, target, settings, on_event, round_row, run_id, root, base_dir, None, None)
+    status, candidates = "interrupted", None
     try:
+        if not settings.on_ray and may_run(target.arch):
+            run.warm()  # NVML lists a GPU this target runs on: its oracle and spares start while the probe runs
+        with ThreadPoolExecutor(1, thread_name_prefix="judge-probe") as probing:
+            machine = probing.submit(settings.stages.machine, target, on_event)
+            unjudged = settings.again or ledger.latest_evaluation(round_row["id"], None, subject="base") is None
+            compiled = _compile_base(run) if unjudged else None  # meanwhile, the base's compile needs no GPU
+            run.gate, run.device = machine.result()
         run.dispatch = _dispatch(run)
         run.gate = run.dispatch.gate()
-        if kernels_to_run(ledger, round_row["id"], run.stale, revisions):
+        if run.gate is None and kernels_to_run(ledger, round_row["id"], run.stale, revisions):
             run.dispatch.warm()
+        else:
+            run.close()  # an early start this run has no use for
+        candidates = _candidates(run, [r for r in revisions if r["patch"]], base_source)
+        if settings.overlap and not target.on_cpu:
+            candidates.compile(run)  # during the base's check and the control (judge.stages.compile.pipeline)
         run.floor = round_floor(run)  # from the controls before this run: what the control itself is measured against
-        early = _evaluate_base(run)
+        early = _evaluate_base(run, compiled)
         evaluate_control(run, early)
         run.floor = round_floor(run)
         on_event("floor", target=target.name, floor=run.floor)
         evaluate_peer(run)
-        _evaluate_candidates(run, [r for r in revisions if r["patch"]], base_source, summary)
+        _evaluate_candidates(run, candidates, summary)
         status = "finished"
     finally:
+        if candidates is not None and candidates.pipeline is not None:
+            candidates.pipeline.close()
         if run.dispatch is not None:
             run.dispatch.close()
         run.close()
@@ -313,52 +290,65 @@ def _run_target_round(
     return summary
 
 
-def _machine(target: Target, settings: Settings, on_event: EventSink) -> tuple[Optional[str], Optional[dict]]:
-    """Why the kernel stages cannot run here (None: they can) and the device they run on: this machine's CPU for a
-    CPU target (no GPU is looked for), else the GPU the probe finds."""
-    if target.on_cpu:
-        device = host_facts()
-        on_event("cpu", target=target.name, device=device)
-        return None, device
-    on_event("probe", target=target.name)
-    facts = settings.stages.probe()
-    return settings.stages.arch_gate(target.arch, facts), facts_dict(facts)
+class Refused(NamedTuple):
+    """A candidate whose patch did not apply or whose screen found a forbidden call: recorded with the round's other
+    verdicts (RoundRun.record's arguments), after its base."""
+
+    revision: dict
+    kernel_sha: Optional[str]
+    stages: list[StageResult]
+    started: str
 
 
-def _evaluate_candidates(run: RoundRun, revisions: list[dict], base_source: str, summary: RoundSummary) -> None:
-    """Every revision without a standing verdict: patched, then compiled and statically checked on other cores while
-    earlier ones run their GPU stages wherever the dispatch runs them (judge.stages.compile.pipeline); each verdict written
-    as soon as it is known, and listed as before: compile and static failures first, then the rest."""
-    pending: list[PreparedCandidate] = []
+@dataclass
+class RoundCandidates:
+    """A run's candidates between their patches and their verdicts: those with a standing verdict (skipped) or
+    refused before any compile, in proposal order, and the rest, prepared, compiling once `compile` has started
+    their pipeline (a GPU target's before its base's check: judge.stages.compile.pipeline)."""
+
+    listed: list[Union[Verdict, Refused]]
+    pending: list[PreparedCandidate]
+    pipeline: Optional[CompilePipeline] = None
+
+    def compile(self, run: RoundRun) -> CompilePipeline:
+        if self.pipeline is None:  # a CPU target's compiles all end before its timing: they start after the control
+            self.pipeline = CompilePipeline(run, self.pending, overlap=run.settings.overlap and not run.target.on_cpu)
+        return self.pipeline
+
+
+def _candidates(run: RoundRun, revisions: list[dict], base_source: str) -> RoundCandidates:
+    """Every revision with a patch: its standing verdict, else patched and screened (judge.rounds._prepare)."""
+    candidates = RoundCandidates([], [])
     for revision in revisions:
         previous = run.ledger.latest_evaluation(run.round_row["id"], revision["id"])
         if not run.stale(previous):
-            summary.verdicts.append(Verdict(revision["proposal_id"], revision["revision"], previous["outcome"],
-                                            previous["reason"], skipped=True, evaluation_id=previous["id"]))
+            candidates.listed.append(Verdict(revision["proposal_id"], revision["revision"], previous["outcome"],
+                                             previous["reason"], skipped=True, evaluation_id=previous["id"]))
             run.on_event("skip", proposal=revision["proposal_id"], outcome=previous["outcome"])
             continue
         prepared = _prepare(run, revision, base_source)
-        if isinstance(prepared, Verdict):
-            summary.verdicts.append(prepared)
-        else:
-            pending.append(prepared)
+        (candidates.pending if isinstance(prepared, PreparedCandidate) else candidates.listed).append(prepared)
+    return candidates
+
+
+def _evaluate_candidates(run: RoundRun, candidates: RoundCandidates, summary: RoundSummary) -> None:
+    """Every candidate without a standing verdict: compiled and statically checked on other cores while earlier ones
+    run their GPU stages wherever the dispatch runs them (judge.stages.compile.pipeline); each verdict written as
+    soon as it is known, and listed as before: refusals and compile and static failures first, then the rest."""
+    for item in candidates.listed:
+        summary.verdicts.append(item if isinstance(item, Verdict) else run.record(*item))
     failed, judged = [], []
     why_not = base_failure(run.ledger, run.round_row["id"])  # a failed base leaves nothing to time against
-    if why_not and pending:
+    if why_not and candidates.pending:
         run.on_event("base-failed", proposal="(base)", reason=why_not)  # read by every contestant, as the base is
-    # A CPU target's timing shares the host's memory and caches with compiles: they all end before it starts.
-    pipeline = CompilePipeline(run, pending, overlap=run.settings.overlap and not run.target.on_cpu)
-    try:
-        jobs = ready_jobs(run, pipeline, failed)
-        if pending:
-            run.on_event("gpu-start", total=len(pending))
-        kernel_stages_of = (((job, kernel_stages_not_run(why_not), None) for job in jobs) if why_not
-                            else run.dispatch.evaluate(jobs))
-        for job, kernel_stages, place in kernel_stages_of:
-            revision, stages, started = job.key
-            judged.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
-    finally:
-        pipeline.close()
+    jobs = ready_jobs(run, candidates.compile(run), failed)
+    if candidates.pending:
+        run.on_event("gpu-start", total=len(candidates.pending))
+    kernel_stages_of = (((job, kernel_stages_not_run(why_not), None) for job in jobs) if why_not
+                        else run.dispatch.evaluate(jobs))
+    for job, kernel_stages, place in kernel_stages_of:
+        revision, stages, started = job.key
+        judged.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
     summary.verdicts.extend(failed + judged)
 
 
@@ -368,8 +358,8 @@ def _time_spent(wall_s: float, spent: dict, ledger_wait_s: float = 0.0) -> dict:
             "ledger_wait_s": round(ledger_wait_s, 3)}
 
 
-def _prepare(run: RoundRun, revision: dict, base_source: str) -> Verdict | PreparedCandidate:
-    """Patch the base into a fresh workspace; a patch that does not apply, or a forbidden call, is the verdict at once."""
+def _prepare(run: RoundRun, revision: dict, base_source: str) -> Refused | PreparedCandidate:
+    """Patch the base into a fresh workspace; a patch that does not apply, or a forbidden call, is the verdict."""
     started, t0 = now(), time.monotonic()
     target = run.target
     try:
@@ -379,11 +369,11 @@ def _prepare(run: RoundRun, revision: dict, base_source: str) -> Verdict | Prepa
         row = run.round_row
         words = base_words(target.name, row["round"], row["base_origin"], row["base_sha256"])
         stage = StageResult("patch", "failed", f"{error}; {words}", time.monotonic() - t0)
-        return run.record(revision, None, [stage], started)
+        return Refused(revision, None, [stage], started)
     patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
     screened = screen_stage(base_source, source, revision["patch"], target.forbidden, target.kernel_file)
     if not screened.passed:  # a forbidden call: the verdict, before anything is compiled
-        return run.record(revision, sha256(source), [patch_stage, screened], started)
+        return Refused(revision, sha256(source), [patch_stage, screened], started)
     # Under candidates/: a proposal id is any slug, and 'base', 'control' or 'peer' beside them would be judge's own
     # workspaces (a proposal 'base' replaced the kernel every candidate was timed against).
     workspace = run.root / "candidates" / revision["proposal_id"]
@@ -392,16 +382,22 @@ def _prepare(run: RoundRun, revision: dict, base_source: str) -> Verdict | Prepa
     return PreparedCandidate(revision, source, workspace, [patch_stage, screened], started)
 
 
-def _evaluate_base(run: RoundRun) -> Optional[ControlJob]:
-    """Compile (and, where the target runs, check) the base once per round: the report's deltas start here. Where
-    the dispatch has a second worker, the round's control runs on it during the check; it is handed back, to be
-    recorded after the base (judge.control.evaluate_control)."""
-    if not run.stale(run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")):
-        return None
+def _compile_base(run: RoundRun) -> tuple[str, list[StageResult]]:
+    """The base's compile and static stages, and when they started: they need no GPU, so a round whose base has no
+    verdict yet runs them while its probe runs."""
     started = now()
     run.on_event("stage", proposal="(base)", stage="compile")
     stages = _compile_all(run.target, [run.base_dir], run.settings, _quiet)
-    stages += _static_stages(run, run.base_dir, stages[0], "(base)")
+    return started, stages + _static_stages(run, run.base_dir, stages[0], "(base)")
+
+
+def _evaluate_base(run: RoundRun, compiled: Optional[tuple[str, list[StageResult]]] = None) -> Optional[ControlJob]:
+    """Compile (or take `compiled`) and, where the target runs, check the base once per round: the report's deltas
+    start here. Where the dispatch has a second worker, the round's control runs on it during the check; it is
+    handed back, to be recorded after the base (judge.control.evaluate_control)."""
+    if not run.stale(run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")):
+        return None
+    started, stages = compiled or _compile_base(run)
     place, early = None, None
     if all(s.passed for s in stages) and run.gate is None:
         early = control_job(run) if run.dispatch.workers > 1 else None

@@ -11,7 +11,7 @@ import re
 import time
 from pathlib import Path
 
-from judge.rounds import StageCalls
+from judge.stage_calls import StageCalls
 from judge.stages.details import CompileDetail, CompiledConfig, TimedBenchmark, TimingDetail
 from judge.stages.result import StageResult
 

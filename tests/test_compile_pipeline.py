@@ -9,7 +9,8 @@ import pytest
 
 from fakestages import FakeStages
 from judge.ledger import Ledger
-from judge.rounds import Settings, StageCalls, run_round
+from judge.rounds import Settings, run_round
+from judge.stage_calls import StageCalls
 from test_rounds import proposal
 
 MIXED = [proposal(pid, verdict) for pid, verdict in [
@@ -102,11 +103,15 @@ class LoggedStages(FakeStages):
         if workspace.name != "a-fast":
             time.sleep(0.3)
         result = super().compile_one(target, workspace, cache_dir=cache_dir, workers=workers)
-        self.log.append("compiled")
+        self.log.append(f"compiled {workspace.name}")
         return result
 
+    def check_base(self, evaluator, base_dir, progress=None):
+        self.log.append("checked base")
+        return super().check_base(evaluator, base_dir, progress)
+
     def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
-        self.log.append("judged")
+        self.log.append(f"judged {workspace.name}")
         return super().evaluate(evaluator, workspace, budget_s, floor, progress, control)
 
 
@@ -125,14 +130,21 @@ def test_a_cpu_targets_compiles_all_end_before_its_first_candidate_is_judged(tmp
     _, summary, _ = a_round(tmp_path, "round", stages, MIXED, workers=1)
     assert [v.outcome for v in summary.verdicts] == \
         ["compile-error", "compile-error", "faster", "slower", "incorrect", "unchanged"]
-    # The A/A control is judged before any compile; the four candidates that compiled, after all six compiles.
-    assert stages.log == ["judged"] + ["compiled"] * 6 + ["judged"] * 4
+    # The A/A control is timed before any compile; the four candidates that compiled, after all six compiles.
+    names = ["a-fast", "b-broken", "c-slow", "d-wrong", "e-broken", "f-same"]
+    assert stages.log == ["checked base", "judged control"] + [f"compiled {name}" for name in names] + \
+        [f"judged {name}" for name in names if "broken" not in name]
 
 
 def test_a_gpu_targets_first_candidate_is_judged_while_the_others_compile(tmp_path):
+    """Its candidates' compiles start before its base's check (one thread here: one after another, 0.3 s each but the
+    first's), and the first candidate is judged as soon as its own has ended."""
     stages = LoggedStages()
     a_round(tmp_path, "round", stages, MIXED, workers=1)
-    assert stages.log[:3] == ["judged", "compiled", "judged"]
+    log = stages.log
+    assert log.index("checked base") < log.index("judged control") < log.index("judged a-fast")
+    assert log.index("judged a-fast") < log.index("compiled c-slow") < log.index("judged c-slow")
+    assert log.index("compiled a-fast") < log.index("judged control")  # it compiled beside the base and the control
 
 
 class RealCompiles(FakeStages):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from judge.devices import DeviceFacts, arch_gate, probe
+from judge.devices import DeviceFacts, arch_gate, may_run, probe
 from judge.errors import JudgeError
 
 
@@ -58,6 +58,25 @@ def test_probe_on_a_gpu():
     assert found.arch == "sm_" + found.capability.replace(".", "")
     assert found.torch
     print(found.to_dict())
+
+
+def test_a_round_guesses_from_nvmls_capabilities_whether_its_target_may_run_here(monkeypatch):
+    """Before its probe, a round starts its oracle only where the driver lists a GPU the target's arch can run on."""
+    import judge.devices
+
+    monkeypatch.setattr(judge.devices, "nvml_capabilities", lambda: ["8.0", "9.0"])
+    assert may_run("sm_90a") and may_run("any") and may_run("sm_80")
+    assert not may_run("sm_100a") and not may_run("cpu")  # a CPU target starts no GPU oracle
+    monkeypatch.setattr(judge.devices, "nvml_capabilities", lambda: [])  # no driver (this VM, CI)
+    assert not may_run("any") and not may_run("sm_90a")
+
+
+@pytest.mark.gpu
+def test_nvml_lists_the_capability_torch_reads():
+    from judge import machine
+
+    found = probe()
+    assert found is not None and found.capability in machine.nvml_capabilities()
 
 
 @pytest.mark.gpu

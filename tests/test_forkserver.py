@@ -170,7 +170,7 @@ def test_by_default_a_gpu_targets_spares_are_forked_and_a_cpu_targets_are_not(tm
 
 
 def test_a_rounds_settings_choose_forked_or_cold_spares_for_a_cpu_target(tmp_path):
-    from judge.rounds import StageCalls
+    from judge.stage_calls import StageCalls
 
     target = load_target(TARGET)
     base = target.assemble(tmp_path / "base", target.kernel_source())

@@ -9,7 +9,7 @@ import pytest
 
 from judge.stages.evaluation import Evaluator
 from judge.workspaces import fresh
-from judge.rounds import StageCalls
+from judge.stage_calls import StageCalls
 from judge.targets import load_target
 
 GPUMODE = os.environ.get("JUDGE_GPUMODE_PROBLEMS")

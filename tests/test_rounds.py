@@ -145,31 +145,84 @@ def test_a_proposal_named_like_judges_own_workspaces_leaves_them_alone(setup):
     assert controls == [root / "control"]  # the proposal named 'control' is timed as a candidate is
 
 
-def test_the_round_starts_its_oracle_and_spares_before_it_compiles_the_base(setup):
-    """So that the base's check does not wait for them; where the kernels cannot run here nothing is started."""
+def test_the_round_starts_its_oracle_and_spares_on_a_thread_and_compiles_its_base_while_it_probes(setup):
+    """The probe (a child importing torch) and the oracle's start (judge.warm) each on a thread of their own, so that
+    the base's compile and check do not wait for them; where the kernels cannot run here nothing is started."""
     ledger, settings = setup
     happened = []
 
     class Watching(FakeStages):
         class _Evaluator(FakeStages._Evaluator):
             def start(self):
+                time.sleep(0.2)  # the oracle importing torch: the driver goes on meanwhile
                 happened.append("oracle and spares started")
 
-        def compile_many(self, jobs, **kwargs):
-            happened.extend(f"compiled {workspace.name}" for _, workspace in jobs)
+        def open_round(self, target, root, base_dir, fork_spares=None):
+            happened.append("evaluator opened")
+            return super().open_round(target, root, base_dir, fork_spares)
+
+        def probe(self):
+            time.sleep(0.2)
+            happened.append("probed")
+            return super().probe()
+
+        def compile_many(self, jobs, **kwargs):  # the candidates' compiles run on threads of their own meanwhile
+            happened.extend(f"compiled {workspace.name}" for _, workspace in jobs if workspace.name == "base")
             return super().compile_many(jobs, **kwargs)
+
+        def check_base(self, evaluator, base_dir, progress=None):
+            happened.append("checked base")
+            return super().check_base(evaluator, base_dir, progress)
 
     settings.stages = Watching()
     ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
     run_round(ledger, 1, settings=settings)
-    assert happened[:2] == ["oracle and spares started", "compiled base"]
+    assert happened[:5] == ["compiled base", "probed", "evaluator opened", "oracle and spares started", "checked base"]
     assert happened.count("oracle and spares started") == 1
     happened.clear()
     run_round(ledger, 1, settings=settings)  # every verdict stands: nothing to start
-    assert happened == []
+    assert happened == ["probed"]  # the base too has its verdict: not compiled again
     settings.stages = Watching(gpu=False)
     run_round(ledger, 2, settings=settings, target=load_target(FIXTURE))
     assert "oracle and spares started" not in happened and "compiled base" in happened
+
+
+def test_where_nvml_lists_a_gpu_for_it_the_round_starts_its_oracle_before_its_probe(setup, monkeypatch):
+    """The probe imports torch in a child (5-6 s on an H200): the oracle and spares start meanwhile. Where the probe
+    then finds the kernels cannot run here, the evaluator started early is closed at once and nothing is checked."""
+    import judge.rounds
+
+    ledger, settings = setup
+    happened = []
+
+    class Watching(FakeStages):
+        class _Evaluator(FakeStages._Evaluator):
+            def close(self):
+                happened.append("evaluator closed")
+
+        def open_round(self, target, root, base_dir, fork_spares=None):
+            happened.append("evaluator opened")
+            return super().open_round(target, root, base_dir, fork_spares)
+
+        def probe(self):
+            happened.append("probed")
+            return super().probe()
+
+        def check_base(self, evaluator, base_dir, progress=None):
+            happened.append("checked base")
+            return super().check_base(evaluator, base_dir, progress)
+
+    monkeypatch.setattr(judge.rounds, "may_run", lambda arch: True)
+    settings.stages = Watching()
+    ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert happened == ["evaluator opened", "probed", "checked base", "evaluator closed"]
+    assert outcomes(summary)["a-fast"][0] == "faster"
+    happened.clear()
+    settings.stages = Watching(gpu=False)
+    [summary] = run_round(ledger, 2, settings=settings, target=load_target(FIXTURE))
+    assert happened == ["evaluator opened", "probed", "evaluator closed"]
+    assert summary.verdicts == []
 
 
 def two_workers(monkeypatch, base_fails: bool = False) -> list:

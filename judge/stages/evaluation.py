@@ -114,12 +114,12 @@ class Evaluator(RoundSeeds):
         return env
 
     def start(self) -> None:
-        """Start the oracle and (where warm) the spare runners now, before the first kernel stage asks for them: a
-        round starts them while its driver still compiles the base (judge.dispatch), so that its first check, or a
-        control on a second GPU, does not wait for twelve processes to import torch."""
-        self.oracle
+        """Start the spare runners (where warm) and the oracle now, before the first kernel stage asks for them: a
+        round starts them while its driver probes and compiles (judge.warm), so that its first check does not wait
+        for them. The spares' template first: it imports torch while the oracle does, which answers once it has."""
         if self.warm:
             self._top_up()
+        self.oracle
 
     def ask(self, op: str, **args) -> Any:
         """A command to the oracle. Its failure is the target's (its reference), never a candidate's."""
