@@ -265,8 +265,7 @@ def _run_target_round(
         else:
             run.close()  # an early start this run has no use for
         candidates = _candidates(run, [r for r in revisions if r["patch"]], base_source)
-        if settings.overlap and not target.on_cpu:
-            candidates.compile(run)  # during the base's check and the control (judge.stages.compile.pipeline)
+        candidates.compile(run, early=True)  # during the base's check and the control (judge.stages.compile.pipeline)
         run.floor = round_floor(run)  # from the controls before this run: what the control itself is measured against
         early = _evaluate_base(run, compiled)
         evaluate_control(run, early)
@@ -310,9 +309,12 @@ class RoundCandidates:
     pending: list[PreparedCandidate]
     pipeline: Optional[CompilePipeline] = None
 
-    def compile(self, run: RoundRun) -> CompilePipeline:
-        if self.pipeline is None:  # a CPU target's compiles all end before its timing: they start after the control
-            self.pipeline = CompilePipeline(run, self.pending, overlap=run.settings.overlap and not run.target.on_cpu)
+    def compile(self, run: RoundRun, early: bool = False) -> Optional[CompilePipeline]:
+        """Start the compiles (once); `early`, before the base's check, only where they overlap the kernel stages: a
+        CPU target's all end before its timing, so they start after its control."""
+        overlap = run.settings.overlap and not run.target.on_cpu
+        if self.pipeline is None and (overlap or not early):
+            self.pipeline = CompilePipeline(run, self.pending, overlap=overlap)
         return self.pipeline
 
 
