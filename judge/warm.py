@@ -1,11 +1,11 @@
 """A round's oracle and spare runners, started on a thread of their own while the driver goes on.
 
-Starting them is the oracle importing torch and the reference and making its CUDA context, and the spares' template
-doing the same before it forks (about 3.5 s before the oracle answered on an H200, 2026-11-29). None of it needs the
-driver, and the driver has its own waits then: the device probe (a child that imports torch, 5-6 s), the base's
-compile, the candidates' patches. A round on one GPU waited for each in turn: 9-11 s of pmpp/matmul_py's and
-prefixsum_py's rounds passed before the base's compile began, and their base's check then waited another 4 s for a
-spare.
+Starting them is the oracle importing torch and the reference and making its CUDA context (about 3.5 s before it
+answered on an H200, 2026-11-29), and the spares' template importing torch before it forks. None of it needs the
+driver, and the driver has its own waits then: the device probe (a child that imports torch, 4-6 s), the base's
+compile, the candidates' patches. A round on one GPU waited for each in turn: 10-12 s of pmpp/matmul_py's and
+prefixsum_py's rounds passed before the base's compile began, and their base's check then waited another 4.7-6.1 s
+for a spare (docs/judge_performance.md).
 
 Where the evaluator is used before its start has ended, `ready` waits for it; a start that failed is met again, and
 recorded, by the stage that needs the oracle (the same as a start in the driver's own thread). The thread lives until
