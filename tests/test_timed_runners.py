@@ -45,6 +45,40 @@ def test_a_timed_runner_writes_only_in_a_scratch_of_its_own_that_goes_with_it(tm
         assert (workspace / "left-behind").exists()
 
 
+# Appended to the kernel: at import, what a build does with its caches (torch's extension build): it reads what the
+# correctness runner built there, writes beside it, and says where it found them.
+BUILDS = '''
+import os as _os, pathlib as _pathlib
+_cache = _pathlib.Path(_os.environ["XDG_CACHE_HOME"])
+print("CACHE", _cache, (_cache / "compiled").read_text(), flush=True)
+(_cache / "built-again").write_text(str(_os.getpid()))
+'''
+
+
+def test_a_timed_runner_finds_its_caches_where_its_correctness_runner_left_them(tmp_path):
+    """Its own copy, seen at the workspace's path in its own mount namespace, so that a build finds the paths its
+    correctness runner's build wrote into its files: ninja built a cuda-inline kernel again in every timed runner,
+    30 s a pair (H200, 2026-11-29). What it writes there stays its own."""
+    target = load_target(ROOT / "kernels" / "vecadd_cpu")
+    workspace = target.assemble(tmp_path / "cand", target.kernel_source() + BUILDS)
+    (workspace / ".cache").mkdir()
+    (workspace / ".cache" / "compiled").write_text("from the correctness runner")
+    with Evaluator(target, tmp_path / "round", base_dir=workspace, warm=False) as evaluator:
+        if not evaluator.runners_leave_nothing:
+            pytest.skip("no Landlock on this kernel: timed runners cannot be kept from their workspace")
+        with RunnerLease(evaluator) as lease:
+            worker = lease.acquire_loaded(workspace, "timing-0.log", 60)
+            filesystem = worker.hello["confinement"]["filesystem"]
+            if "a private /dev/shm" not in filesystem:
+                pytest.skip("no mount namespace of its own here: a timed runner's caches stay in its scratch")
+            assert "its caches shown at its workspace's" in filesystem
+            scratch = evaluator._scratch[worker.pid]
+            log = (evaluator.timing_logs(workspace) / "timing-0.log").read_text()
+            assert f"CACHE {workspace / '.cache'} from the correctness runner" in log
+            assert (scratch / ".cache" / "built-again").read_text() == str(worker.pid)
+        assert not (workspace / ".cache" / "built-again").exists()
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
                     reason="gives a directory to uid nobody")
 def test_a_timed_runners_host_files_belong_to_the_owner_of_its_scratch_not_of_its_workspace(tmp_path):

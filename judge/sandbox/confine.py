@@ -19,6 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from .mounts import hide_neighbours, show_caches_at
 from .syscalls import drop_capabilities, syscalls_filter
 
 FSIZE_LIMIT = 8 << 30  # no single file a candidate writes may fill the disk
@@ -49,7 +50,7 @@ SYS_TREES = ["/sys/devices", "/sys/bus", "/sys/class", "/sys/dev", "/sys/module"
 _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 12, 1 << 14, 1 << 18
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
 # Landlock (include/uapi/linux/landlock.h): filesystem rights by bit, with the ABI that introduced each.
@@ -80,11 +81,13 @@ class Policy:
     # Files judge made for the child (a runner's inbox and outbox) in a directory judge owns: read and written,
     # never created, removed or renamed there (judge.stages.evaluation.Evaluator.exchange_dir).
     exchange: list[Path] = field(default_factory=list)
+    caches_at: Path | None = None  # where its own .cache is shown (a timed runner's: its workspace's; mounts)
 
     def __post_init__(self):
         self.writable = [Path(p).resolve() for p in self.writable]
         self.readable = [Path(p).resolve() for p in self.readable]
         self.exchange = [Path(p).resolve() for p in self.exchange]
+        self.caches_at = Path(self.caches_at).resolve() if self.caches_at is not None else None
 
 
 @dataclass
@@ -200,7 +203,8 @@ def apply(policy: Policy) -> Confinement:
 
     layers, missing = [], []
     shm = _optional(_private_shm)
-    hidden = _hide_neighbours(policy, readable) if shm else 0
+    hidden = hide_neighbours(policy, readable) if shm else 0
+    caches = show_caches_at(policy, _ENV_DIRS) if shm else None
     ipc = "; System V IPC and message queues of its own (IPC namespace)" if _optional(_unshare_ipc) else ""
     if not policy.network:
         try:
@@ -211,7 +215,7 @@ def apply(policy: Policy) -> Confinement:
 
     # Landlock needs it without CAP_SYS_ADMIN; it also keeps setuid binaries from raising privileges.
     _libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-    filesystem, tcp = _landlock(policy, readable, shm, hidden)
+    filesystem, tcp = _landlock(policy, readable, shm, hidden, caches)
     filesystem += unconfined if filesystem.startswith("landlock") else ""
     syscalls, sockets = syscalls_filter(seccomp_lib, policy.network)
     layers += [layer for layer in (tcp, sockets) if layer]
@@ -279,45 +283,8 @@ def landlock_abi() -> int:
         return 0
 
 
-def _hide_neighbours(policy: Policy, readable: list[Path]) -> int:
-    """In this process's own mount namespace (_private_shm made it), cover the directories that hold its writable
-    and exchange directories with an empty tmpfs and bind its own back, so that nothing beside them (another
-    runner's workspace, spare home or exchange directory) can be named: Landlock governs opening a file, never
-    stat(), access() or connect(), so a kernel could still test whether a file another runner made exists at a
-    path it can guess (a candidate's workspace is named after its proposal). A directory above anything it
-    reads, or /, is left as it is. Returns how many directories were covered; 0 where mounting failed."""
-    own = policy.writable + policy.exchange
-    hidden: list[Path] = []
-    for parent in sorted({path.parent for path in own}, key=lambda p: len(p.parts)):
-        if parent == Path("/") or any(_inside(r, [parent]) for r in readable) or _inside(parent, hidden):
-            continue
-        hidden.append(parent)
-    if not hidden:
-        return 0
-    handles = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in own}  # before anything is covered
-    covered: list[Path] = []
-    try:
-        for cover in hidden:
-            _check(_libc.mount(b"tmpfs", bytes(cover), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
-                               b"mode=0755,size=64k"))
-            covered.append(cover)
-            for path, handle in handles.items():
-                if _inside(path, [cover]):
-                    path.mkdir(parents=True, exist_ok=True)  # in the tmpfs
-                    _check(_libc.mount(f"/proc/self/fd/{handle}".encode(), bytes(path), None,
-                                       ctypes.c_ulong(_MS_BIND), None))
-    except OSError:
-        for cover in reversed(covered):  # all or nothing: its own directories stay where they were
-            _libc.umount2(bytes(cover), 2)  # MNT_DETACH, with the binds beneath
-        return 0
-    finally:
-        for handle in handles.values():
-            os.close(handle)
-    return len(hidden)
-
-
-def _landlock(policy: Policy, readable: list[Path], private_shm: bool = False, hidden: int = 0
-              ) -> tuple[str, str]:
+def _landlock(policy: Policy, readable: list[Path], private_shm: bool = False, hidden: int = 0,
+              caches: Path | None = None) -> tuple[str, str]:
     """Filesystem (and from ABI 4, TCP) rules; returns the filesystem line and the TCP line ('' if none)."""
     try:
         abi = _landlock_abi()
@@ -332,7 +299,9 @@ def _landlock(policy: Policy, readable: list[Path], private_shm: bool = False, h
     device = handled & (_LL_READ_FILE | _LL_WRITE_FILE | _LL_TRUNCATE | _LL_IOCTL_DEV)
     dev_paths = [Path(p) for pattern in _DEVICES for p in sorted(glob.glob(pattern))]
     rules = [(p, _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR) for p in readable]
-    rules += [(p, write) for p in policy.writable + ([Path("/dev/shm")] if private_shm else [])]
+    # Shown caches get a rule of their own: Landlock's walk up from them meets the workspace, not their writable path.
+    extra = ([Path("/dev/shm")] if private_shm else []) + ([caches] if caches else [])
+    rules += [(p, write) for p in policy.writable + extra]
     rules += [(p, handled & (_LL_READ_FILE | _LL_WRITE_FILE | _LL_TRUNCATE)) for p in policy.exchange]
     rules += [(Path("/dev"), _LL_READ_DIR)] + [(p, device) for p in dev_paths]
     # Its own /proc/<pid> (/proc/self), no other: neither the listing of /proc nor another process's entries.
@@ -357,6 +326,7 @@ def _landlock(policy: Policy, readable: list[Path], private_shm: bool = False, h
     if hidden:
         shm += f", what lies beside its own directories hidden ({_plural(hidden, 'mount')})"
     exchange = ", its exchange files" if policy.exchange else ""
+    exchange += ", its caches shown at its workspace's" if caches else ""
     return (f"landlock abi {abi}: write only in {_plural(len(policy.writable), 'path')}{exchange}, {shm}, read "
             f"only in {_plural(len(readable), 'path')} and {_plural(len(dev_paths), 'device')}, /proc only its own"
             f"{scoped}",

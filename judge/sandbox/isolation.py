@@ -154,14 +154,16 @@ def child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_d
 
 def policy_to_json(policy: "Policy") -> dict:
     return {"writable": [str(p) for p in policy.writable], "readable": [str(p) for p in policy.readable],
-            "network": policy.network, "exchange": [str(p) for p in policy.exchange]}
+            "network": policy.network, "exchange": [str(p) for p in policy.exchange],
+            "caches_at": str(policy.caches_at) if policy.caches_at is not None else None}
 
 
 def policy_from_json(data: dict) -> "Policy":
     from .confine import Policy
 
     return Policy(writable=[Path(p) for p in data["writable"]], readable=[Path(p) for p in data["readable"]],
-                  network=bool(data["network"]), exchange=[Path(p) for p in data.get("exchange", [])])
+                  network=bool(data["network"]), exchange=[Path(p) for p in data.get("exchange", [])],
+                  caches_at=Path(data["caches_at"]) if data.get("caches_at") else None)
 
 
 def _dump_stacks(process: subprocess.Popen) -> None:

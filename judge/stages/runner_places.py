@@ -57,12 +57,13 @@ def log_path(root: Path, workspace: Path, log_name: str, scratch: Path | None) -
 
 def rules(env: dict[str, str], workspace: Path, exchange: Path | None, scratch: Path | None):
     """The confinement of a runner in `workspace` and its environment: it writes in its workspace, or only in
-    `scratch` and reads the workspace; `exchange` holds its host files."""
+    `scratch` and reads the workspace, its caches shown where the workspace's are (judge.sandbox.mounts:
+    `show_caches_at`); `exchange` holds its host files."""
     from ..sandbox.confine import Policy, child_env, prepare
 
     exchanges = [exchange] if exchange else []
     policy = Policy(writable=[workspace], readable=[], exchange=exchanges) if scratch is None else \
-        Policy(writable=[scratch], readable=[workspace], exchange=exchanges)
+        Policy(writable=[scratch], readable=[workspace], exchange=exchanges, caches_at=workspace / ".cache")
     prepare(policy)
     return policy, child_env(policy, env)
 
