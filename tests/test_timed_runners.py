@@ -97,3 +97,33 @@ def test_a_timed_runners_host_files_belong_to_the_owner_of_its_scratch_not_of_it
     evaluator._attach(SimpleNamespace(pid=7, exchange=tmp_path / "x"), tmp_path)
     evaluator._attach(SimpleNamespace(pid=8, exchange=tmp_path / "y"), tmp_path)
     assert [(op, args["runner"], args["owner"]) for op, args in asked] == [("attach", 7, 65534), ("attach", 8, 0)]
+
+
+def test_a_timed_runners_caches_are_copied_without_following_any_link(tmp_path):
+    """The correctness runner writes in its workspace while judge copies its caches for a timed runner: a link in
+    them (or `.cache` itself a link) to a tree only judge may read is copied as a link, never as what it points at."""
+    import os
+
+    from judge.stages.runner_places import copy_unfollowed, new_scratch
+
+    secret = tmp_path / "judge-only"
+    (secret / "inside").mkdir(parents=True)
+    (secret / "inside" / "seeds").write_text("42")
+    workspace = tmp_path / "cand"
+    (workspace / ".cache" / "triton").mkdir(parents=True)
+    (workspace / ".cache" / "triton" / "kernel.so").write_bytes(b"\x7fELF")
+    os.utime(workspace / ".cache" / "triton" / "kernel.so", ns=(1_000_000_000, 2_000_000_000))
+    (workspace / ".cache" / "tree").symlink_to(secret)
+    (workspace / ".cache" / "file").symlink_to(secret / "inside" / "seeds")
+    scratch = new_scratch(tmp_path / "round", workspace)
+    copied = scratch / ".cache"
+    assert (copied / "triton" / "kernel.so").read_bytes() == b"\x7fELF"
+    assert (copied / "triton" / "kernel.so").stat().st_mtime_ns == 2_000_000_000  # a build's outputs keep their times
+    assert os.readlink(copied / "tree") == str(secret) and os.readlink(copied / "file") == str(secret / "inside" / "seeds")
+    assert sorted(p.name for p in copied.rglob("*")) == ["file", "kernel.so", "tree", "triton"]  # nothing followed
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / ".cache").symlink_to(secret)
+    copy_unfollowed(linked / ".cache", tmp_path / "copy")
+    copy_unfollowed(tmp_path / "no-caches-yet", tmp_path / "copy")  # a workspace whose runner compiled nothing
+    assert not (tmp_path / "copy").exists()

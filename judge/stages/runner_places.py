@@ -8,6 +8,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,10 +34,40 @@ def new_scratch(root: Path, workspace: Path) -> Path:
     compiled is found there); removed with the runner."""
     scratch = root / "scratch" / secrets.token_hex(8)
     scratch.mkdir(parents=True)
-    caches = workspace / ".cache"
-    if caches.is_dir() and not caches.is_symlink():
-        shutil.copytree(caches, scratch / ".cache", symlinks=True, ignore_dangling_symlinks=True, dirs_exist_ok=True)
+    copy_unfollowed(workspace / ".cache", scratch / ".cache")
     return scratch
+
+
+def copy_unfollowed(source: Path, dest: Path) -> None:
+    """A copy of the tree at `source` that follows no link at any depth, however the tree changes while judge reads
+    it (os.fwalk holds each directory open): a correctness runner writes in its workspace while judge copies its
+    caches for a timed runner, and a `.cache` or a directory in it swapped for a link to a tree only judge may
+    read would have been copied where that runner reads (shutil.copytree checked, then followed). Links are copied
+    as links, files with their times (a build's outputs stay newer than its sources); nothing else is copied, and
+    what goes while judge reads it is left out (caches only save time)."""
+    try:
+        for here, dirs, files, fd in os.fwalk(source, follow_symlinks=False):
+            into = dest / Path(here).relative_to(source)
+            into.mkdir(parents=True, exist_ok=True)
+            for name in dirs + files:
+                try:
+                    _copy_entry(name, fd, into / name)
+                except FileNotFoundError:
+                    continue
+    except FileNotFoundError:  # no caches (yet), or gone
+        return
+
+
+def _copy_entry(name: str, directory_fd: int, to: Path) -> None:
+    """One entry of a directory judge holds open: a link as a link, a file with its times, nothing else."""
+    found = os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
+    if stat.S_ISLNK(found.st_mode):
+        os.symlink(os.readlink(name, dir_fd=directory_fd), to)
+    elif stat.S_ISREG(found.st_mode):
+        opened = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=directory_fd)
+        with os.fdopen(opened, "rb") as reader, open(to, "xb") as writer:
+            shutil.copyfileobj(reader, writer)
+        os.utime(to, ns=(found.st_atime_ns, found.st_mtime_ns))
 
 
 def timing_logs(root: Path, workspace: Path) -> Path:
