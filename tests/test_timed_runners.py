@@ -99,6 +99,29 @@ def test_a_timed_runners_host_files_belong_to_the_owner_of_its_scratch_not_of_it
     assert [(op, args["runner"], args["owner"]) for op, args in asked] == [("attach", 7, 65534), ("attach", 8, 0)]
 
 
+def test_a_link_in_place_of_the_workspaces_caches_is_neither_copied_nor_covered(tmp_path):
+    """A correctness runner that made its `.cache` a link to another tree: the timed runner's caches are its own
+    scratch's, and nothing is bound over where the link points."""
+    target = load_target(ROOT / "kernels" / "vecadd_cpu")
+    says = 'import os as _os\nprint("CACHE", _os.environ["XDG_CACHE_HOME"], flush=True)\n'
+    workspace = target.assemble(tmp_path / "cand", target.kernel_source() + says)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "compiled").write_text("not the workspace's")
+    (workspace / ".cache").symlink_to(elsewhere)
+    with Evaluator(target, tmp_path / "round", base_dir=workspace, warm=False) as evaluator:
+        if not evaluator.runners_leave_nothing:
+            pytest.skip("no Landlock on this kernel: timed runners cannot be kept from their workspace")
+        with RunnerLease(evaluator) as lease:
+            worker = lease.acquire_loaded(workspace, "timing-0.log", 60)
+            scratch = evaluator._scratch[worker.pid]
+            assert "its caches shown" not in worker.hello["confinement"]["filesystem"]
+            log = (evaluator.timing_logs(workspace) / "timing-0.log").read_text()
+            assert f"CACHE {scratch / '.cache'}" in log
+            assert not (scratch / ".cache" / "compiled").exists()
+    assert [p.name for p in elsewhere.iterdir()] == ["compiled"]
+
+
 def test_a_timed_runners_caches_are_copied_without_following_any_link(tmp_path):
     """The correctness runner writes in its workspace while judge copies its caches for a timed runner: a link in
     them (or `.cache` itself a link) to a tree only judge may read is copied as a link, never as what it points at."""

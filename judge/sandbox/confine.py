@@ -87,7 +87,8 @@ class Policy:
         self.writable = [Path(p).resolve() for p in self.writable]
         self.readable = [Path(p).resolve() for p in self.readable]
         self.exchange = [Path(p).resolve() for p in self.exchange]
-        self.caches_at = Path(self.caches_at).resolve() if self.caches_at is not None else None
+        if self.caches_at is not None:  # its directory resolved, never the place itself: it may be a link by now
+            self.caches_at = Path(self.caches_at).parent.resolve() / Path(self.caches_at).name
 
 
 @dataclass
