@@ -22,14 +22,30 @@ print("HOME", _os.environ["HOME"], flush=True)
 '''
 
 
-def test_a_timed_runner_writes_only_in_a_scratch_of_its_own_that_goes_with_it(tmp_path):
+def candidate(tmp_path, kernel_tail: str, caches=None):
+    """vecadd_cpu's kernel with `kernel_tail` appended, assembled in a workspace whose `.cache` holds what its
+    correctness runner compiled (or is the link `caches`, where given)."""
     target = load_target(ROOT / "kernels" / "vecadd_cpu")
-    workspace = target.assemble(tmp_path / "cand", target.kernel_source() + LEAVES)
-    (workspace / ".cache").mkdir()
-    (workspace / ".cache" / "compiled").write_text("from the correctness runner")
-    with Evaluator(target, tmp_path / "round", base_dir=workspace, warm=False) as evaluator:
-        if not evaluator.runners_leave_nothing:
-            pytest.skip("no Landlock on this kernel: timed runners cannot be kept from their workspace")
+    workspace = target.assemble(tmp_path / "cand", target.kernel_source() + kernel_tail)
+    if caches is not None:
+        (workspace / ".cache").symlink_to(caches)
+    else:
+        (workspace / ".cache").mkdir()
+        (workspace / ".cache" / "compiled").write_text("from the correctness runner")
+    return target, workspace
+
+
+def confined_evaluator(target, tmp_path, workspace) -> Evaluator:
+    evaluator = Evaluator(target, tmp_path / "round", base_dir=workspace, warm=False)
+    if not evaluator.runners_leave_nothing:
+        evaluator.close()
+        pytest.skip("no Landlock on this kernel: timed runners cannot be kept from their workspace")
+    return evaluator
+
+
+def test_a_timed_runner_writes_only_in_a_scratch_of_its_own_that_goes_with_it(tmp_path):
+    target, workspace = candidate(tmp_path, LEAVES)
+    with confined_evaluator(target, tmp_path, workspace) as evaluator:
         with RunnerLease(evaluator) as lease:
             worker = lease.acquire_loaded(workspace, "timing-0.log", 60)
             scratch = evaluator._scratch[worker.pid]
@@ -59,13 +75,8 @@ def test_a_timed_runner_finds_its_caches_where_its_correctness_runner_left_them(
     """Its own copy, seen at the workspace's path in its own mount namespace, so that a build finds the paths its
     correctness runner's build wrote into its files: ninja built a cuda-inline kernel again in every timed runner,
     30 s a pair (H200, 2026-11-29). What it writes there stays its own."""
-    target = load_target(ROOT / "kernels" / "vecadd_cpu")
-    workspace = target.assemble(tmp_path / "cand", target.kernel_source() + BUILDS)
-    (workspace / ".cache").mkdir()
-    (workspace / ".cache" / "compiled").write_text("from the correctness runner")
-    with Evaluator(target, tmp_path / "round", base_dir=workspace, warm=False) as evaluator:
-        if not evaluator.runners_leave_nothing:
-            pytest.skip("no Landlock on this kernel: timed runners cannot be kept from their workspace")
+    target, workspace = candidate(tmp_path, BUILDS)
+    with confined_evaluator(target, tmp_path, workspace) as evaluator:
         with RunnerLease(evaluator) as lease:
             worker = lease.acquire_loaded(workspace, "timing-0.log", 60)
             filesystem = worker.hello["confinement"]["filesystem"]
@@ -102,16 +113,12 @@ def test_a_timed_runners_host_files_belong_to_the_owner_of_its_scratch_not_of_it
 def test_a_link_in_place_of_the_workspaces_caches_is_neither_copied_nor_covered(tmp_path):
     """A correctness runner that made its `.cache` a link to another tree: the timed runner's caches are its own
     scratch's, and nothing is bound over where the link points."""
-    target = load_target(ROOT / "kernels" / "vecadd_cpu")
     says = 'import os as _os\nprint("CACHE", _os.environ["XDG_CACHE_HOME"], flush=True)\n'
-    workspace = target.assemble(tmp_path / "cand", target.kernel_source() + says)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "compiled").write_text("not the workspace's")
-    (workspace / ".cache").symlink_to(elsewhere)
-    with Evaluator(target, tmp_path / "round", base_dir=workspace, warm=False) as evaluator:
-        if not evaluator.runners_leave_nothing:
-            pytest.skip("no Landlock on this kernel: timed runners cannot be kept from their workspace")
+    target, workspace = candidate(tmp_path, says, caches=elsewhere)
+    with confined_evaluator(target, tmp_path, workspace) as evaluator:
         with RunnerLease(evaluator) as lease:
             worker = lease.acquire_loaded(workspace, "timing-0.log", 60)
             scratch = evaluator._scratch[worker.pid]

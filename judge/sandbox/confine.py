@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from .mounts import hide_neighbours, show_caches_at
+from .mounts import checked as _check, hide_neighbours, inside as _inside, show_caches_at
 from .syscalls import drop_capabilities, syscalls_filter
 
 FSIZE_LIMIT = 8 << 30  # no single file a candidate writes may fill the disk
@@ -230,18 +230,6 @@ def apply(policy: Policy) -> Confinement:
 def _read_paths(policy: Policy) -> list[Path]:
     # Ancestors of a writable path would expose the workspaces beside it, so they go, system trees included.
     return [p for p in system_readable() if not any(_inside(w, [p]) for w in policy.writable)] + policy.readable
-
-
-def _inside(path: Path, roots: list[Path]) -> bool:
-    path = path.resolve()
-    return any(path == root or root in path.parents for root in roots)
-
-
-def _check(result: int) -> int:
-    if result < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    return result
 
 
 def _unshare_net() -> None:

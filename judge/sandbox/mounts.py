@@ -17,12 +17,14 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _MS_NOSUID, _MS_NODEV, _MS_BIND = 2, 4, 1 << 12
 
 
-def _inside(path: Path, roots: list[Path]) -> bool:
+def inside(path: Path, roots: list[Path]) -> bool:
+    """Whether `path`, resolved, is one of `roots` or lies beneath one (judge.sandbox.confine's rules use it too)."""
     path = path.resolve()
     return any(path == root or root in path.parents for root in roots)
 
 
-def _check(result: int) -> int:
+def checked(result: int) -> int:
+    """A libc call's result, or its errno raised as OSError (judge.sandbox.confine's calls use it too)."""
     if result < 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
@@ -39,7 +41,7 @@ def hide_neighbours(policy: "Policy", readable: list[Path]) -> int:
     own = policy.writable + policy.exchange
     hidden: list[Path] = []
     for parent in sorted({path.parent for path in own}, key=lambda p: len(p.parts)):
-        if parent == Path("/") or any(_inside(r, [parent]) for r in readable) or _inside(parent, hidden):
+        if parent == Path("/") or any(inside(r, [parent]) for r in readable) or inside(parent, hidden):
             continue
         hidden.append(parent)
     if not hidden:
@@ -48,13 +50,13 @@ def hide_neighbours(policy: "Policy", readable: list[Path]) -> int:
     covered: list[Path] = []
     try:
         for cover in hidden:
-            _check(_libc.mount(b"tmpfs", bytes(cover), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+            checked(_libc.mount(b"tmpfs", bytes(cover), b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
                                b"mode=0755,size=64k"))
             covered.append(cover)
             for path, handle in handles.items():
-                if _inside(path, [cover]):
+                if inside(path, [cover]):
                     path.mkdir(parents=True, exist_ok=True)  # in the tmpfs
-                    _check(_libc.mount(f"/proc/self/fd/{handle}".encode(), bytes(path), None,
+                    checked(_libc.mount(f"/proc/self/fd/{handle}".encode(), bytes(path), None,
                                        ctypes.c_ulong(_MS_BIND), None))
     except OSError:
         for cover in reversed(covered):  # all or nothing: its own directories stay where they were
@@ -79,7 +81,7 @@ def show_caches_at(policy: "Policy", env_dirs: dict[str, str]) -> Path | None:
     except OSError:
         return None
     try:
-        _check(_libc.mount(bytes(own), f"/proc/self/fd/{place}".encode(), None, ctypes.c_ulong(_MS_BIND), None))
+        checked(_libc.mount(bytes(own), f"/proc/self/fd/{place}".encode(), None, ctypes.c_ulong(_MS_BIND), None))
     except OSError:
         return None
     finally:
