@@ -170,7 +170,6 @@ class _Nvml:
             "driver": driver.value.decode(),
         }
 
-
     def capabilities(self) -> list[str]:
         """Every GPU's compute capability ("9.0"), as NVML lists them (its order, not CUDA's)."""
         major, minor = self.ctypes.c_int(), self.ctypes.c_int()

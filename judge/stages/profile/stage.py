@@ -45,7 +45,8 @@ def profile_kernel(target: Target, workspace: Path, root: Path, *, device: Optio
                    indices: Optional[list[int]] = None) -> Profile:
     """Profile the kernel assembled in `workspace` on every benchmark, those the target ranks by first (or those of
     `indices`), with `root` as judge's own directory for it (emptied first). Within `timeout_s` after the first
-    benchmark, which may always finish (up to NCU_BUDGET_S): a profile that never finishes one helps nobody, and the benchmarks it leaves out say OUT_OF_TIME.
+    benchmark, which may always finish (up to NCU_BUDGET_S): a profile that never finishes one helps nobody, and the
+    benchmarks it leaves out say OUT_OF_TIME.
     Never raises for what the kernel or a tool does: a failure is an unavailable Profile."""
     from ..evaluation import Evaluator
 
