@@ -83,10 +83,10 @@ def on_public_seed(evaluator: Evaluator, base_dir: Path, checked: StageResult) -
         return checked
     spec = dict(entries[first.test])
     case = Case(first.kind, first.test, 1, first.distribution or target.distributions[0].name, spec)
-    deadline = time.monotonic() + target.limits.check_s
     try:
         with RunnerLease(evaluator) as lease:
             worker = lease.acquire(base_dir)
+            deadline = time.monotonic() + target.limits.check_s  # from the runner's start, as in `check`
             worker.call("load", time_left(deadline))
             again = _run_case(evaluator, worker, case, 0, evaluator.nonce(), deadline)
     except (JudgeError, WorkerError, CommandFailed, Tampered, NoRoom, CheckBesideRunner):
@@ -122,12 +122,14 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
     workspace = Path(workspace).resolve()  # the runner's cwd is the workspace: paths it gets must be absolute
     limit = timeout_s if timeout_s is not None else target.limits.check_s
     started = time.monotonic()
-    deadline = started + limit
     worker = None
     lease = RunnerLease(evaluator)
     try:
         worker = lease.acquire(workspace)
         runner_start_s = round(time.monotonic() - started, 3)  # a warm spare's bind, or a cold start
+        # The kernel's limit starts once its runner is judge's to give: the wait for a spare still importing torch
+        # (judge's start, bounded by the runner's own start limit) is never the kernel's time.
+        deadline = time.monotonic() + limit
         confinement = worker.hello.get("confinement")
         worker.call("load", time_left(deadline))
         if timing_next and evaluator.base_dir is not None:
@@ -180,7 +182,9 @@ def _run_cases(evaluator: Evaluator, lease: RunnerLease, worker: Worker, workspa
     for n, case in enumerate(planned):
         progress(case=n + 1, cases=len(planned), seconds=round(time.monotonic() - started, 1))
         if worker is None:
+            waited = time.monotonic()
             worker = lease.acquire(workspace)
+            deadline += time.monotonic() - waited  # a new runner's start is judge's time, as the first one's
             worker.call("load", time_left(deadline))
         try:
             cases.append(_run_case(evaluator, worker, case, n, nonce, deadline))
