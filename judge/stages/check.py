@@ -21,7 +21,7 @@ from . import budget
 from .build import build
 from .evaluation import Case, Evaluator
 from .lease import RunnerLease
-from .details import CheckDetail, CheckedCase
+from .details import ABSENT, CheckDetail, CheckedCase
 from .progress import Progress, quiet
 from .result import StageResult, not_run
 from ..targets import Target, spec_label
@@ -122,7 +122,7 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
     workspace = Path(workspace).resolve()  # the runner's cwd is the workspace: paths it gets must be absolute
     limit = timeout_s if timeout_s is not None else target.limits.check_s
     started = time.monotonic()
-    worker = None
+    worker, runner_start_s = None, ABSENT
     lease = RunnerLease(evaluator)
     try:
         worker = lease.acquire(workspace)
@@ -143,15 +143,16 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
         _no_timing_follows(evaluator, lease)
         message = str(found)
         return StageResult(STAGE, "tampered", f"tampered: {message}", time.monotonic() - started,
-                           CheckDetail(tampered=message.split("; ")), worker.log_tail() if worker else "")
+                           CheckDetail(tampered=message.split("; "), runner_start_s=runner_start_s),
+                           worker.log_tail() if worker else "")
     except WorkerError as error:
         _no_timing_follows(evaluator, lease)
         return StageResult(STAGE, error.status, f"{error.status}: {error.message}", time.monotonic() - started,
-                           CheckDetail(error=error.message), error.log_tail)
+                           CheckDetail(error=error.message, runner_start_s=runner_start_s), error.log_tail)
     except CommandFailed as error:
         _no_timing_follows(evaluator, lease)
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
-                           CheckDetail(error=error.error), error.log_tail)
+                           CheckDetail(error=error.error, runner_start_s=runner_start_s), error.log_tail)
     seconds = time.monotonic() - started
     detail = CheckDetail(cases=cases, tolerance=_tolerance(target),
                          check_implementation=any(c.check_implementation is not None for c in cases),

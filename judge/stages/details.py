@@ -282,7 +282,7 @@ class CheckedCase(Detail):
 
 @dataclass(frozen=True)
 class CheckDetail(Detail):
-    """The correctness stage's detail; a runner that died or hung leaves only `error`."""
+    """The correctness stage's detail; a runner that died or hung leaves `error` (and `runner_start_s`, once it had one)."""
 
     NESTED = {"cases": CheckedCase}
     cases: list[CheckedCase] = ABSENT  # every case, in the order run
@@ -290,7 +290,7 @@ class CheckDetail(Detail):
     check_implementation: bool = ABSENT  # whether the task's check_implementation ran
     confinement: dict | None = ABSENT  # the runner's confinement record (judge.sandbox.confine.Confinement)
     secret_seeds: bool = ABSENT  # inputs came from seeds derived from the round's secret
-    runner_start_s: float = ABSENT  # seconds to a runner: a warm spare's bind, or a cold start
+    runner_start_s: float = ABSENT  # seconds to a runner (a spare's bind, or a cold start): judge's, not the limit's
     distributions: list[str] = ABSENT  # the input distributions every case ran under
     tampered: list[str] = ABSENT  # what the runner's audit found changed in its process
     error: str = ABSENT  # why the runner stopped: crashed, timed out or tampered
