@@ -223,7 +223,7 @@ def test_a_kernel_on_a_spare_writes_its_temp_files_in_its_own_workspace(tmp_path
     """A spare imports torch's compiler before it knows its kernel, and that import fixes Python's temp directory
     (tempfile.tempdir) under the spare's own environment; the FP8 kernel's first call then crashed on the H100
     with PermissionError, since the confined kernel may not write there. After the bind, the temp directory is
-    the workspace's. torch's precompiled C++ header goes with the runner's caches (judge.boundary.tamper), where
+    the workspace's. torch's precompiled C++ header goes with the runner's caches (judge.boundary.runner), where
     a timed runner of the same kernel finds it."""
     target = load_target(TARGET)
     source = target.kernel_source()

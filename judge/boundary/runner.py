@@ -10,6 +10,7 @@ the candidate is imported, and judge.boundary.tamper names what the candidate ch
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -66,6 +67,7 @@ class Runner:
             torch.cuda.synchronize()
         self.guard = tamper.install_guard()
         tamper.settle_torch()  # after the guard: an audit hook a torch import adds is refused like any other
+        _headers_with_caches()  # before the snapshot, as torch's own settling
         self.baseline = tamper.Snapshot.take(str(self.workspace.resolve()))
 
     # ---- the kernel -------------------------------------------------------------------------------------
@@ -237,6 +239,21 @@ class _Remade:
 
     def __getitem__(self, copy: int) -> Any:
         return self.remake(copy)
+
+
+def _headers_with_caches() -> None:
+    """torch inductor's precompiled C++ header kept where the runner's caches are (TORCHINDUCTOR_CACHE_DIR, set by
+    judge), not under the temp directory torch saw when its compiler was imported (a spare's, a timed runner's own):
+    a timed runner then finds the header its correctness runner built, as it finds its compiled graphs. CPU kernels
+    only; a first call of pmpp_v2/sort_py's torch.compile kernel, ported to the CPU, took 6.4 s with a warm cache and
+    a new temp directory, 1.5 s with both (2-core VM, 2026-11-29). A torch without that module or name is left as is;
+    nothing is created here (the directory is made by torch, once the runner is confined)."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    caches = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if codecache is None or not caches or not isinstance(getattr(codecache, "_HEADER_DIR", None), str):
+        return
+    codecache._HEADER_DIR = os.path.join(caches, "precompiled_headers")
+    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
 
 
 def _error_line(error: BaseException) -> str:

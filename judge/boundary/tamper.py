@@ -23,7 +23,6 @@ screen flags the mechanisms, and the parent's wall clock bounds what it can hide
 from __future__ import annotations
 
 import builtins
-import os
 import sys
 import threading
 import types
@@ -62,7 +61,6 @@ def settle_torch() -> list[str]:
     """Let torch make the changes to itself that its compiler makes on first use, before the snapshot is
     taken; returns the modules that could not be imported (an older or newer torch)."""
     missing = preload_torch()  # already imported in a warm spare: then only looked up
-    _headers_with_caches()
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     guard = sys.modules.get("torch._dynamo.mutation_guard")
     if eval_frame is not None and hasattr(eval_frame, "TorchPatcher"):
@@ -70,21 +68,6 @@ def settle_torch() -> list[str]:
     if guard is not None and hasattr(guard, "install_generation_tagging_init"):
         guard.install_generation_tagging_init()
     return missing
-
-
-def _headers_with_caches() -> None:
-    """torch inductor's precompiled C++ header kept where the runner's caches are (TORCHINDUCTOR_CACHE_DIR, set by
-    judge), not under the temp directory torch saw when its compiler was imported (a spare's, a timed runner's own):
-    a timed runner then finds the header its correctness runner built, as it finds its compiled graphs. CPU kernels
-    only; a first call of pmpp_v2/sort_py's torch.compile kernel, ported to the CPU, took 6.4 s with a warm cache and
-    a new temp directory, 1.5 s with both (2-core VM, 2026-11-29). A torch without that module or name is left as is;
-    nothing is created here (the directory is made by torch, once the runner is confined)."""
-    codecache = sys.modules.get("torch._inductor.codecache")
-    caches = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if codecache is None or not caches or not isinstance(getattr(codecache, "_HEADER_DIR", None), str):
-        return
-    codecache._HEADER_DIR = os.path.join(caches, "precompiled_headers")
-    codecache._HEADER_LOCK_DIR = os.path.join(codecache._HEADER_DIR, "locks")
 
 
 def _watched(name: str) -> bool:
