@@ -148,6 +148,34 @@ def test_a_runner_s_device_outbox_follows_its_inputs_in_its_own_memory_and_is_re
     assert plan["device"] == {"bytes": 5000} and plan["outbox"]["device"] is None and files.outbox_bytes == 0
 
 
+class _Mapped:
+    """What RunnerFiles.device holds once the oracle has mapped a runner's memory: its size, as the driver says."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes, self.closed = nbytes, False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_runner_s_memory_is_asked_for_at_the_largest_case_s_size_once_and_kept_for_smaller_ones(tmp_path):
+    """A check's cases grow (matmul_py's from 64x64 to 4096x5120): a runner whose memory had to grow at each larger
+    case allocated, exported and had it mapped again at each. Where its memory must grow, it is asked for the
+    largest case's size so far (Oracle.case's `at_least`) at once; where what it has fits, it is asked for no
+    more, and the mapping is kept."""
+    files = staging.RunnerFiles(host_area.HostFile(tmp_path / "in"), host_area.HostFile(tmp_path / "out"))
+    small = staging.Area(skeleton=None, copies=[], host_bytes=0, device_bytes=4096, poison=[])
+    plan = staging.plan_for(small, files, {"device": 4096, "host": 1 << 20}, at_least=1 << 20)
+    assert plan["device"] == {"bytes": 1 << 20} and files.device_wanted == 1 << 20  # nothing mapped: grows
+    assert plan["outbox"]["device"] == {"offset": 4096, "bytes": 4096}  # the outbox stays after the inputs
+    files.device = mapped = _Mapped(1 << 20)
+    plan = staging.plan_for(small, files, {"device": 4096, "host": 1 << 20}, at_least=1 << 21)
+    assert plan["device"] == {"bytes": 8192} and not mapped.closed  # it fits: no more asked, the mapping kept
+    large = staging.Area(skeleton=None, copies=[], host_bytes=0, device_bytes=3 << 20, poison=[])
+    plan = staging.plan_for(large, files, {"device": 0, "host": 1 << 20}, at_least=1 << 21)
+    assert plan["device"] == {"bytes": 3 << 20} and mapped.closed  # past both: its own size, the old one let go
+
+
 def test_staging_writes_the_set_poisons_the_outputs_and_reading_zeroes_what_was_read(tmp_path):
     data = (torch.arange(4.0), torch.ones(4), torch.empty(4))
     area = staging.lay_out(data, ["[2]"], 2)

@@ -63,6 +63,7 @@ class Oracle:
         self.cases: dict[str, tuple] = {}  # key -> (data, expected) of a correctness case
         self.timing: dict[str, TimingSets] = {}  # a timed benchmark's key -> its sets
         self.host_outbox = staging.OUTBOX_MIN_BYTES
+        self.case_device = 0  # the device bytes of the largest correctness case's plan so far
         self.kept: dict[str, TimingSets] = {}  # a benchmark's timing sets kept from one pair to the next
         self.held: dict[str, TimingSets] = {}  # a benchmark's answers (bounds, slots, outbox), without its sets
         self.flush: cuda_ipc.Exported | None = None  # the L2 flush buffer, written before each GPU-timed call
@@ -206,8 +207,11 @@ class Oracle:
         self.areas[key] = area
         self.cases[key] = (data, expected)
         paths = [path for path, leaf in tensors.leaves(data) if _is_tensor(leaf)]
-        return {"plan": staging.plan_for(area, self.files[runner], self._outbox(expected)),
-                "poisoned": [paths[i] for i in area.poison]}
+        # Every check of the round runs the same cases: a runner's memory is sized for the largest at its first, not
+        # grown (allocated, exported, mapped here again) at each larger one. Its peak is the one that case reaches.
+        plan = staging.plan_for(area, self.files[runner], self._outbox(expected), self.case_device)
+        self.case_device = max(self.case_device, (plan["device"] or {}).get("bytes", 0))
+        return {"plan": plan, "poisoned": [paths[i] for i in area.poison]}
 
     def stage(self, key: str, name: Any, copies: list[int], runners: list[int], flush: bool = False) -> dict:
         """Write set `name` of `key` into each of `copies` for `runners` (judge.boundary.staging.stage)."""

@@ -130,15 +130,19 @@ def tensors_of(data) -> list:
     return exchange.skeleton(data)[1]
 
 
-def plan_for(area: Area, files: RunnerFiles, outbox: dict) -> dict:
+def plan_for(area: Area, files: RunnerFiles, outbox: dict, at_least: int = 0) -> dict:
     """What a runner's `build` is sent: the skeleton, the layouts, where the host part and the outboxes are, and how
     much device memory the runner must have for the device part and its device outbox, which follows the inputs in
     the same memory (its reply's handle then goes to `files.bind`). A runner's outbox is its own: no other runner
-    maps it, so what a kernel leaves there reaches no rival, and the oracle zeroes only the spans it reads."""
+    maps it, so what a kernel leaves there reaches no rival, and the oracle zeroes only the spans it reads.
+    `at_least`: the device bytes to ask for where the runner's memory must grow (Oracle.case: the largest case's so
+    far, so that a runner allocates it, and the oracle maps it, once per check, not at each larger case)."""
     files.inbox.reserve(area.host_bytes)
     device_out = outbox.get("device") or 0
     at = exchange.aligned(area.device_bytes)
     total = at + device_out if device_out else area.device_bytes
+    if total and (files.device is None or files.device.nbytes < total):
+        total = max(total, at_least)
     files.want_device(total)
     files.outbox_at, files.outbox_bytes = (at, device_out) if device_out else (0, 0)
     device = {"bytes": total} if total else None
