@@ -54,6 +54,7 @@ def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object
     if control is None:
         return None
     if control.ran is None:
+        control.started = now()  # laid out before the base's check, run only now
         run.on_event("stage", proposal="(control)", stage="the base against an identical copy of itself")
         [(_, stages, place)] = run.dispatch.evaluate([control.job])  # one job in, one result out
         control.ran = (stages, place)

@@ -118,10 +118,12 @@ class LocalDispatch:
         self.run = run
 
     def check_base(self, control: Optional[Job] = None) -> BaseCheck:
+        """The base's check; the `control`, timed next on this one GPU, has its first pairs bound meanwhile."""
         run = self.run
         started = time.monotonic()
         checked = run.settings.stages.check_base(run.open_evaluator(), run.base_dir,
-                                                 progress=progress_of(run.on_event, "(base)"))
+                                                 progress=progress_of(run.on_event, "(base)"),
+                                                 timed_next=control.workspace if control is not None else None)
         run.on_event("evaluated", proposal="(base)", seconds=round(time.monotonic() - started, 1))
         return BaseCheck(checked, None)
 

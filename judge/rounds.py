@@ -395,16 +395,17 @@ def _compile_base(run: RoundRun) -> tuple[str, list[StageResult]]:
 
 def _evaluate_base(run: RoundRun, compiled: Optional[tuple[str, list[StageResult]]] = None) -> Optional[ControlJob]:
     """Compile (or take `compiled`) and, where the target runs, check the base once per round: the report's deltas
-    start here. Where the dispatch has a second worker, the round's control runs on it during the check; it is
-    handed back, to be recorded after the base (judge.control.evaluate_control)."""
+    start here. Where the dispatch has a second worker, the round's control runs on it during the check; else the
+    check binds the control's first pairs while its cases run. The control is handed back, to be recorded (or run)
+    after the base (judge.control.evaluate_control)."""
     if not run.stale(run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")):
         return None
     started, stages = compiled or _compile_base(run)
     place, early = None, None
     if all(s.passed for s in stages) and run.gate is None:
-        early = control_job(run) if run.dispatch.workers > 1 else None
+        early = control_job(run)  # run beside the check by a second worker, else its first pairs bound during it
         run.on_event("stage", proposal="(base)", stage="correctness")
-        if early is not None:
+        if early is not None and run.dispatch.workers > 1:
             run.on_event("stage", proposal="(control)",
                          stage="the base against an identical copy of itself, beside the base's check")
         checked = run.dispatch.check_base(early.job if early else None)

@@ -69,10 +69,12 @@ class StageCalls:
 
         return Evaluator(target, fresh(root / ".judge-round"), base_dir=base_dir, fork_spares=fork_spares)
 
-    def check_base(self, evaluator: Evaluator, base_dir: Path, progress: Optional[Progress] = None) -> StageResult:
+    def check_base(self, evaluator: Evaluator, base_dir: Path, progress: Optional[Progress] = None,
+                   timed_next: Optional[Path] = None) -> StageResult:
+        """The base's check; `timed_next`: the workspace timed against it next (the control), bound meanwhile."""
         from .stages.check import check_base
 
-        return check_base(evaluator, base_dir, progress=progress or quiet)
+        return check_base(evaluator, base_dir, progress=progress or quiet, timed_next=timed_next)
 
     def evaluate(self, evaluator: Evaluator, workspace: Path, budget_s: Optional[float], floor: Optional[Floor] = None,
                  progress: Optional[Progress] = None, control: bool = False) -> list[StageResult]:

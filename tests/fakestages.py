@@ -73,7 +73,7 @@ class FakeStages(StageCalls):
     def open_round(self, target, root, base_dir, fork_spares=None):
         return self._Evaluator(target, base_dir)
 
-    def check_base(self, evaluator, base_dir, progress=None):
+    def check_base(self, evaluator, base_dir, progress=None, timed_next=None):
         return self.correctness(evaluator.target, base_dir, progress)
 
     def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):

@@ -106,9 +106,9 @@ class LoggedStages(FakeStages):
         self.log.append(f"compiled {workspace.name}")
         return result
 
-    def check_base(self, evaluator, base_dir, progress=None):
+    def check_base(self, evaluator, base_dir, progress=None, timed_next=None):
         self.log.append("checked base")
-        return super().check_base(evaluator, base_dir, progress)
+        return super().check_base(evaluator, base_dir, progress, timed_next)
 
     def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
         self.log.append(f"judged {workspace.name}")

@@ -170,9 +170,9 @@ def test_the_round_starts_its_oracle_and_spares_on_a_thread_and_compiles_its_bas
             happened.extend(f"compiled {workspace.name}" for _, workspace in jobs if workspace.name == "base")
             return super().compile_many(jobs, **kwargs)
 
-        def check_base(self, evaluator, base_dir, progress=None):
+        def check_base(self, evaluator, base_dir, progress=None, timed_next=None):
             happened.append("checked base")
-            return super().check_base(evaluator, base_dir, progress)
+            return super().check_base(evaluator, base_dir, progress, timed_next)
 
     settings.stages = Watching()
     ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
@@ -208,9 +208,9 @@ def test_where_nvml_lists_a_gpu_for_it_the_round_starts_its_oracle_before_its_pr
             happened.append("probed")
             return super().probe()
 
-        def check_base(self, evaluator, base_dir, progress=None):
+        def check_base(self, evaluator, base_dir, progress=None, timed_next=None):
             happened.append("checked base")
-            return super().check_base(evaluator, base_dir, progress)
+            return super().check_base(evaluator, base_dir, progress, timed_next)
 
     monkeypatch.setattr(judge.rounds, "may_run", lambda arch: True)
     settings.stages = Watching()
@@ -256,6 +256,29 @@ def two_workers(monkeypatch, base_fails: bool = False) -> list:
 
     monkeypatch.setattr(judge.rounds, "_dispatch", TwoWorkers)
     return handed
+
+
+def test_on_one_gpu_the_base_s_check_is_handed_the_control_it_binds_runners_for_and_the_control_runs_after(setup):
+    """One worker times one thing at a time: the control is laid out before the base's check, which binds the
+    control's first pairs while its cases run (judge.stages.check), and is timed only after the check."""
+    ledger, settings = setup
+    happened = []
+
+    class Watching(FakeStages):
+        def check_base(self, evaluator, base_dir, progress=None, timed_next=None):
+            happened.append(f"checked base, {timed_next.name} timed next")
+            assert (timed_next / "submission.py").read_text() == (base_dir / "submission.py").read_text()
+            return super().check_base(evaluator, base_dir, progress, timed_next)
+
+        def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
+            happened.append(f"evaluated {workspace.name}")
+            return super().evaluate(evaluator, workspace, budget_s, floor, progress, control)
+
+    settings.stages = Watching()
+    ledger.submit(proposal("a-fast", "speedup 1.25"), "test")
+    [summary] = run_round(ledger, 1, settings=settings)
+    assert happened == ["checked base, control timed next", "evaluated control", "evaluated a-fast"]
+    assert outcomes(summary)["a-fast"][0] == "faster"
 
 
 def test_on_two_workers_the_control_runs_beside_the_base_check_and_is_recorded_after_it(setup, monkeypatch):

@@ -140,6 +140,19 @@ def test_the_first_pairs_are_bound_for_base_and_candidate_alike_while_the_cases_
         assert all(state(spare.pid) == "T" for spare in evaluator._pool if spare.hello is not None)
 
 
+def test_binding_ahead_tops_up_to_the_pairs_count_as_spares_become_ready(tmp_path):
+    """A check asks before each of its cases (judge.stages.check) for runners bound ahead until the timing's first
+    pairs have theirs: spares that became ready meanwhile are bound, and no more than the pairs take."""
+    target, base, candidate = base_and_candidate(tmp_path)
+    with Evaluator(target, tmp_path / "round", base_dir=base, spares=5, warm=False) as evaluator:
+        ready_spares(evaluator, 2)
+        assert evaluator.prebind(candidate, 3) == 2  # two ready of the three wanted
+        ready_spares(evaluator, 2)
+        assert evaluator.prebind(candidate, 3) == 1  # the third, and no fourth
+        assert evaluator.prebind(candidate, 3) == 0 and len(evaluator._pool) == 1
+        assert [len(w) for w in evaluator._prebound.values()] == [3]
+
+
 def test_a_kernel_whose_second_process_fails_to_load_it_crashes_in_timing(tmp_path):
     target, base, _ = base_and_candidate(tmp_path)
     # The first process to import it leaves a mark; the next (a timing runner) raises on it.

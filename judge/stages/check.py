@@ -60,13 +60,15 @@ def run_correctness(target: Target, workspace: Path, *, timeout_s: float | None 
         return check(evaluator, workspace, timeout_s=timeout_s)
 
 
-def check_base(evaluator: Evaluator, base_dir: Path, progress: Progress = quiet) -> StageResult:
+def check_base(evaluator: Evaluator, base_dir: Path, progress: Progress = quiet,
+               timed_next: Path | None = None) -> StageResult:
     """A round's check of its base, after one look at whether its benchmarks can be timed on this device at all:
     one that cannot, even with nothing else on the device, ends the round now in one line (budget.refuse_unfittable),
-    not after the base's check and the A/A control."""
+    not after the base's check and the A/A control. `timed_next`: the control's copy of the base, whose first pairs
+    are bound while the base's cases run, as a candidate's are during its own check."""
     sizes, labels = budget.benchmark_sizes(evaluator.target, evaluator.bytes_of)
     budget.refuse_unfittable(budget.DeviceMemory(**evaluator.ask("memory")), sizes, labels)
-    checked = check(evaluator, base_dir, progress=progress)
+    checked = check(evaluator, base_dir, progress=progress, timing_next=timed_next or False)
     return on_public_seed(evaluator, base_dir, checked) if checked.status == "failed" else checked
 
 
@@ -98,10 +100,13 @@ def on_public_seed(evaluator: Evaluator, base_dir: Path, checked: StageResult) -
                        checked.log_tail)
 
 
-def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None, timing_next: bool = False,
+def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = None, timing_next: bool | Path = False,
           nonce: int | None = None, progress: Progress = quiet) -> StageResult:
     """Start a runner for `workspace`, check every case, close the runner. With `timing_next` the timing stage's
-    first process pairs are bound and loaded while the cases run (Evaluator.prebind), base and candidate alike.
+    first process pairs are bound and loaded while the cases run (Evaluator.prebind), base and candidate alike:
+    True for this kernel's timing, a path for that workspace's (the control's, after the base's check). Spares
+    that become ready during the cases are bound too, up to the pairs' count, since a pair bound ahead starts at
+    once and one bound when it starts waits for both its runners to import their kernels.
     `progress` hears of each case as it starts (judge.stages.progress). Where the device runs out of memory, the
     check runs once more with the spares' memory given back (Evaluator.give_back_spares), else it is not run."""
     nonce = evaluator.nonce() if nonce is None else nonce
@@ -116,7 +121,7 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
         return not_run(STAGE, str(error))
 
 
-def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timing_next: bool, nonce: int,
+def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timing_next: bool | Path, nonce: int,
            progress: Progress) -> StageResult:
     target = evaluator.target
     workspace = Path(workspace).resolve()  # the runner's cwd is the workspace: paths it gets must be absolute
@@ -132,10 +137,10 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
         deadline = time.monotonic() + limit
         confinement = worker.hello.get("confinement")
         worker.call("load", time_left(deadline))
-        if timing_next and evaluator.base_dir is not None:
-            _prebind_timing(evaluator, workspace)
+        timed = workspace if timing_next is True else timing_next or None
+        bind_ahead = (lambda: _prebind_timing(evaluator, timed)) if timed and evaluator.base_dir is not None else None
         cases, changes, worker = _run_cases(evaluator, lease, worker, workspace, nonce, (started, deadline),
-                                            lambda **info: progress(stage=STAGE, **info))
+                                            lambda **info: progress(stage=STAGE, **info), bind_ahead)
     except NoRoom:
         _no_timing_follows(evaluator, lease)
         raise
@@ -174,14 +179,18 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
 
 
 def _run_cases(evaluator: Evaluator, lease: RunnerLease, worker: Worker, workspace: Path, nonce: int,
-               clock: tuple[float, float], progress: Progress) -> tuple[list[CheckedCase], list[str], Worker | None]:
+               clock: tuple[float, float], progress: Progress, bind_ahead=None
+               ) -> tuple[list[CheckedCase], list[str], Worker | None]:
     """Every case in `worker`, then its audit: the cases, what the audits found, the runner still open (None where
-    the last case's check closed it); `clock`: the stage's start and deadline. A check that finds no room beside the
+    the last case's check closed it); `clock`: the stage's start and deadline; `bind_ahead`, where the timing stage
+    follows, called before each case (it binds the spares ready by then). A check that finds no room beside the
     runner closes it (its audit taken first) and runs again; the next case loads the kernel in a new runner."""
     (started, deadline), cases, changes = clock, [], []
     planned = evaluator.cases(nonce)
     for n, case in enumerate(planned):
         progress(case=n + 1, cases=len(planned), seconds=round(time.monotonic() - started, 1))
+        if bind_ahead is not None:
+            bind_ahead()
         if worker is None:
             waited = time.monotonic()
             worker = lease.acquire(workspace)
@@ -200,7 +209,8 @@ def _run_cases(evaluator: Evaluator, lease: RunnerLease, worker: Worker, workspa
 
 
 def _prebind_timing(evaluator: Evaluator, workspace: Path) -> None:
-    """The timing stage's first process pairs, base and candidate alike, bound and loaded while the cases run."""
+    """The timing stage's first process pairs, base and candidate alike, bound and loaded while the cases run: as
+    many as are not bound yet, from the spares ready now."""
     from .timing.stage import MIN_PAIRS
 
     evaluator.prebind(evaluator.base_dir, MIN_PAIRS, "timing-base")

@@ -225,10 +225,11 @@ class Evaluator(RoundSeeds):
         return worker
 
     def prebind(self, workspace: Path, count: int, prefix: str = "timing") -> int:
-        """Bind up to `count` ready spares to `workspace` and have them import its kernel, without waiting, while
-        something untimed runs (a correctness stage); `prebound` hands them over. How many were bound."""
+        """Bind ready spares to `workspace` until `count` are bound ahead for it, and have them import its kernel,
+        without waiting, while nothing is timed; `prebound` hands them over. How many were bound now."""
         workspace = Path(workspace).resolve()
-        ready = self._ready_spares()[:count]
+        wanted = count - len(self._prebound.get(workspace, []))
+        ready = self._ready_spares()[:wanted] if wanted > 0 else []
         for spare in ready:
             self._pool.remove(spare)
             spare.exchange = self.exchange_dir()
@@ -290,8 +291,7 @@ class Evaluator(RoundSeeds):
         self._drop_scratch(worker.pid)
 
     def _drop_scratch(self, pid: int) -> None:
-        scratch = self._scratch.pop(pid, None)
-        if scratch is not None:
+        if (scratch := self._scratch.pop(pid, None)) is not None:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def exchange_dir(self) -> Path:
