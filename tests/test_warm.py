@@ -153,6 +153,25 @@ def test_binding_ahead_tops_up_to_the_pairs_count_as_spares_become_ready(tmp_pat
         assert [len(w) for w in evaluator._prebound.values()] == [3]
 
 
+def test_a_pair_without_runners_bound_ahead_binds_both_before_it_waits_for_either(tmp_path, monkeypatch):
+    """A pair whose runners no check bound (the control's later pairs, a candidate's fourth) sends both binds and
+    loads before it reads either: the two kernels import at once, not one after the other."""
+    from judge.stages.timing import stage
+
+    target, base, candidate = base_and_candidate(tmp_path)
+    events = []
+    with Evaluator(target, tmp_path / "round", base_dir=base, spares=2, warm=False) as evaluator:
+        ready_spares(evaluator, 2)
+        prebind, prebound = evaluator.prebind, evaluator.prebound
+        monkeypatch.setattr(evaluator, "prebind", lambda w, n, prefix="timing": events.append(
+            f"bind {Path(w).name}") or prebind(w, n, prefix))
+        monkeypatch.setattr(evaluator, "prebound", lambda w: events.append(f"read {Path(w).name}") or prebound(w))
+        result = stage.time_pair(evaluator, candidate, 0, 1, time.monotonic() + 120)
+        assert not result.failure, result.failure
+    assert sorted(events[:2]) == ["bind base", "bind candidate"] and sorted(events[2:]) == ["read base",
+                                                                                             "read candidate"]
+
+
 def test_a_kernel_whose_second_process_fails_to_load_it_crashes_in_timing(tmp_path):
     target, base, _ = base_and_candidate(tmp_path)
     # The first process to import it leaves a mark; the next (a timing runner) raises on it.

@@ -134,6 +134,9 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
     result = PairResult()
     started = time.monotonic()
     with RunnerLease(evaluator) as lease:
+        for who in order:  # both load their kernels at once where no check bound them ahead (Evaluator.prebind)
+            evaluator.prebind(evaluator.base_dir if who == "base" else workspace, 1,
+                              f"timing-{'base-' if who == 'base' else ''}{pair}")
         for who in order:
             directory = evaluator.base_dir if who == "base" else workspace
             name = f"timing-{'base-' if who == 'base' else ''}{pair}.log"
