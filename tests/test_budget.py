@@ -67,6 +67,30 @@ def test_a_benchmark_that_cannot_fit_an_empty_card_ends_the_round_before_the_bas
     assert check_module.check_base(evaluator, "base") is passed and checked == [(evaluator, "base")]
 
 
+def test_the_base_s_check_says_which_benchmark_it_sizes_before_its_first_case_in_the_log_s_own_words(monkeypatch):
+    """Issue 38: sizing runs the reference once on each benchmark the target ranks by (Oracle.plan), which on a CPU copy
+    of amd/moe kept a round silent for minutes before its first case. Each one now says so as it starts."""
+    from types import SimpleNamespace
+
+    from judge.cli.progress import progress_line
+    from judge.stages import check as check_module
+    from judge.stages.result import StageResult
+
+    target = SimpleNamespace(benchmarks=[{}, {}, {}], ranked_benchmarks=[0, 2],
+                             benchmark_label=["n=1024", "n=2048", "n=32768"].__getitem__)
+    sized, said = [], []
+    evaluator = SimpleNamespace(bytes_of=lambda i: sized.append(i) or BenchmarkBytes(GIB, GIB, 0), target=target,
+                                ask=lambda op: {"name": "GPU", "total": 80 * GIB, "free": 79 * GIB})
+    monkeypatch.setattr(check_module, "check", lambda *args, **kwargs: said.append("first case") or
+                        StageResult("correctness", "passed", "3 of 3 checks passed"))
+    check_module.check_base(evaluator, "base", progress=lambda **info: said.append(
+        progress_line({"proposal": "(base)", **info, "seconds": 0.0})))
+    assert sized == [0, 2]  # the benchmark it does not rank by is never timed, so never sized
+    assert said == ["  (base): sizing the memory plan: the reference on benchmark 1 of 2 (n=1024), 0.0 s so far",
+                    "  (base): sizing the memory plan: the reference on benchmark 2 of 2 (n=32768), 0.0 s so far",
+                    "first case"]
+
+
 def test_memory_others_hold_is_left_to_them():
     busy = DeviceMemory("GPU", 80 * GIB, 20 * GIB)  # someone holds 60 GiB
     assert busy.usable == 4 * GIB

@@ -17,6 +17,9 @@ def progress_line(info: dict) -> str:
     """A kernel stage's progress (judge.stages.progress) as one line of a log: per correctness case, per timed
     benchmark of each process pair."""
     head = f"  {terminal(info['proposal'])}: {info['stage']}"
+    if info["stage"] == "sizing":
+        return (f"{head} the memory plan: the reference on benchmark {info['benchmark']} of {info['benchmarks']} "
+                f"({terminal(info['label'])}), {info['seconds']:.1f} s so far")
     if info["stage"] == "profile":
         return f"{head}, benchmark {info['benchmark']} of {info['benchmarks']} ({terminal(info['label'])}), " \
                f"{info['seconds']:.1f} s so far"
@@ -122,9 +125,10 @@ class RunProgress:
         if not self.progress.console.is_terminal:
             self.progress.console.print(progress_line(info), markup=False)
         name = terminal(info["proposal"])
-        if info["stage"] in ("timing", "profile"):
+        if info["stage"] in ("timing", "profile", "sizing"):
             pair = f", pair {info['pair']} (at most {info['max_pairs']})" if info["stage"] == "timing" else ""
-            words = f"  {name}: {info['stage']}{pair}, {terminal(info['label'])}"
+            stage = "sizing the memory plan" if info["stage"] == "sizing" else info["stage"]
+            words = f"  {name}: {stage}{pair}, {terminal(info['label'])}"
             done, total = info["benchmark"] - 1, info["benchmarks"]
         else:
             words, done, total = f"  {name}: correctness", info["case"] - 1, info["cases"]

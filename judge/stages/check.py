@@ -66,10 +66,25 @@ def check_base(evaluator: Evaluator, base_dir: Path, progress: Progress = quiet,
     one that cannot, even with nothing else on the device, ends the round now in one line (budget.refuse_unfittable),
     not after the base's check and the A/A control. `timed_next`: the control's copy of the base, whose first pairs
     are bound while the base's cases run, as a candidate's are during its own check."""
-    sizes, labels = budget.benchmark_sizes(evaluator.target, evaluator.bytes_of)
+    sizes, labels = budget.benchmark_sizes(evaluator.target, _sizing(evaluator, progress))
     budget.refuse_unfittable(budget.DeviceMemory(**evaluator.ask("memory")), sizes, labels)
     checked = check(evaluator, base_dir, progress=progress, timing_next=timed_next or False)
     return on_public_seed(evaluator, base_dir, checked) if checked.status == "failed" else checked
+
+
+def _sizing(evaluator: Evaluator, progress: Progress):
+    """`evaluator.bytes_of`, saying as each benchmark the target ranks by starts to be sized: the oracle makes its
+    inputs and runs the reference once (Oracle.plan), which took minutes before a round's first case on a CPU copy
+    of amd/moe, with nothing said."""
+    target, started = evaluator.target, time.monotonic()
+    ranked = target.ranked_benchmarks
+
+    def bytes_of(index: int) -> budget.BenchmarkBytes:
+        progress(stage="sizing", benchmark=ranked.index(index) + 1, benchmarks=len(ranked),
+                 label=target.benchmark_label(index), seconds=round(time.monotonic() - started, 1))
+        return evaluator.bytes_of(index)
+
+    return bytes_of
 
 
 def on_public_seed(evaluator: Evaluator, base_dir: Path, checked: StageResult) -> StageResult:
