@@ -204,13 +204,13 @@ def _run_cases(evaluator: Evaluator, lease: RunnerLease, worker: Worker, workspa
     planned = evaluator.cases(nonce)
     for n, case in enumerate(planned):
         progress(case=n + 1, cases=len(planned), seconds=round(time.monotonic() - started, 1))
-        if bind_ahead is not None:
-            bind_ahead()
         if worker is None:
             waited = time.monotonic()
             worker = lease.acquire(workspace)
             deadline += time.monotonic() - waited  # a new runner's start is judge's time, as the first one's
             worker.call("load", time_left(deadline))
+        if bind_ahead is not None:  # after the case's own runner, which takes the oldest spare first
+            bind_ahead()
         try:
             cases.append(_run_case(evaluator, worker, case, n, nonce, deadline))
         except CheckBesideRunner as pending:
