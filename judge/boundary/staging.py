@@ -42,13 +42,18 @@ class RunnerFiles:
     outbox_at: int = 0  # where in that memory the last plan put the runner's device outbox
     outbox_bytes: int = 0  # and its size (0: outputs go to the host file alone)
 
-    def want_device(self, nbytes: int) -> None:
-        """The runner is asked for `nbytes` of device memory: a smaller one mapped here is let go first, so that the
-        runner may free it when it allocates the larger (memory another process still maps must not be freed)."""
+    def want_device(self, nbytes: int, at_least: int = 0) -> int:
+        """The runner is asked for `nbytes` of device memory, or for `at_least` where what is mapped here must grow
+        (Oracle.case: the largest case's so far, so that a runner allocates, and the oracle maps, once per check, not
+        at each larger case); the bytes asked for. A smaller one mapped here is let go first, so that the runner may
+        free it when it allocates the larger (memory another process still maps must not be freed)."""
+        if nbytes and (self.device is None or self.device.nbytes < nbytes):
+            nbytes = max(nbytes, at_least)
         self.device_wanted = nbytes
         if self.device is not None and self.device.nbytes < nbytes:
             self.device.close()
             self.device = None
+        return nbytes
 
     def bind(self, handle: str | None) -> str | None:
         """Map the device memory the runner says it allocated for the plan (`handle`, its `build` reply): None, or
@@ -135,15 +140,11 @@ def plan_for(area: Area, files: RunnerFiles, outbox: dict, at_least: int = 0) ->
     much device memory the runner must have for the device part and its device outbox, which follows the inputs in
     the same memory (its reply's handle then goes to `files.bind`). A runner's outbox is its own: no other runner
     maps it, so what a kernel leaves there reaches no rival, and the oracle zeroes only the spans it reads.
-    `at_least`: the device bytes to ask for where the runner's memory must grow (Oracle.case: the largest case's so
-    far, so that a runner allocates it, and the oracle maps it, once per check, not at each larger case)."""
+    `at_least`: what to ask for where the runner's memory must grow (RunnerFiles.want_device)."""
     files.inbox.reserve(area.host_bytes)
     device_out = outbox.get("device") or 0
     at = exchange.aligned(area.device_bytes)
-    total = at + device_out if device_out else area.device_bytes
-    if total and (files.device is None or files.device.nbytes < total):
-        total = max(total, at_least)
-    files.want_device(total)
+    total = files.want_device(at + device_out if device_out else area.device_bytes, at_least)
     files.outbox_at, files.outbox_bytes = (at, device_out) if device_out else (0, 0)
     device = {"bytes": total} if total else None
     host_out = outbox["host"]

@@ -13,12 +13,16 @@ from ..contain import json_safe, terminal
 from ..dispatch import describe_place
 
 
+# A progress event's stage as the terminal and the log say it, where its name alone would not.
+STAGE_WORDS = {"sizing": "sizing the memory plan"}
+
+
 def progress_line(info: dict) -> str:
     """A kernel stage's progress (judge.stages.progress) as one line of a log: per correctness case, per timed
     benchmark of each process pair."""
-    head = f"  {terminal(info['proposal'])}: {info['stage']}"
+    head = f"  {terminal(info['proposal'])}: {STAGE_WORDS.get(info['stage'], info['stage'])}"
     if info["stage"] == "sizing":
-        return (f"{head} the memory plan: the reference on benchmark {info['benchmark']} of {info['benchmarks']} "
+        return (f"{head}: the reference on benchmark {info['benchmark']} of {info['benchmarks']} "
                 f"({terminal(info['label'])}), {info['seconds']:.1f} s so far")
     if info["stage"] == "profile":
         return f"{head}, benchmark {info['benchmark']} of {info['benchmarks']} ({terminal(info['label'])}), " \
@@ -127,8 +131,7 @@ class RunProgress:
         name = terminal(info["proposal"])
         if info["stage"] in ("timing", "profile", "sizing"):
             pair = f", pair {info['pair']} (at most {info['max_pairs']})" if info["stage"] == "timing" else ""
-            stage = "sizing the memory plan" if info["stage"] == "sizing" else info["stage"]
-            words = f"  {name}: {stage}{pair}, {terminal(info['label'])}"
+            words = f"  {name}: {STAGE_WORDS.get(info['stage'], info['stage'])}{pair}, {terminal(info['label'])}"
             done, total = info["benchmark"] - 1, info["benchmarks"]
         else:
             words, done, total = f"  {name}: correctness", info["case"] - 1, info["cases"]

@@ -133,15 +133,15 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
     runners: dict[str, Worker] = {}
     result = PairResult()
     started = time.monotonic()
+    places = {"base": (evaluator.base_dir, f"timing-base-{pair}"), "cand": (workspace, f"timing-{pair}")}
     with RunnerLease(evaluator) as lease:
         for who in order:  # both load their kernels at once where no check bound them ahead (Evaluator.prebind)
-            evaluator.prebind(evaluator.base_dir if who == "base" else workspace, 1,
-                              f"timing-{'base-' if who == 'base' else ''}{pair}")
+            directory, name = places[who]
+            evaluator.prebind(directory, 1, name)
         for who in order:
-            directory = evaluator.base_dir if who == "base" else workspace
-            name = f"timing-{'base-' if who == 'base' else ''}{pair}.log"
+            directory, name = places[who]
             try:
-                runners[who] = lease.acquire_loaded(directory, name, time_left(deadline))
+                runners[who] = lease.acquire_loaded(directory, f"{name}.log", time_left(deadline))
             except (WorkerError, CommandFailed) as error:
                 raise _stopped(error, who) from None
         evaluator.pin_timing(*runners.values())
