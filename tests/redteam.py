@@ -37,6 +37,7 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,9 @@ from judge.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[1]
 CHEATS_DIR = ROOT / "tests" / "fixtures" / "redteam" / "cheats"
+# judge's bytecode cache in every red-team round, as on a machine that keeps no bytecode (judge.sandbox.bytecode):
+# shared by the rounds, so that torch's is compiled into it once per machine
+BYTECODE_CACHE = Path(tempfile.gettempdir()) / "judge-redteam-bytecode"
 MARKER = b"REDTEAM-FORGED-ROW"  # what the cheats try to write; built at run time in them (their source is in the ledger)
 OUTCOMES = {"patch-failed", "compile-error", "incorrect", "crashed", "timed-out", "tampered", "implausible",
             "slower", "unchanged", "faster", "not-run"}
@@ -282,6 +286,7 @@ def run_redteam_round(key: str, tmp: Path, timed: bool = True) -> RedTeamRound:
         "PORT": str(listener.getsockname()[1]),
         "TEST_SPECS": json.dumps(task["tests"]), "PUBLIC_SPECS": json.dumps(task["tests"] + task["benchmarks"]),
         "CORRECTNESS_CALLS": str(len(target.distributions) * (2 * len(target.tests) + len(target.benchmarks))),
+        "BYTECODE_CACHE": str(BYTECODE_CACHE),
     }
 
     copies = {"mixin": main}
@@ -319,7 +324,8 @@ def run_redteam_round(key: str, tmp: Path, timed: bool = True) -> RedTeamRound:
     settings = Settings(kernels_dir=kernels, work_dir=work, cache_dir=tmp / "cache", timing_budget_s=1,
                         fork_spares=True)
     start = time.monotonic()
-    with _environ(JUDGE_LEDGER=str(ledger_path), JUDGE_REDTEAM_SECRET="the judge's own setting"):
+    with _environ(JUDGE_LEDGER=str(ledger_path), JUDGE_REDTEAM_SECRET="the judge's own setting",
+                  JUDGE_BYTECODE_CACHE=str(BYTECODE_CACHE)):
         try:
             run_round(ledger, 1, settings=settings)
         except Exception as error:  # a crash of judge itself: every test says so instead of erroring alone

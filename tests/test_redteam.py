@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from judge.ledger import Ledger
-from redteam import (CHEATS, CONTROLS, KNOWN_JUDGE_BUGS, MARKER, TARGETS, cases, check_verdict, ran, run_redteam_round,
+from redteam import (BYTECODE_CACHE, CHEATS, CONTROLS, KNOWN_JUDGE_BUGS, MARKER, TARGETS, cases, check_verdict, ran, run_redteam_round,
                      targets)
 from redteam import test_the_round_ran_without_judge_crashing  # noqa: F401  collected here, on this module's rounds
 
@@ -87,13 +87,15 @@ def test_no_file_outside_its_workspace_is_changed(request, key):
         pytest.skip("write_ledger not selected")
     log = rr.log("write_ledger")
     attempts = [line for line in _lines(log, "REDTEAM write ")]
-    for what in ("ledger", "reports", "kernels", "judge source", "other workspace", "base", "oracle"):
+    for what in ("ledger", "reports", "kernels", "judge source", "other workspace", "base", "oracle", "bytecode cache"):
         assert any(line.startswith(f"REDTEAM write {what} ") for line in attempts), (what, log[-3000:])
     wrote = [line for line in attempts if line.endswith(": WROTE")]
     assert not wrote
     # another candidate's workspace is not there at all where the runner has a mount namespace (judge as root)
-    assert all("PermissionError" in line or (line.startswith("REDTEAM write other workspace ")
+    assert all("PermissionError" in line or (line.startswith(("REDTEAM write other workspace ",
+                                                              "REDTEAM write bytecode cache "))
                                              and "FileNotFoundError" in line) for line in attempts), attempts
+    assert not (BYTECODE_CACHE / "redteam-planted.pyc").exists()
     changed = [str(p) for p, before in rr.protected.items() if not p.exists() or p.read_bytes() != before]
     assert not changed
     workspace = rr.workspaces[cheat.proposal_id]

@@ -9,6 +9,7 @@ after judge's own code and torch are loaded and before any candidate code is imp
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib
 import json
@@ -21,6 +22,8 @@ import traceback
 from pathlib import Path
 from time import perf_counter as _clock  # CLOCK_MONOTONIC on Linux: the parent's clock too
 
+from . import bytecode
+
 # The exit code of a child whose reply channel was swapped in its own process (judge.sandbox.worker reads it).
 REPLY_TAMPERED_EXIT = 86
 RUNNER_OPS = {"load", "build", "warm_up", "calls", "audit", "profile"}
@@ -28,6 +31,8 @@ ORACLE_OPS = {"plan", "memory", "attach", "detach", "bind", "case", "stage", "ve
               "benchmark", "turn", "release", "facts"}
 CALL_OPS = {"run"}
 ERROR_CHARS = 2000
+# Where judge's own imports keep their bytecode (judge.sandbox.bytecode), taken out of the environment at the start.
+_bytecode: str | None = None
 
 
 def _clean(value):
@@ -55,6 +60,8 @@ def _error_line(error: BaseException) -> str:
 def _start() -> str:
     import ctypes
 
+    global _bytecode
+    _bytecode = os.environ.pop(bytecode.ENV, None)  # a path of judge's: no kernel reads it from the environment
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a child never outlives judge, frozen or not
     faulthandler.enable()  # a segfault prints the Python stack into the log
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the parent's "show me where you hang"
@@ -101,9 +108,15 @@ def call(func: str, args_file: str, result_file: str) -> None:
     args = json.loads(Path(args_file).read_text())
     confinement = None
     try:
-        function = getattr(importlib.import_module(module_name), function_name)
-        confinement = _confine(args.get("policy"))
-        value = function(**args["kwargs"])
+        with bytecode.cached(_bytecode):
+            for module in args.get("preload", []):  # named by judge (torch), imported before any contestant code
+                with contextlib.suppress(ImportError):  # the kernel's own import says what is missing
+                    importlib.import_module(module)
+        # A call without confinement runs judge's own code only (the probe): its imports may keep their bytecode.
+        with bytecode.cached(_bytecode if args.get("policy") is None else None):
+            function = getattr(importlib.import_module(module_name), function_name)
+            confinement = _confine(args.get("policy"))
+            value = function(**args["kwargs"])
         text = json.dumps({"ok": True, "value": _clean(value), "confinement": confinement}, allow_nan=False)
     except Exception as error:  # the verdict is "crashed" with this line; the traceback goes to the log
         traceback.print_exc()
@@ -141,6 +154,9 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
         serial, setup = _wait_for_bind(commands, send, setup, phases, cuda=setup["role"] != "call")
     try:
         started = _clock()
+        if not setup.get("deferred"):  # torch, judge's import, before a reference's or a kernel's
+            with bytecode.cached(_bytecode):
+                import torch  # noqa: F401
         server, allowed = _server(setup)
         if setup["role"] == "runner":
             server.channel = (commands.fileno(), reply)  # judge.boundary.callframe reads and answers records on them
@@ -202,17 +218,18 @@ def _import_heavy(role: str = "runner", preload: list[str] | tuple[str, ...] = (
     """What every runner pays before it knows its kernel and that touches no GPU: torch's import (seconds) and
     the compiler modules the runner settles before its snapshot (2.4 s of each bind on an H100 before they moved
     here); a compile worker's judge code instead, the modules its parent names in `preload` (judge.stages.compile's
-    imports took 0.45 s of a bind on a 2-core VM)."""
-    import torch  # noqa: F401
+    imports took 0.45 s of a bind on a 2-core VM). All of it judge's: its bytecode may be cached."""
+    with bytecode.cached(_bytecode):
+        import torch  # noqa: F401
 
-    from ..boundary import runner  # noqa: F401
+        from ..boundary import runner  # noqa: F401
 
-    for module in preload:  # judge's own modules, named by judge (judge.stages.compile.workers), never a kernel's
-        importlib.import_module(module)
-    if role == "runner":
-        from ..boundary.tamper import preload_torch
+        for module in preload:  # judge's own modules, named by judge (judge.stages.compile.workers), never a kernel's
+            importlib.import_module(module)
+        if role == "runner":
+            from ..boundary.tamper import preload_torch
 
-        preload_torch()
+            preload_torch()
 
     try:  # finding libseccomp runs ldconfig: done here, not while a candidate waits for its runner's bind
         import pyseccomp  # noqa: F401

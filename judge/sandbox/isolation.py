@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..contain import LOG_CAP
+from . import bytecode
 
 if TYPE_CHECKING:
     from .confine import Policy
@@ -62,12 +63,14 @@ def run_isolated(
     env: dict[str, str] | None = None,
     log_path: Path | None = None,
     policy: "Policy | None" = None,
+    preload: tuple[str, ...] = (),
 ) -> ChildOutcome:
     """Call `func` with `kwargs` in a fresh `python -m judge.sandbox.child` in its own session.
 
     The child's cwd is `cwd` and it comes first on the child's `sys.path`; `env` adds to (or overrides) this
     process's environment. With a confinement `policy` (judge.sandbox.confine) the child is confined before `func`
-    is imported, and its environment is the policy's. Arguments and result travel as JSON files;
+    is imported, and its environment is the policy's; the modules `preload` names (judge's choice, such as torch) are
+    imported before that, with judge's bytecode cache (judge.sandbox.bytecode). Arguments and result travel as JSON files;
     stdout+stderr go to `log_path` (a temporary file when None). Never raises for anything the child does:
     every ending is a ChildOutcome.
     """
@@ -79,8 +82,8 @@ def run_isolated(
         result_file = tmp_dir / "result.json"
         log_file = Path(log_path) if log_path is not None else tmp_dir / "child.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        child_env, policy_json = child_environment(policy, env, tmp_dir)
-        args_file.write_text(json.dumps({"kwargs": kwargs, "policy": policy_json}))
+        child_env, policy_json = child_environment(policy, env, tmp_dir, cached=policy is None or bool(preload))
+        args_file.write_text(json.dumps({"kwargs": kwargs, "policy": policy_json, "preload": list(preload)}))
 
         command = [sys.executable, "-m", "judge.sandbox.child", func, str(args_file), str(result_file)]
         start = time.monotonic()
@@ -128,9 +131,10 @@ def _outcome(timed_out: bool, timeout_s: float, exit_code: int, seconds: float, 
                         result.get("confinement"))
 
 
-def child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_dir: Path) -> tuple[dict, dict | None]:
+def child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_dir: Path,
+                      cached: bool = False) -> tuple[dict, dict | None]:
     """The child's environment and its confinement (JSON, None when unconfined); its scratch `tmp_dir` is
-    writable to it too."""
+    writable to it too. `cached`: the child makes imports of judge's own first, which may keep their bytecode."""
     child_env = dict(os.environ)
     policy_json = None
     if policy is not None:
@@ -142,6 +146,10 @@ def child_environment(policy: "Policy | None", env: dict[str, str] | None, tmp_d
         child_env = confine.child_env(policy, child_env)
         policy_json = policy_to_json(policy)
     child_env.update(env or {})
+    if cached:
+        bytecode.for_children(child_env)
+    else:
+        child_env.pop(bytecode.ENV, None)
     child_env["PYTHONUNBUFFERED"] = "1"
     # The judge package must be importable in the child; the workspace still comes first (python -m puts the
     # cwd at sys.path[0], ahead of PYTHONPATH).

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import bytecode
 from .child import REPLY_TAMPERED_EXIT
 from .forkserver import ForkServer
 from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, session_members, tail
@@ -83,8 +84,9 @@ def time_left(deadline: float) -> float:
 
 
 def worker_env(env: dict[str, str] | None) -> dict[str, str]:
-    """A worker's environment: `env` (judge's own when None), unbuffered, with the judge package importable."""
-    child_env = dict(env if env is not None else os.environ)
+    """A worker's environment: `env` (judge's own when None), unbuffered, with the judge package importable, and
+    judge's bytecode cache named for the imports it makes first (judge.sandbox.bytecode)."""
+    child_env = bytecode.for_children(dict(env if env is not None else os.environ))
     child_env["PYTHONUNBUFFERED"] = "1"
     paths = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if JUDGE_ROOT not in paths:

@@ -16,6 +16,7 @@ import tempfile
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
     from .workers import CompileWorkers
 
 STAGE = "compile"
+# What a fresh compile child imports before its confinement, as a warm one has (judge.stages.compile.workers): torch,
+# with judge's bytecode cache where the machine keeps none (judge.sandbox.bytecode). On an H200 host that keeps none,
+# the base's compile of pmpp/prefixsum_py, a fresh child whose kernel imported torch itself, took 3.5 s (2026-11-30).
+FRESH_PRELOAD = ("torch",)
 KEEP_OPTIONS = "--keep-ptx --keep-cubin"
 DSL_PACKAGE = "nvidia-cutlass-dsl"
 
@@ -46,7 +51,7 @@ def run_compile(target: Target, workspace: Path, *, cache_dir: Path, timeout_s: 
                 workers: "CompileWorkers | None" = None) -> StageResult:
     """Compile every distinct configuration of the kernel assembled in `workspace`; cached ones skip the child,
     which is a fresh process, or one of `workers`' warm ones (judge.stages.compile.workers: the same verdicts)."""
-    spawn = workers.run if workers is not None else run_isolated
+    spawn = workers.run if workers is not None else partial(run_isolated, preload=FRESH_PRELOAD)
     workspace = Path(workspace).resolve()
     cache = CompileCache(Path(cache_dir))
     kernel_path = workspace / target.kernel_file
