@@ -546,7 +546,7 @@ def run_process(argv: list[str], *, cwd: Path, env: dict, timeout_s: float, memo
 
 
 def judge_argv(ledger: Path, kernels: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "judge.cli.main", "--ledger", str(ledger), "--kernels", str(kernels), "--json", *args]
+    return [sys.executable, "-m", "judge", "--ledger", str(ledger), "--kernels", str(kernels), "--json", *args]
 
 
 def judge_env() -> dict:
@@ -569,9 +569,11 @@ def ledger_evaluations(ledger: Path) -> dict[str, dict]:
 
 
 def run_eval(problem: Path, task: dict, sub: Submission, mode: str, scratch: Path, timeout_s: float,
-             memory: GpuMemory, all_benchmarks: bool = False, dry_run: bool = False) -> dict:
-    """eval.py in `mode` on one submission, as GPU MODE's runner calls it."""
-    where = scratch / "eval" / sub.id / mode
+             memory: GpuMemory, all_benchmarks: bool = False, dry_run: bool = False,
+             bytecode_dir: Optional[Path] = None) -> dict:
+    """eval.py in `mode` on one submission, as GPU MODE's runner calls it; with `bytecode_dir`, its imports read and
+    write their bytecode there, as judge's own do on a machine that keeps none (judge.sandbox.bytecode)."""
+    where = scratch / "eval" / sub.id / (mode + ("-cached" if bytecode_dir else ""))
     if where.exists():
         shutil.rmtree(where)
     where.mkdir(parents=True)
@@ -586,6 +588,10 @@ def run_eval(problem: Path, task: dict, sub: Submission, mode: str, scratch: Pat
     if dry_run:
         return out | {"verdict": "dry-run"}
     env = {k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")}
+    if bytecode_dir is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(bytecode_dir)
+        out["command"] = f"PYTHONPYCACHEPREFIX={bytecode_dir} " + out["command"]
     if task.get("seed") is not None:
         env["POPCORN_SEED"] = str(task["seed"])
     with open(where / "popcorn.txt", "w+") as popcorn:
@@ -736,11 +742,14 @@ def parity(problem: Path, rel: str, args, memory: GpuMemory, scratch_root: Path,
         return eval_end - time.monotonic()
 
     result["eval"] = {}
+    # Where judge keeps its own bytecode (this machine keeps none), eval.py's leaderboard runs again with the same
+    # cache: judge's ratio is shown against both.
+    cached = [CACHED] if args.bytecode_dir is not None and "leaderboard" in args.eval_modes else []
     for sub in subs:
         if sub.kind == "identical" and sub.id not in ("identical", "identical-1"):
             continue  # further identical copies are the same file for eval.py
-        for mode in args.eval_modes:
-            cap = float(task.get("ranked_timeout" if mode == "leaderboard" else f"{mode}_timeout", 600) or 600)
+        for mode in args.eval_modes + cached:
+            cap = float(task.get("ranked_timeout" if mode.startswith("leaderboard") else f"{mode}_timeout", 600) or 600)
             if not args.dry_run and left() < 5:
                 result["eval"].setdefault(sub.id, {})[mode] = {"mode": mode, "verdict": "skipped",
                                                                "message": "no time left in --limit-s / --budget-s"}
@@ -748,7 +757,8 @@ def parity(problem: Path, rel: str, args, memory: GpuMemory, scratch_root: Path,
             log(f"{rel}: eval.py {mode} {sub.id}")
             try:
                 result["eval"].setdefault(sub.id, {})[mode] = run_eval(
-                    problem, task, sub, mode, scratch, min(cap, left()), memory, args.all_benchmarks, args.dry_run)
+                    problem, task, sub, mode.removesuffix("-cached"), scratch, min(cap, left()), memory,
+                    args.all_benchmarks, args.dry_run, args.bytecode_dir if mode == CACHED else None)
             except Exception as error:
                 result["eval"].setdefault(sub.id, {})[mode] = {"mode": mode, "verdict": "error",
                                                                "message": f"{type(error).__name__}: {error}"}
@@ -775,11 +785,11 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
             out["judge_stopped_after_verdicts"] = True
     elif judge.get("seconds") is not None and judge.get("rc") is not None and judge.get("submitted"):
         out["judge_s_per_candidate"] = round(judge["seconds"] / judge["submitted"], 2)
-    for mode in ("test", "benchmark", "leaderboard"):
+    for mode in ("test", "benchmark", "leaderboard", CACHED):
         seconds = [e[mode]["seconds"] for e in evals.values()
                    if e.get(mode, {}).get("seconds") is not None and e[mode].get("rc") is not None]
         if seconds:
-            out[f"eval_{mode}_s_per_submission"] = round(sum(seconds) / len(seconds), 2)
+            out[f"eval_{mode.replace('-', '_')}_s_per_submission"] = round(sum(seconds) / len(seconds), 2)
     in_turn = [sum(e[m]["seconds"] for m in ("test", "benchmark", "leaderboard")) for e in evals.values()
                if all(e.get(m, {}).get("rc") is not None for m in ("test", "benchmark", "leaderboard"))]
     if in_turn:  # what GPU MODE's runner spends on a leaderboard submission: the three modes in turn
@@ -793,6 +803,9 @@ def summarize(result: dict, subs: list[Submission]) -> dict:
         out["ratio"] = round(out["judge_s_per_candidate"] / lb, 2)
     if out.get("judge_own_s_per_candidate") and lb:
         out["ratio_own"] = round(out["judge_own_s_per_candidate"] / lb, 2)
+    lb_cached = out.get("eval_leaderboard_cached_s_per_submission")
+    if out.get("judge_s_per_candidate") and lb_cached:
+        out["ratio_cached"] = round(out["judge_s_per_candidate"] / lb_cached, 2)
     peaks = [e.get("memory", {}).get("peak_mib") for per in evals.values() for e in per.values()]
     peaks = [p for p in peaks if p is not None]
     out["eval_peak_mib"] = max(peaks) if peaks else None
@@ -890,6 +903,10 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
     lines.append(f"judge / eval.py leaderboard: {'-' if ratio is None else f'{ratio:.2f}x'} (bar: at most 1.5x); "
                  f"peaks at most 80% of the GPU's memory: {yes_no(summary.get('memory_within_bar'))}; "
                  f"eval.py's benchmarks file: {cases_note(result)}")
+    if summary.get("ratio_cached") is not None:
+        lines.append(f"eval.py leaderboard with judge's bytecode cache (this machine keeps none of its own): "
+                     f"{seconds(summary.get('eval_leaderboard_cached_s_per_submission'))} s per submission; judge / "
+                     f"that: {summary['ratio_cached']:.2f}x")
     if summary.get("ratio_own") is not None:
         lines.append(f"judge's own seconds per candidate (its stages in the ledger; no start, base check or control): "
                      f"{seconds(summary.get('judge_own_s_per_candidate'))} s, {summary['ratio_own']:.2f}x eval.py "
@@ -943,7 +960,8 @@ def report_markdown(results: list[dict], header: dict, skipped: list[str]) -> st
     total = header.get("total_mib")
     out = ["# judge beside GPU MODE's eval.py", "",
            f"{header['started']} · {header['device']} · {header['memory_how']} · python {header['python']}"
-           f" · modes {', '.join(header['eval_modes'])}" + (" · dry run" if header.get("dry_run") else ""), ""]
+           f" · modes {', '.join(header['eval_modes'])}" + (" · dry run" if header.get("dry_run") else "")
+           + (f" · {header['bytecode']}" if header.get("bytecode") else ""), ""]
     for result in results:
         out.append(problem_markdown(result, total))
     out += [f"skipped: {s}" for s in skipped]
@@ -951,6 +969,9 @@ def report_markdown(results: list[dict], header: dict, skipped: list[str]) -> st
 
 
 # ---- main -----------------------------------------------------------------------------------------------------------
+
+CACHED = "leaderboard-cached"  # eval.py's leaderboard mode again, with judge's bytecode cache
+
 
 def parse_args(argv: Optional[list[str]] = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -985,6 +1006,7 @@ def parse_args(argv: Optional[list[str]] = None):
     args = parser.parse_args(argv)
     args.problems = args.problems or (os.environ.get("PROBLEMS", "").split() or DEFAULT_PROBLEMS)
     args.eval_modes = [m.strip() for m in args.eval_modes.split(",") if m.strip()]
+    args.bytecode_dir = None  # judge's bytecode cache on this machine (run_all looks)
     unknown = set(args.eval_modes) - {"test", "benchmark", "leaderboard"}
     if unknown:
         parser.error(f"--eval-modes: unknown {', '.join(sorted(unknown))}")
@@ -1009,6 +1031,13 @@ def run_all(args, memory: GpuMemory, deadline: float) -> int:
               "eval_modes": args.eval_modes, "dry_run": args.dry_run, "root": str(args.root),
               "all_benchmarks": args.all_benchmarks}
     args.root = args.root.resolve()  # judge runs each contest from a scratch directory of its own
+    sys.path.insert(0, str(ROOT))
+    from judge.sandbox import bytecode
+
+    args.bytecode_dir = None if args.dry_run else bytecode.cache_dir()
+    if args.bytecode_dir is not None:  # a cache's first round fills it: say whether this run found it warm
+        header["bytecode"] = (f"judge's bytecode cache {args.bytecode_dir}: "
+                              f"{sum(1 for _ in args.bytecode_dir.rglob('*.pyc'))} files at the start")
     problems = find_problems(args.root, args.problems)
     if not problems:
         print(f"no problem directory (with a task.yml) matches {args.problems} under {args.root}", file=sys.stderr)

@@ -348,6 +348,32 @@ def test_with_no_judge_eval_py_alone_runs_on_every_submission(problem, tmp_path)
     assert (scratch / "eval").is_dir() and not (scratch / "ledger.db").exists()  # eval.py's folders, no contest
 
 
+def test_where_judge_keeps_its_own_bytecode_eval_py_runs_again_with_it(problem, tmp_path, monkeypatch):
+    """A machine that keeps no bytecode (the H200s lent on 2026-11-30: PYTHONDONTWRITEBYTECODE=1) makes judge keep
+    its own (judge.sandbox.bytecode); eval.py's leaderboard runs again with the same cache, and judge's ratio is
+    shown against both runs."""
+    (problem.parent / "eval.py").write_text(FAKE_EVAL)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    args = parity.parse_args(["--no-judge", "--eval-modes", "leaderboard", "--limit-s", "60", "--root", str(tmp_path)])
+    args.bytecode_dir = tmp_path / "cache"
+    result = parity.parity(problem, "family/add_py", args, parity.GpuMemory(probe=False), tmp_path / "scratch",
+                           deadline=float("inf"))
+    cached = result["eval"]["identical"]["leaderboard-cached"]
+    assert (cached["verdict"], cached["mode"], cached["rc"]) == ("pass", "leaderboard", 0)
+    assert cached["command"].startswith(f"PYTHONPYCACHEPREFIX={tmp_path / 'cache'} cd ")
+    evals = {"identical": {"leaderboard": {"seconds": 5.0, "rc": 0, "verdict": "pass"},
+                           "leaderboard-cached": {"seconds": 4.0, "rc": 0, "verdict": "pass"}}}
+    judge = {"submitted": 2, "accepted": ["identical"], "rc": 0, "seconds": 20.0, "last_verdict_s": 18.0,
+             "verdicts": {"identical": {"outcome": "unchanged"}}}
+    subs = [parity.Submission("identical", "identical", "submission.py", "")]
+    result = {"problem": "family/add_py", "ranking_by": "last", "benchmarks": 2, "notes": [], "submissions": [],
+              "judge": judge, "eval": evals}
+    result["summary"] = parity.summarize(result, subs)
+    assert (result["summary"]["ratio"], result["summary"]["ratio_cached"]) == (1.8, 2.25)
+    assert ("eval.py leaderboard with judge's bytecode cache (this machine keeps none of its own): 4.0 s per "
+            "submission; judge / that: 2.25x") in parity.problem_markdown(result, None).splitlines()
+
+
 def test_the_round_s_logs_are_kept_beside_the_report(tmp_path):
     """A device run returns what is under --out: the round's events and each oracle's log (its lines put a memory
     peak on the step that made it) are copied there, the last LOG_TAIL_BYTES of each."""
