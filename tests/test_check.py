@@ -79,8 +79,9 @@ def test_wrong_fails_with_mismatches(tmp_path):
     result = judge_variant(cpu_target(), "wrong", tmp_path)
     assert result.status == "failed"
     seed = derive(7, WHOSE, "test", 0, 1, "default")
-    assert result.summary.startswith(
-        f"8 of 8 checks failed; first: test 0 (size=127), first call (seed {seed}): output: ")
+    assert result.summary.startswith(  # one failed check decides
+        f"check 1 of 8 failed (the 7 after it not run): test 0 (size=127), first call (seed {seed}): output: ")
+    assert (len(result.detail.cases), result.detail.planned) == (1, 8)
     first = result.detail.cases[0].outputs[0]
     assert first["mismatched"] > 100 and first["nonfinite"] == 0
     assert 1e-4 < first["max_abs_err"] < 1e-2  # 0.001 * |b|
@@ -102,9 +103,9 @@ def test_cache_is_stale_on_the_second_call(tmp_path):
     result = judge_variant(cpu_target(), "cached", tmp_path)
     assert result.status == "failed"
     verdicts = [(c.kind, c.call, c.passed) for c in result.detail.cases]
-    assert verdicts == [("test", 1, True), ("test", 2, False)] * 3 + [("benchmark", 1, True)] * 2
+    assert verdicts == [("test", 1, True), ("test", 2, False)]  # the check stops at the first that fails
     seed = derive(7, WHOSE, "test", 0, 2, "default")
-    assert result.summary.startswith(f"3 of 8 checks failed; first: test 0 (size=127), second call (seed {seed})")
+    assert result.summary.startswith(f"check 2 of 8 failed (the 6 after it not run): test 0 (size=127), second call (seed {seed})")
 
 
 def test_right_on_test_shapes_only_fails_on_a_benchmark_shape(tmp_path):
@@ -117,7 +118,7 @@ def test_right_on_test_shapes_only_fails_on_a_benchmark_shape(tmp_path):
         result = check(evaluator, workspace, nonce=0)
     assert result.status == "failed"
     seed = derive(7, WHOSE, "benchmark", 0, "default")
-    assert result.summary == (f"1 of 7 checks failed; first: benchmark 0 (size=200000) (seed {seed}): output has "
+    assert result.summary == (f"check 7 of 7 failed: benchmark 0 (size=200000) (seed {seed}): output has "
                               "99997 NaN/Inf of 200000 elements; check_implementation: mismatch against the reference")
 
 
@@ -175,9 +176,10 @@ def test_input_distributions_are_all_checked(tmp_path):
     with Evaluator(target, tmp_path / "round", secret=7) as evaluator:
         result = check(evaluator, workspace, nonce=0)
     assert result.status == "failed"
-    failed = {(c.distribution, c.passed) for c in result.detail.cases}
-    assert failed == {("randn", True), ("wide", False)}
-    assert result.summary.startswith("8 of 16 checks failed; first: test 0 (size=127), first call (seed ")
+    failed = [(c.distribution, c.passed) for c in result.detail.cases]
+    assert failed == [("randn", True)] * 8 + [("wide", False)]  # every randn case passed before a wide one failed
+    assert result.summary.startswith("check 9 of 16 failed (the 7 after it not run): test 0 (size=127), first call "
+                                     "(seed ")
     assert ", wide inputs): output: " in result.summary
 
 
@@ -314,7 +316,8 @@ def test_a_check_that_finds_no_room_beside_the_kernels_runner_is_made_again_once
         honest = check(evaluator, target.assemble(tmp_path / "ws", target.kernel_source()), nonce=0)
         spoiled = check(evaluator, target.assemble(tmp_path / "wrong", wrong), nonce=1)
     assert (honest.status, honest.summary) == ("passed", "3 of 3 checks passed (1 tests x 2 seeds + 1 benchmarks)")
-    assert spoiled.status == "failed" and spoiled.summary.startswith("3 of 3 checks failed; first: test 0 (size=100)")
+    assert spoiled.status == "failed"
+    assert spoiled.summary.startswith("check 1 of 3 failed (the 2 after it not run): test 0 (size=100)")
     assert spoiled.summary.endswith("not doubled")
 
 
@@ -383,8 +386,8 @@ def test_named_tuples_and_numbers_reach_the_checker_and_every_timed_check_as_the
         assert case.outputs[2]["dtype"] == "float" and case.outputs[2]["mismatched"] == 0
     seed = derive(7, WHOSE, "test", 0, 1, "default")
     assert results["nan"].status == "failed"
-    assert results["nan"].summary == (f"3 of 3 checks failed; first: test 0 (rows=17 cols=33), first call (seed "
-                                      f"{seed}): output[1] has 1 NaN/Inf of 1 elements; check_implementation: the "
+    assert results["nan"].summary == (f"check 1 of 3 failed (the 2 after it not run): test 0 (rows=17 cols=33), "
+                                      f"first call (seed {seed}): output[1] has 1 NaN/Inf of 1 elements; check_implementation: the "
                                       "total is off")
     assert timed.status == "failed", timed.summary + timed.log_tail
     assert re.fullmatch(r"benchmark 0 \(rows=256 cols=512\), timed call \d+ on input set \d \(host clock\): its "
@@ -482,11 +485,13 @@ def test_a_base_that_fails_on_a_drawn_seed_is_run_again_on_task_ymls_own_seed(tm
         with Evaluator(target, tmp_path / f"round-{name}", secret=7) as evaluator:
             result = check_base(evaluator, base)
         assert result.status == "failed", result.summary
-        first = next(c for c in result.detail.cases if not c.passed)
+        first = result.detail.cases[-1]
+        assert [c.passed for c in result.detail.cases] == [True] * (len(result.detail.cases) - 1) + [False]
         where = (f"benchmark 1 (size=40000) (seed {first.seed})" if name == "public-only"
                  else f"test 0 (size={target.tests[0]['size']}), first call (seed {first.seed})")
-        assert result.summary.startswith(f"{sum(not c.passed for c in result.detail.cases)} of 8 checks failed; "
-                                         f"first: {where}: "), result.summary
+        run = len(result.detail.cases)
+        after = f" (the {8 - run} after it not run)" if run < 8 else ""  # public-only fails on the last benchmark
+        assert result.summary.startswith(f"check {run} of 8 failed{after}: {where}: "), result.summary
         assert result.summary.endswith(
             "; on task.yml's own seed (2) the same benchmark passes: the base fails the problem's check on some of its "
             "inputs, and a check of task.yml's seeds alone (GPU MODE's eval.py) passes it" if name == "public-only"

@@ -174,7 +174,8 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
                            CheckDetail(error=error.error, runner_start_s=runner_start_s), error.log_tail)
     seconds = time.monotonic() - started
-    detail = CheckDetail(cases=cases, tolerance=_tolerance(target),
+    planned = len(evaluator.cases(nonce))
+    detail = CheckDetail(cases=cases, planned=planned, tolerance=_tolerance(target),
                          check_implementation=any(c.check_implementation is not None for c in cases),
                          confinement=confinement, secret_seeds=True, runner_start_s=runner_start_s,
                          distributions=[d.name for d in target.distributions])
@@ -187,8 +188,7 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
     failed = [c for c in cases if not c.passed]
     if failed:
         evaluator.discard_prebound()
-        summary = f"{len(failed)} of {len(cases)} checks failed; first: {describe_failure(failed[0])}"
-        return StageResult(STAGE, "failed", summary, seconds, detail, tail)
+        return StageResult(STAGE, "failed", failed_summary(len(cases), planned, failed[0]), seconds, detail, tail)
     return StageResult(STAGE, "passed", f"{len(cases)} of {len(cases)} checks passed ({_counts(target)})",
                        seconds, detail, tail)
 
@@ -196,8 +196,8 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
 def _run_cases(evaluator: Evaluator, lease: RunnerLease, worker: Worker, workspace: Path, nonce: int,
                clock: tuple[float, float], progress: Progress, bind_ahead=None
                ) -> tuple[list[CheckedCase], list[str], Worker | None]:
-    """Every case in `worker`, then its audit: the cases, what the audits found, the runner still open (None where
-    the last case's check closed it); `clock`: the stage's start and deadline; `bind_ahead`, where the timing stage
+    """Every case in `worker` up to the first that fails, then its audit: the cases run, what the audits found, the
+    runner still open (None where the last case's check closed it); `clock`: the stage's start and deadline; `bind_ahead`, where the timing stage
     follows, called before each case (it binds the spares ready by then). A check that finds no room beside the
     runner closes it (its audit taken first) and runs again; the next case loads the kernel in a new runner."""
     (started, deadline), cases, changes = clock, [], []
@@ -218,6 +218,8 @@ def _run_cases(evaluator: Evaluator, lease: RunnerLease, worker: Worker, workspa
             lease.release(wait=True)
             worker = None
             cases.append(_check_again(evaluator, pending))
+        if not cases[-1].passed:  # one failed check decides the verdict: the cases after it would cost, not tell
+            break
     if worker is not None:
         changes += worker.call("audit", time_left(deadline)).value
     return cases, changes, worker
@@ -299,6 +301,12 @@ def _check_again(evaluator: Evaluator, pending: CheckBesideRunner) -> CheckedCas
         raise NoRoom(f"the device had no room left to check the output of {_where(pending.entry)} "
                      f"({budget.ran_out_line(error)})") from None
     return pending.entry.updated(**verdict)
+
+
+def failed_summary(run: int, planned: int, case: CheckedCase) -> str:
+    """The check's line where case number `run` of `planned` failed, the cases after it not run."""
+    after = f" (the {planned - run} after it not run)" if planned > run else ""
+    return f"check {run} of {planned} failed{after}: {describe_failure(case)}"
 
 
 def describe_failure(case: CheckedCase) -> str:

@@ -285,7 +285,8 @@ class CheckDetail(Detail):
     """The correctness stage's detail; a runner that died or hung leaves `error` (and `runner_start_s`, once it had one)."""
 
     NESTED = {"cases": CheckedCase}
-    cases: list[CheckedCase] = ABSENT  # every case, in the order run
+    cases: list[CheckedCase] = ABSENT  # every case run, in order: the check stops at the first that fails
+    planned: int = ABSENT  # how many cases the check had; those after a failed one were not run
     tolerance: dict | None = ABSENT  # judge.toml's {rtol, atol}, null where it sets neither
     check_implementation: bool = ABSENT  # whether the task's check_implementation ran
     confinement: dict | None = ABSENT  # the runner's confinement record (judge.sandbox.confine.Confinement)
