@@ -64,12 +64,10 @@ def _kept_by_python(environ: Mapping[str, str], sentinel: str) -> bool:
         return True
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return True  # not installed here (nothing heavy to cache), or not a source module
-    beside = importlib.util.cache_from_source(spec.origin)
-    if sys.pycache_prefix is not None:  # this process's own prefix does not count: where would a child look?
-        beside = os.path.join(os.path.dirname(spec.origin), "__pycache__", os.path.basename(beside))
-    if os.path.exists(beside):
+    source = Path(spec.origin)  # where a child without a prefix looks, whatever this process's own prefix is
+    if (source.parent / "__pycache__" / f"{source.stem}.{sys.implementation.cache_tag}.pyc").exists():
         return True
-    return not environ.get("PYTHONDONTWRITEBYTECODE") and os.access(os.path.dirname(spec.origin), os.W_OK)
+    return not environ.get("PYTHONDONTWRITEBYTECODE") and os.access(source.parent, os.W_OK)
 
 
 def for_children(env: dict[str, str]) -> dict[str, str]:

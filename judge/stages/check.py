@@ -154,7 +154,8 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
         worker.call("load", time_left(deadline))
         timed = workspace if timing_next is True else timing_next or None
         bind_ahead = (lambda: _prebind_timing(evaluator, timed)) if timed and evaluator.base_dir is not None else None
-        cases, changes, worker = _run_cases(evaluator, lease, worker, workspace, nonce, (started, deadline),
+        planned = evaluator.cases(nonce)
+        cases, changes, worker = _run_cases(evaluator, lease, worker, workspace, (nonce, planned), (started, deadline),
                                             lambda **info: progress(stage=STAGE, **info), bind_ahead)
     except NoRoom:
         _no_timing_follows(evaluator, lease)
@@ -174,8 +175,7 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
         return StageResult(STAGE, "crashed", f"crashed: {error.error}", time.monotonic() - started,
                            CheckDetail(error=error.error, runner_start_s=runner_start_s), error.log_tail)
     seconds = time.monotonic() - started
-    planned = len(evaluator.cases(nonce))
-    detail = CheckDetail(cases=cases, planned=planned, tolerance=_tolerance(target),
+    detail = CheckDetail(cases=cases, planned=len(planned), tolerance=_tolerance(target),
                          check_implementation=any(c.check_implementation is not None for c in cases),
                          confinement=confinement, secret_seeds=True, runner_start_s=runner_start_s,
                          distributions=[d.name for d in target.distributions])
@@ -188,20 +188,21 @@ def _check(evaluator: Evaluator, workspace: Path, timeout_s: float | None, timin
     failed = [c for c in cases if not c.passed]
     if failed:
         evaluator.discard_prebound()
-        return StageResult(STAGE, "failed", failed_summary(len(cases), planned, failed[0]), seconds, detail, tail)
+        return StageResult(STAGE, "failed", failed_summary(len(cases), len(planned), failed[0]), seconds, detail,
+                           tail)
     return StageResult(STAGE, "passed", f"{len(cases)} of {len(cases)} checks passed ({_counts(target)})",
                        seconds, detail, tail)
 
 
-def _run_cases(evaluator: Evaluator, lease: RunnerLease, worker: Worker, workspace: Path, nonce: int,
-               clock: tuple[float, float], progress: Progress, bind_ahead=None
+def _run_cases(evaluator: Evaluator, lease: RunnerLease, worker: Worker, workspace: Path,
+               evaluation: tuple[int, list], clock: tuple[float, float], progress: Progress, bind_ahead=None
                ) -> tuple[list[CheckedCase], list[str], Worker | None]:
     """Every case in `worker` up to the first that fails, then its audit: the cases run, what the audits found, the
-    runner still open (None where the last case's check closed it); `clock`: the stage's start and deadline; `bind_ahead`, where the timing stage
-    follows, called before each case (it binds the spares ready by then). A check that finds no room beside the
-    runner closes it (its audit taken first) and runs again; the next case loads the kernel in a new runner."""
-    (started, deadline), cases, changes = clock, [], []
-    planned = evaluator.cases(nonce)
+    runner still open (None where the last case's check closed it); `evaluation`: its nonce and its cases
+    (Evaluator.cases); `clock`: the stage's start and deadline; `bind_ahead`, where the timing stage follows, called
+    before each case (it binds the spares ready by then). A check that finds no room beside the runner closes it
+    (its audit taken first) and runs again; the next case loads the kernel in a new runner."""
+    (started, deadline), (nonce, planned), cases, changes = clock, evaluation, [], []
     for n, case in enumerate(planned):
         progress(case=n + 1, cases=len(planned), seconds=round(time.monotonic() - started, 1))
         if worker is None:
