@@ -145,12 +145,15 @@ class TargetSpec:
     source: Path
     name: str
     parent_files: tuple[str, ...] = ()  # files one level up that task.yml reaches with ../
-    limits: dict = field(default_factory=dict)  # the [limits] of the copy that hangs run on
+    # The [limits] of the copy that hangs run on. Its base is checked under the same limit, in a round that runs
+    # beside other tests: CI's 2-core machine took over 8 s for the CPU base's 16 cases (stop 58, 2026-11-30),
+    # which take 2 s on an idle 2-core VM; 30 s leaves it 15 times that.
+    limits: dict = field(default_factory=dict)
 
 
 TARGETS = {
     "cpu": TargetSpec("cpu", ROOT / "kernels" / "vecadd_cpu", "vecadd_cpu",
-                      limits={"compile_s": 120, "check_s": 8, "timing_s": 120}),
+                      limits={"compile_s": 120, "check_s": 30, "timing_s": 120}),
     "vecadd": TargetSpec("vecadd", ROOT / "tests" / "fixtures" / "gpumode" / "vecadd", "vecadd", ("utils.py",),
                          limits={"compile_s": 120, "check_s": 40, "timing_s": 120}),
     "fp8": TargetSpec("fp8", ROOT / "kernels" / "fp8_group_gemm_sm90", "fp8_group_gemm_sm90",
