@@ -117,6 +117,20 @@ def test_the_judge_command_keeps_its_own_bytecode(tmp_path):
     assert (prefix / package.relative_to("/") / "cli" / f"main.{TAG}.pyc").is_file()
 
 
+def test_a_cache_directory_that_cannot_be_made_is_said_and_the_command_runs(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **{bytecode.ENV: str(blocker / "cache")})
+    done = subprocess.run([sys.executable, "-m", "judge", "--version"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == (
+        f"judge: JUDGE_BYTECODE_CACHE={blocker / 'cache'} cannot be made (Not a directory): judge keeps no bytecode "
+        "of its own, and its processes compile what they import from source where the machine keeps none")
+    assert bytecode.unmade({bytecode.ENV: "off"}) is None and bytecode.unmade({}) is None
+    assert bytecode.unmade({bytecode.ENV: str(tmp_path / "fine")}) is None
+
+
 def test_a_confined_call_keeps_only_the_bytecode_of_what_judge_preloads(tmp_path, monkeypatch):
     """A fresh compile child (judge.stages.compile.stage's FRESH_PRELOAD): torch first, with the cache, before its
     confinement; the kernel's own imports after it keep nothing there. A preload that is not installed is no error."""

@@ -95,10 +95,26 @@ def cached(where: str | None) -> Iterator[None]:
         sys.pycache_prefix, sys.dont_write_bytecode = saved
 
 
-def cache_this_process() -> Path | None:
+def cache_this_process(stderr=None) -> Path | None:
     """For the `judge` command itself, before it imports its modules: every import of the process from now on
-    uses the cache (the command imports judge's modules and libraries, never a problem's or kernel's file)."""
+    uses the cache (the command imports judge's modules and libraries, never a problem's or kernel's file). A
+    directory the user named that cannot be made is said on `stderr` (sys.stderr): judge then keeps none."""
     where = cache_dir()
     if where is not None:
         sys.pycache_prefix, sys.dont_write_bytecode = str(where), False
+    elif (problem := unmade(os.environ)) is not None:
+        print(f"judge: {problem}", file=stderr or sys.stderr)
     return where
+
+
+def unmade(environ: Mapping[str, str]) -> str | None:
+    """Why the directory $JUDGE_BYTECODE_CACHE names cannot be judge's cache; None where it can, or names none."""
+    chosen = environ.get(ENV, "")
+    if chosen in ("", OFF):
+        return None
+    try:
+        Path(chosen).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        return (f"{ENV}={chosen} cannot be made ({error.strerror or error}): judge keeps no bytecode of its own, "
+                f"and its processes compile what they import from source where the machine keeps none")
+    return None

@@ -19,7 +19,8 @@ import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from .mounts import checked as _check, hide_neighbours, inside as _inside, show_caches_at
+from .libc import MS_NODEV, MS_NOSUID, MS_PRIVATE, MS_REC, checked as _check, libc as _libc
+from .mounts import hide_neighbours, inside as _inside, show_caches_at
 from .syscalls import drop_capabilities, syscalls_filter
 
 FSIZE_LIMIT = 8 << 30  # no single file a candidate writes may fill the disk
@@ -47,10 +48,8 @@ PROC_FACTS = ["/proc/cpuinfo", "/proc/meminfo", "/proc/version", "/proc/filesyst
               "/proc/sys/kernel/perf_event_paranoid", "/proc/sys/kernel/yama"]
 SYS_TREES = ["/sys/devices", "/sys/bus", "/sys/class", "/sys/dev", "/sys/module", "/sys/kernel/mm"]
 
-_libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_PDEATHSIG = 1
 # Landlock (include/uapi/linux/landlock.h): filesystem rights by bit, with the ABI that introduced each.
@@ -204,8 +203,8 @@ def apply(policy: Policy) -> Confinement:
 
     layers, missing = [], []
     shm = _optional(_private_shm)
-    hidden = hide_neighbours(policy, readable) if shm else 0
-    caches = show_caches_at(policy, _ENV_DIRS) if shm else None
+    hidden = hide_neighbours(policy.writable + policy.exchange, readable) if shm else 0
+    caches = show_caches_at(policy.writable, policy.caches_at, _ENV_DIRS) if shm else None
     ipc = "; System V IPC and message queues of its own (IPC namespace)" if _optional(_unshare_ipc) else ""
     if not policy.network:
         try:
@@ -255,8 +254,8 @@ def _private_shm() -> None:
     """A /dev/shm of its own: a mount namespace and an empty tmpfs over /dev/shm, where permitted (CAP_SYS_ADMIN).
     Without one, Landlock keeps the child out of the machine's /dev/shm altogether."""
     _check(_libc.unshare(_CLONE_NEWNS))
-    _check(_libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None))
-    _check(_libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(_MS_NOSUID | _MS_NODEV),
+    _check(_libc.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None))
+    _check(_libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV),
                        b"mode=1777,size=1g"))
 
 
