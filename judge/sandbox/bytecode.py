@@ -95,15 +95,15 @@ def cached(where: str | None) -> Iterator[None]:
         sys.pycache_prefix, sys.dont_write_bytecode = saved
 
 
-def cache_this_process(stderr=None) -> Path | None:
+def cache_this_process() -> Path | None:
     """For the `judge` command itself, before it imports its modules: every import of the process from now on
     uses the cache (the command imports judge's modules and libraries, never a problem's or kernel's file). A
-    directory the user named that cannot be made is said on `stderr` (sys.stderr): judge then keeps none."""
+    directory the user named that cannot be made is said on stderr: judge then keeps none."""
     where = cache_dir()
     if where is not None:
         sys.pycache_prefix, sys.dont_write_bytecode = str(where), False
     elif (problem := unmade(os.environ)) is not None:
-        print(f"judge: {problem}", file=stderr or sys.stderr)
+        print(f"judge: {problem}", file=sys.stderr)
     return where
 
 
