@@ -334,9 +334,9 @@ def _candidates(run: RoundRun, revisions: list[dict], base_source: str) -> Round
 
 
 def _evaluate_candidates(run: RoundRun, candidates: RoundCandidates, summary: RoundSummary) -> None:
-    """Every candidate without a standing verdict: compiled and statically checked on other cores while earlier ones
-    run their GPU stages wherever the dispatch runs them (judge.stages.compile.pipeline); each verdict written as
-    soon as it is known, and listed as before: refusals and compile and static failures first, then the rest."""
+    """Every candidate without a standing verdict: compiled and checked statically on other cores while others run
+    their GPU stages wherever the dispatch runs them (judge.stages.compile.pipeline); each verdict written once known,
+    listed as before: refusals, compile and static failures, then the rest, each in proposal order."""
     for item in candidates.listed:
         summary.verdicts.append(item if isinstance(item, Verdict) else run.record(*item))
     failed, judged = [], []
@@ -351,7 +351,9 @@ def _evaluate_candidates(run: RoundRun, candidates: RoundCandidates, summary: Ro
     for job, kernel_stages, place in kernel_stages_of:
         revision, stages, started = job.key
         judged.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
-    summary.verdicts.extend(failed + judged)
+    order = {prepared.revision["proposal_id"]: i for i, prepared in enumerate(candidates.pending)}
+    summary.verdicts.extend(sorted(failed, key=lambda v: order[v.proposal_id]) +
+                            sorted(judged, key=lambda v: order[v.proposal_id]))
 
 
 def _time_spent(wall_s: float, spent: dict, ledger_wait_s: float = 0.0) -> dict:

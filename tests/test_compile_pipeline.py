@@ -91,6 +91,63 @@ def test_a_candidate_is_judged_while_later_ones_compile(tmp_path):
     assert "c-last compile waited: True" in stages.log
 
 
+class SlowFirstCompile(FakeStages):
+    """The first candidate's compile ends only once the others have been judged (an inline extension's build, 26.7 s
+    of an H200's round while three candidates waited, 2026-11-29)."""
+
+    def __init__(self):
+        super().__init__()
+        self.others_judged = threading.Event()
+        self.log: list[str] = []
+
+    def compile_one(self, target, workspace, *, cache_dir, workers):
+        if workspace.name == "a-slow-build":
+            self.log.append(f"a-slow-build compile waited: {self.others_judged.wait(timeout=60)}")
+        result = super().compile_one(target, workspace, cache_dir=cache_dir, workers=workers)
+        self.log.append(f"{workspace.name} compiled")
+        return result
+
+    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
+        self.log.append(f"{workspace.name} judged")
+        if workspace.name == "c-ready":
+            self.others_judged.set()
+        return super().evaluate(evaluator, workspace, budget_s, floor, progress, control)
+
+
+def test_candidates_whose_compile_ended_go_before_an_earlier_one_still_compiling(tmp_path):
+    stages = SlowFirstCompile()
+    candidates = [proposal("a-slow-build", "speedup 1.25"), proposal("b-ready", "speedup 1.0"),
+                  proposal("c-ready", "speedup 0.8"), proposal("d-broken", "compile-error")]
+    ledger, summary, _ = a_round(tmp_path, "round", stages, candidates, workers=2)
+    assert "a-slow-build compile waited: True" in stages.log
+    assert stages.log.index("c-ready judged") < stages.log.index("a-slow-build compiled")
+    # Listed in proposal order, as a round that compiled everything first lists them; the ledger as judged.
+    assert [(v.proposal_id, v.outcome) for v in summary.verdicts] == [
+        ("d-broken", "compile-error"), ("a-slow-build", "faster"), ("b-ready", "unchanged"), ("c-ready", "slower")]
+    rows = ledger.query("select r.proposal_id from evaluations e join revisions r on r.id = e.revision_id "
+                        "where e.subject = 'candidate' order by e.id")
+    judged = [r["proposal_id"] for r in rows if r["proposal_id"] != "d-broken"]
+    assert judged == ["b-ready", "c-ready", "a-slow-build"]
+
+
+def test_in_ready_order_takes_the_first_ended_in_proposal_order_and_waits_for_any():
+    from concurrent.futures import Future
+
+    from judge.stages.compile.pipeline import in_ready_order
+
+    futures = {name: Future() for name in "abc"}
+    futures["b"].set_result("b's stages")
+    futures["c"].set_result("c's stages")
+    order = in_ready_order(list(futures.items()))
+    assert [next(order), next(order)] == [("b", "b's stages"), ("c", "c's stages")]  # a is still compiling
+    threading.Timer(0.2, futures["a"].set_result, ("a's stages",)).start()
+    assert list(order) == [("a", "a's stages")]  # waited for
+    both = {name: Future() for name in "xy"}
+    for name, future in both.items():
+        future.set_result(name)
+    assert [name for name, _ in in_ready_order(list(both.items()))] == ["x", "y"]  # both ended: proposal order
+
+
 class LoggedStages(FakeStages):
     """Fake stages that note when each candidate's compile ends and its kernel stages begin; every compile but the
     first takes 0.3 s, so that an overlapped round would judge the first candidate before the others compile."""

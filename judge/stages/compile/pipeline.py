@@ -2,8 +2,12 @@
 compile and static stages end, while the candidates after it compile.
 
 A bounded pool of threads runs each candidate's compile (a warm judge.stages.compile.workers child, or a cold one) and
-its static stage; the round takes the results in proposal order, so its verdicts, its ledger rows and its report
-are those of a round that compiled everything first. Only the round's thread writes the ledger, one verdict per
+its static stage; the round takes each candidate as soon as its compile has ended (`in_ready_order`): of those
+that have, the first in proposal order, so that no candidate whose compile ended waits for an earlier one's still
+running. On an H200 (2026-11-29, docs/judge_performance.md) the GPU stood idle for 26.7 s after vectoradd_py's A/A
+control while its first candidate built an inline CUDA extension, and the three after it had compiled. The round's
+verdicts are those of a round that compiled everything first; its ledger rows come in the order they were judged,
+and its summary lists them in proposal order. Only the round's thread writes the ledger, one verdict per
 transaction as it comes: a run killed half-way keeps every verdict written, and the compiles it had not used
 are redone on resume.
 
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -58,9 +62,23 @@ def compile_cores(target, gpus: list[int] | None) -> list[int] | None:
     return left or None
 
 
+def in_ready_order(items: list[tuple[PreparedCandidate, Future]]) -> Iterator[tuple[PreparedCandidate, list]]:
+    """Each candidate with its compile's result, once that compile has ended: of those ended, the first in proposal
+    order; where none has, whichever ends first. One compile thread gives proposal order."""
+    waiting = list(items)
+    while waiting:
+        ended = next((i for i, (_, future) in enumerate(waiting) if future.done()), None)
+        if ended is None:
+            wait([future for _, future in waiting], return_when=FIRST_COMPLETED)
+            continue
+        prepared, future = waiting.pop(ended)
+        yield prepared, future.result()
+
+
 class CompilePipeline:
-    """The compiles of a round's prepared candidates (PreparedCandidate), started at once on `threads` threads; iterating gives each with its stages in proposal order, waiting only for
-    its own compile (or, with `overlap` False, for all of them, as rounds did before issue 27)."""
+    """The compiles of a round's prepared candidates (PreparedCandidate), started at once on `threads` threads;
+    iterating gives each with its stages as soon as its own compile has ended (`in_ready_order`), or, with `overlap`
+    False, once all of them have, in proposal order (as rounds did before issue 27)."""
 
     def __init__(self, run, pending: list[PreparedCandidate], overlap: bool = True):
         self.run, self.pending, self.overlap = run, pending, overlap
@@ -81,8 +99,7 @@ class CompilePipeline:
     def __iter__(self) -> Iterator[tuple[PreparedCandidate, list[StageResult]]]:
         if not self.overlap:
             wait(self.futures)
-        for prepared, future in zip(self.pending, self.futures):
-            yield prepared, future.result()
+        yield from in_ready_order(list(zip(self.pending, self.futures)))
 
     def close(self) -> None:
         """Drop the compiles not started, end the running ones and the spares: nothing outlives the round."""
@@ -110,8 +127,8 @@ class CompilePipeline:
 
 
 def ready_jobs(run, pipeline: CompilePipeline, failed: list) -> Iterator[Job]:
-    """The candidates whose compile and static stages passed (or could not run), as the dispatch's jobs, in
-    proposal order as each is ready; a candidate that failed one is recorded at once, its verdict in `failed`."""
+    """The candidates whose compile and static stages passed (or could not run), as the dispatch's jobs, each as it
+    is ready (CompilePipeline); a candidate that failed one is recorded at once, its verdict in `failed`."""
     for prepared, stages in pipeline:
         revision, early = prepared.revision, prepared.early
         compiled = stages[len(early)]
