@@ -58,30 +58,31 @@ def test_overlapped_compiles_give_the_verdicts_and_rows_of_compiling_first(tmp_p
     assert [info["total"] for kind, info in events if kind == "gpu-start"] == [6]
 
 
-class WaitingCompiles(FakeStages):
-    """The last candidate's compile ends only once the first candidate's kernel stages have begun."""
+class HeldCompile(FakeStages):
+    """One candidate's compile (`held`) ends only once another's kernel stages (`until`'s) have begun."""
 
-    def __init__(self):
+    def __init__(self, held: str, until: str):
         super().__init__()
-        self.first_judged = threading.Event()
+        self.held, self.until = held, until
+        self.judged = threading.Event()
         self.log: list[str] = []
 
     def compile_one(self, target, workspace, *, cache_dir, workers):
-        if workspace.name == "c-last":
-            self.log.append(f"c-last compile waited: {self.first_judged.wait(timeout=60)}")
+        if workspace.name == self.held:
+            self.log.append(f"{self.held} compile waited: {self.judged.wait(timeout=60)}")
         result = super().compile_one(target, workspace, cache_dir=cache_dir, workers=workers)
         self.log.append(f"{workspace.name} compiled")
         return result
 
     def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
         self.log.append(f"{workspace.name} judged")
-        if workspace.name == "a-first":
-            self.first_judged.set()
+        if workspace.name == self.until:
+            self.judged.set()
         return super().evaluate(evaluator, workspace, budget_s, floor, progress, control)
 
 
 def test_a_candidate_is_judged_while_later_ones_compile(tmp_path):
-    stages = WaitingCompiles()
+    stages = HeldCompile("c-last", until="a-first")
     candidates = [proposal("a-first", "speedup 1.25"), proposal("b-next", "speedup 1.0"),
                   proposal("c-last", "speedup 0.8")]
     _, summary, _ = a_round(tmp_path, "round", stages, candidates, workers=1)
@@ -91,31 +92,10 @@ def test_a_candidate_is_judged_while_later_ones_compile(tmp_path):
     assert "c-last compile waited: True" in stages.log
 
 
-class SlowFirstCompile(FakeStages):
-    """The first candidate's compile ends only once the others have been judged (an inline extension's build, 26.7 s
-    of an H200's round while three candidates waited, 2026-11-29)."""
-
-    def __init__(self):
-        super().__init__()
-        self.others_judged = threading.Event()
-        self.log: list[str] = []
-
-    def compile_one(self, target, workspace, *, cache_dir, workers):
-        if workspace.name == "a-slow-build":
-            self.log.append(f"a-slow-build compile waited: {self.others_judged.wait(timeout=60)}")
-        result = super().compile_one(target, workspace, cache_dir=cache_dir, workers=workers)
-        self.log.append(f"{workspace.name} compiled")
-        return result
-
-    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
-        self.log.append(f"{workspace.name} judged")
-        if workspace.name == "c-ready":
-            self.others_judged.set()
-        return super().evaluate(evaluator, workspace, budget_s, floor, progress, control)
-
-
 def test_candidates_whose_compile_ended_go_before_an_earlier_one_still_compiling(tmp_path):
-    stages = SlowFirstCompile()
+    """The first candidate's compile ends only once the others have been judged: an inline extension's build held
+    three ready candidates for 26.7 s of an H200's round (2026-11-29) while the GPU stood idle."""
+    stages = HeldCompile("a-slow-build", until="c-ready")
     candidates = [proposal("a-slow-build", "speedup 1.25"), proposal("b-ready", "speedup 1.0"),
                   proposal("c-ready", "speedup 0.8"), proposal("d-broken", "compile-error")]
     ledger, summary, _ = a_round(tmp_path, "round", stages, candidates, workers=2)
