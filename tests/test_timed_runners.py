@@ -1,6 +1,7 @@
 """A timed runner leaves nothing behind for a later one (judge.stages.evaluation: its workspace only readable, a
 scratch of its own, its log in judge's directory): what lets a round time the same input sets in every pair."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,9 @@ def test_a_timed_runner_writes_only_in_a_scratch_of_its_own_that_goes_with_it(tm
             worker = lease.acquire_loaded(workspace, "timing-0.log", 60)
             scratch = evaluator._scratch[worker.pid]
             assert (scratch / "home-works").read_text() == "ok"  # its HOME is the scratch
+            # the uid it said it has once confined, which its host files are given to (Evaluator._attach)
+            dropped = worker.hello["confinement"]["user"].startswith("uid 65534")
+            assert worker.hello["uid"] == (65534 if dropped else os.getuid())
             assert (scratch / ".cache" / "compiled").read_text() == "from the correctness runner"
             log = evaluator.timing_logs(workspace) / "timing-0.log"
             assert f"HOME {scratch}" in log.read_text()
@@ -108,6 +112,15 @@ def test_a_timed_runners_host_files_belong_to_the_owner_of_its_scratch_not_of_it
     evaluator._attach(SimpleNamespace(pid=7, exchange=tmp_path / "x"), tmp_path)
     evaluator._attach(SimpleNamespace(pid=8, exchange=tmp_path / "y"), tmp_path)
     assert [(op, args["runner"], args["owner"]) for op, args in asked] == [("attach", 7, 65534), ("attach", 8, 0)]
+    # What a runner says of itself once confined decides: one that stayed root (without capabilities, it cannot
+    # open a file of nobody's) beside a scratch given to nobody, and one that dropped beside a workspace of root's.
+    asked.clear()
+    evaluator._attach(SimpleNamespace(pid=7, exchange=tmp_path / "x", hello={"pid": 7, "uid": 0}), tmp_path)
+    evaluator._attach(SimpleNamespace(pid=8, exchange=tmp_path / "y", hello={"pid": 8, "uid": 65534}), tmp_path)
+    # a spare's hello before its bind says no uid: the owner of what it writes
+    evaluator._attach(SimpleNamespace(pid=7, exchange=tmp_path / "x", hello={"pid": 7, "ready": True}), tmp_path)
+    assert [args["owner"] for _, args in asked] == [0, 65534, 65534]
+
 
 
 def test_a_link_in_place_of_the_workspaces_caches_is_neither_copied_nor_covered(tmp_path):

@@ -167,7 +167,9 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
         traceback.print_exc()
         send({"serial": serial, "ok": False, "error": _error_line(error)})
         os._exit(1)
-    send({"serial": serial, "ok": True, "value": {"pid": os.getpid(), "confinement": confinement, "phases_us": phases}})
+    # its uid as confined: the owner its host files need (judge.stages.evaluation), said before any kernel code runs
+    send({"serial": serial, "ok": True, "value": {"pid": os.getpid(), "uid": os.getuid(), "confinement": confinement,
+                                                  "phases_us": phases}})
     cores = None
     for line in commands:
         received = _clock()

@@ -5,7 +5,6 @@ Every process that holds contestant code (candidates, and the base, which a past
 confined runner of its own; the oracle holds only the task's files and is the one judge believes. The secret is
 drawn fresh for each run: seeds in task.yml are public, the ones used are not. Each candidate's inputs come from
 seeds of its own (a nonce per evaluation), so nothing one candidate saw or left behind fits another's.
-
 Base and candidate are treated alike: the timing stage takes both runners of each process pair from the same
 spares, binds them the same way, pins them to the same cores, and neither ran the correctness cases.
 """
@@ -308,15 +307,16 @@ class Evaluator(RoundSeeds):
         return places.rules(self.env(), workspace, exchange, scratch)
 
     def _attach(self, worker: Worker, workspace: Path) -> None:
-        """Have the oracle make the runner's host files in the runner's exchange directory, owned by the user the
-        runner runs as (the owner of what it writes: a timed runner's scratch, else its workspace). A failure there is the runner's verdict, never the round's: the
-        runner is closed and raises WorkerError (`tampered` where the oracle found the directory or a file in it
-        not as judge made it)."""
+        """Have the oracle make the runner's host files in its exchange directory, owned by the uid the runner said
+        it has once confined, before any kernel code ran (one left root has no capability to open others' files), or
+        by the owner of what it writes. A failure there is the runner's verdict, never the round's: the runner is
+        closed, WorkerError (`tampered` where the oracle found the directory or a file in it not as judge made it)."""
         directory = worker.exchange if worker.exchange is not None else self.exchange_dir()
         worker.exchange = directory
+        uid = (getattr(worker, "hello", None) or {}).get("uid")
+        owner = uid if isinstance(uid, int) else self._scratch.get(worker.pid, workspace).stat().st_uid
         try:
-            self.oracle.call("attach", ORACLE_LIMIT_S, runner=worker.pid, directory=str(directory),
-                             owner=self._scratch.get(worker.pid, workspace).stat().st_uid)
+            self.oracle.call("attach", ORACLE_LIMIT_S, runner=worker.pid, directory=str(directory), owner=owner)
         except CommandFailed as error:
             self.close_runner(worker)
             status = "tampered" if error.error.startswith("ExchangeError") else "crashed"
