@@ -196,9 +196,10 @@ def test_verdicts_on_gpu(variant, status, tmp_path):
     result = judge_variant(target, variant, tmp_path, timeout_s=20 if variant == "hangs" else 180)
     print(f"{variant}: {result.status}: {result.summary} ({result.seconds:.1f} s)")
     assert result.status == status, result.summary + "\n" + result.log_tail
-    if variant == "cached":
-        assert [(c.call, c.passed) for c in result.detail.cases if c.kind == "test"] == \
-            [(1, True), (2, False)] * 3
+    if variant == "cached":  # its second call on the first case returns the first call's answer; the check stops there
+        assert [(c.call, c.passed) for c in result.detail.cases] == [(1, True), (2, False)]
+        assert result.summary.startswith("check 2 of 10 failed (the 8 after it not run): test 0 (size=127), second "
+                                         "call (seed ")
     if variant == "faults":
         assert "CUDA" in result.summary or "device-side assert" in result.log_tail
 
