@@ -4,6 +4,9 @@
 # dropped to uid nobody (pytest's temporary directories opened by tests/open_tmp.py so that the drop can happen),
 # and judge itself as uid nobody (setpriv). Each setup on a GPU of its own where the host has two, one after the
 # other where it has one; logs in $OUT/redteam-root.log and $OUT/redteam-nobody.log, each ending in its exit status.
+# Each setup has a base temporary directory of its own: a pytest that starts without one makes /tmp/pytest-of-USER
+# 0700 again under the other setup's runners, which judge's drop check then refuses (an H200, 2026-11-30: an
+# honest kernel `crashed` on "Permission denied" as a second pytest started beside a red-team round).
 #   SETUPS='root nobody'    which setups
 #   MODULES='tests/test_redteam.py tests/test_redteam_untimed.py'
 #   REDTEAM_ONLY=a,b        only these cheats (the controls always run); LIMIT_S=540 per setup
@@ -26,6 +29,7 @@ run_setup() {  # SETUP GPU
   { id; nvidia-smi --query-gpu=index,name,driver_version --format=csv -i "$gpu"; } > "$log" 2>&1
   CUDA_VISIBLE_DEVICES=$gpu REDTEAM_ONLY=${REDTEAM_ONLY:-} PYTHONPATH=$PYTHONPATH:$root_dir/tests \
     timeout "${LIMIT_S:-540}" "${as[@]}" python3 -m pytest -q -rs -p no:cacheprovider "${plugin[@]}" \
+    --basetemp="/tmp/judge-redteam-$setup" \
     ${MODULES:-tests/test_redteam.py tests/test_redteam_untimed.py} -k fp8 >> "$log" 2>&1
   echo "exit $? after $((SECONDS - start)) s ($setup, GPU $gpu)" >> "$log"
 }
