@@ -40,7 +40,7 @@ def control_job(run) -> Optional[ControlJob]:
     workspace = run.root / "control"
     fresh(workspace)
     run.target.assemble(workspace, source)
-    return ControlJob(Job(None, "(control)", source, workspace, control=True), now())
+    return ControlJob(Job(None, "(control)", source, workspace, control=True, serves=run.candidates), now())
 
 
 def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object]:

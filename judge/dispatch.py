@@ -68,7 +68,7 @@ def describe_place(place: dict) -> str:
 
 
 def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=None,
-                  progress: Progress = quiet, control: bool = False) -> list[StageResult]:
+                  progress: Progress = quiet, control: bool = False, serves: int = 0) -> list[StageResult]:
     """Correctness in a runner of the candidate's, then timing against the base in process pairs (both with
     inputs from the candidate's own seeds); the noise floor `floor` decides faster or slower. `progress` hears
     of each case and each timed benchmark as it starts (judge.stages.progress). A `control` is timed by the
@@ -84,7 +84,7 @@ def kernel_stages(evaluator, workspace: Path, budget_s: Optional[float], floor=N
     if checked and not checked[0].passed:
         return checked
     return checked + [measure(evaluator, Path(workspace), budget_s=budget_s, floor=floor, nonce=nonce,
-                              progress=progress, control=control)]
+                              progress=progress, control=control, serves=serves)]
 
 
 def kernel_stage_words(job: Job) -> str:
@@ -146,7 +146,7 @@ class LocalDispatch:
             started = time.monotonic()
             stages = run.settings.stages.evaluate(run.open_evaluator(), job.workspace, run.settings.timing_budget_s,
                                                   run.floor, progress=progress_of(run.on_event, job.name),
-                                                  control=job.control)
+                                                  control=job.control, serves=job.serves)
             run.on_event("evaluated", proposal=job.name, seconds=round(time.monotonic() - started, 1))
             yield job, stages, None
 
@@ -269,7 +269,7 @@ class RayDispatch:
         control ran out of time on another actor (judge.control.timing_gate): the pool's call, and the control's."""
         key, job = item
         floor = self.run.floor.to_json() if self.run.floor else None
-        return actor.evaluate.remote(key, job.name, job.source, floor, job.control, self.run.timing_gate)
+        return actor.evaluate.remote(key, job.name, job.source, floor, job.control, self.run.timing_gate, job.serves)
 
     def close(self) -> None:
         """Close every actor; what each one's runner commands cost goes out as a `worker-tallies` event first
@@ -415,7 +415,7 @@ class EvaluationActor:
         return send
 
     def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None, control: bool = False,
-                 timing_gate: Optional[str] = None) -> tuple[str, list[StageResult], dict]:
+                 timing_gate: Optional[str] = None, serves: int = 0) -> tuple[str, list[StageResult], dict]:
         from .workspaces import fresh
         from .noise import Floor
 
@@ -424,7 +424,7 @@ class EvaluationActor:
         self.evaluator.timing_gate = self.evaluator.timing_gate or timing_gate
         workspace = self.target.assemble(fresh(self.root / "candidates" / name), source)
         stages = kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor), self._progress(name),
-                               control)
+                               control, serves)
         return key, stages, self.where()
 
     def close(self) -> dict[str, list]:

@@ -148,6 +148,7 @@ class RoundRun:
     dispatch: Union[LocalDispatch, RayDispatch, None] = None  # judge.dispatch: where correctness and timing run
     floor: Optional[Floor] = None  # the effect faster and slower must clear in this run
     timing_gate: Optional[str] = None  # why no candidate is timed in this run: its control ran out of time
+    candidates: int = 0  # how many this run may time: the verdicts its control's floor serves (noise.enough_pairs)
     spent: dict = field(default_factory=dict)  # seconds per stage (and inside them) over this run's evaluations
 
     def stale(self, previous: Optional[EvaluationRow]) -> bool:
@@ -265,6 +266,7 @@ def _run_target_round(
         else:
             run.close()  # an early start this run has no use for
         candidates = _candidates(run, [r for r in revisions if r["patch"]], base_source)
+        run.candidates = len(candidates.pending)
         candidates.compile(run, early=True)  # during the base's check and the control (judge.stages.compile.pipeline)
         run.floor = round_floor(run)  # from the controls before this run: what the control itself is measured against
         early = _evaluate_base(run, compiled)
@@ -380,8 +382,7 @@ def _prepare(run: RoundRun, revision: dict, base_source: str) -> Refused | Prepa
         return Refused(revision, sha256(source), [patch_stage, screened], started)
     # Under candidates/: a proposal id is any slug, and 'base', 'control' or 'peer' beside them would be judge's own
     # workspaces (a proposal 'base' replaced the kernel every candidate was timed against).
-    workspace = run.root / "candidates" / revision["proposal_id"]
-    fresh(workspace)
+    workspace = fresh(run.root / "candidates" / revision["proposal_id"])
     target.assemble(workspace, source)
     return PreparedCandidate(revision, source, workspace, [patch_stage, screened], started)
 
@@ -445,6 +446,4 @@ def _dispatch(run: RoundRun) -> Union[LocalDispatch, RayDispatch]:
     from .dispatch import LocalDispatch, RayDispatch
 
     settings = run.settings
-    if settings.on_ray:
-        return RayDispatch(run, settings.ray_address, settings.gpus)
-    return LocalDispatch(run)
+    return RayDispatch(run, settings.ray_address, settings.gpus) if settings.on_ray else LocalDispatch(run)

@@ -77,9 +77,10 @@ class StageCalls:
         return check_base(evaluator, base_dir, progress=progress or quiet, timed_next=timed_next)
 
     def evaluate(self, evaluator: Evaluator, workspace: Path, budget_s: Optional[float], floor: Optional[Floor] = None,
-                 progress: Optional[Progress] = None, control: bool = False) -> list[StageResult]:
+                 progress: Optional[Progress] = None, control: bool = False, serves: int = 0) -> list[StageResult]:
         """Correctness, then timing against the base in process pairs, against the noise floor `floor` (a
-        `control` by noise.enough_pairs' rule); `progress` hears of each case and timed benchmark as it starts."""
+        `control` by noise.enough_pairs' rule, for `serves` candidates); `progress` hears of each case and timed
+        benchmark as it starts."""
         from .dispatch import kernel_stages
 
-        return kernel_stages(evaluator, workspace, budget_s, floor, progress or quiet, control)
+        return kernel_stages(evaluator, workspace, budget_s, floor, progress or quiet, control, serves)

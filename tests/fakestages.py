@@ -76,7 +76,7 @@ class FakeStages(StageCalls):
     def check_base(self, evaluator, base_dir, progress=None, timed_next=None):
         return self.correctness(evaluator.target, base_dir, progress)
 
-    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
+    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False, serves=0):
         if marker(workspace) == "interrupt" and str(workspace) not in FakeStages.interrupted:
             FakeStages.interrupted.add(str(workspace))
             raise KeyboardInterrupt

@@ -74,7 +74,7 @@ class HeldCompile(FakeStages):
         self.log.append(f"{workspace.name} compiled")
         return result
 
-    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
+    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False, serves=0):
         self.log.append(f"{workspace.name} judged")
         if workspace.name == self.until:
             self.judged.set()
@@ -147,7 +147,7 @@ class LoggedStages(FakeStages):
         self.log.append("checked base")
         return super().check_base(evaluator, base_dir, progress, timed_next)
 
-    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
+    def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False, serves=0):
         self.log.append(f"judged {workspace.name}")
         return super().evaluate(evaluator, workspace, budget_s, floor, progress, control)
 

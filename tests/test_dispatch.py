@@ -366,7 +366,9 @@ def test_every_job_carries_the_rounds_timing_gate_to_its_actor():
     dispatch = object.__new__(RayDispatch)
     dispatch.run = SimpleNamespace(floor=None, timing_gate="the round's A/A control ran out of its 600 s")
     dispatch._send(actor, ("3", Job(None, "a-fast", "source", Path("."))))
-    assert sent == [("3", "a-fast", "source", None, False, "the round's A/A control ran out of its 600 s")]
+    dispatch._send(actor, ("control", Job(None, "(control)", "source", Path("."), control=True, serves=4)))
+    assert sent == [("3", "a-fast", "source", None, False, "the round's A/A control ran out of its 600 s", 0),
+                    ("control", "(control)", "source", None, True, "the round's A/A control ran out of its 600 s", 4)]
 
 
 def test_a_control_that_ran_out_of_time_is_timed_again_by_the_next_run(tmp_path):
@@ -382,8 +384,10 @@ def test_a_control_that_ran_out_of_time_is_timed_again_by_the_next_run(tmp_path)
     def run_with(outcome):
         ledger = SimpleNamespace(control_evaluation=lambda round_id: {"outcome": outcome})
         return SimpleNamespace(gate=None, stale=lambda previous: False, ledger=ledger, target=target,
-                               round_row={"id": 1, "base_source": target.kernel_source()}, root=tmp_path)
+                               round_row={"id": 1, "base_source": target.kernel_source()}, root=tmp_path,
+                               candidates=3)
 
     again = control_job(run_with("timed-out"))
     assert again is not None and again.job.control and (tmp_path / "control" / target.kernel_file).is_file()
+    assert again.job.serves == 3  # the candidates the run may time, whose verdicts its floor serves
     assert control_job(run_with("unchanged")) is None

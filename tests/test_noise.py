@@ -125,3 +125,20 @@ def test_a_control_with_a_wide_floor_goes_on_while_its_pairs_are_cheap(logs, ela
 
     assert [floor_from([x], 0.01, 3).percent() for x in (HISTOGRAM, [0.0, 0.005, -0.004])] == ["13.8%", "3.4%"]
     assert enough_pairs(logs, Floor(effect=0.01, min_effect=0.01), elapsed, 5.0, True, 600.0, longest) is enough
+
+
+@pytest.mark.parametrize("serves, pairs, enough", [
+    (2, 3, False), (2, 4, True),  # two candidates: one more pair than three (amd/identity's round took eight)
+    (4, 4, False), (4, 5, True),  # four: two more
+    (1, 4, True),  # one candidate: one more
+    (0, 7, False),  # no round's count (judge calibrate): the cheap pairs alone bound it
+    (20, 7, False), (20, 8, True),  # a large round's control goes on to MAX_PAIRS
+])
+def test_a_wide_floor_buys_a_control_one_more_pair_for_every_two_candidates(serves, pairs, enough):
+    from judge.noise import enough_pairs
+
+    logs = (HISTOGRAM * 3)[:pairs]  # a 13.8% floor from its first three pairs, wide after eight too
+    assert floor_from([logs], 0.01, 3).effect > 0.05
+    assert enough_pairs(logs, Floor(effect=0.01, min_effect=0.01), 5.5, 5.0, True, 600.0, 1.8, serves) is enough
+    # a stray pair (a floor past the ceiling) is looked into whatever the round's size
+    assert not enough_pairs(STRAY[:3], Floor(effect=0.01, min_effect=0.01), 30.0, 10.0, True, 300.0, 10.0, serves)

@@ -128,9 +128,9 @@ def test_a_proposal_named_like_judges_own_workspaces_leaves_them_alone(setup):
     bases, controls = [], []
 
     class Watching(FakeStages):
-        def evaluate(self, session, workspace, budget_s, floor=None, progress=None, control=False):
+        def evaluate(self, session, workspace, budget_s, floor=None, progress=None, control=False, serves=0):
             bases.append((session.base_dir / "submission.py").read_text())
-            controls.extend([workspace] if control else [])
+            controls.extend([(workspace, serves)] if control else [])
             return super().evaluate(session, workspace, budget_s, floor, progress, control)
 
     settings.stages = Watching()
@@ -142,7 +142,8 @@ def test_a_proposal_named_like_judges_own_workspaces_leaves_them_alone(setup):
     assert outcomes(summary)["honest"][0] == "faster" and summary.winner == "honest"
     root = settings.work_dir / "axpy" / "round-1"
     assert (root / "base" / "submission.py").read_text() == (root / "control" / "submission.py").read_text() == BASE
-    assert controls == [root / "control"]  # the proposal named 'control' is timed as a candidate is
+    # the proposal named 'control' is timed as a candidate is; the control's floor serves the four candidates
+    assert controls == [(root / "control", 4)]
 
 
 def test_the_round_starts_its_oracle_and_spares_on_a_thread_and_compiles_its_base_while_it_probes(setup):
@@ -270,7 +271,7 @@ def test_on_one_gpu_the_base_s_check_is_handed_the_control_it_binds_runners_for_
             assert (timed_next / "submission.py").read_text() == (base_dir / "submission.py").read_text()
             return super().check_base(evaluator, base_dir, progress, timed_next)
 
-        def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False):
+        def evaluate(self, evaluator, workspace, budget_s, floor=None, progress=None, control=False, serves=0):
             happened.append(f"evaluated {workspace.name}")
             return super().evaluate(evaluator, workspace, budget_s, floor, progress, control)
 

@@ -17,3 +17,4 @@ class Job:
     source: str  # its kernel file
     workspace: Path  # where it is assembled on this machine
     control: bool = False  # the round's A/A control: timed only, by the controls' rule (noise.enough_pairs)
+    serves: int = 0  # a control's: the candidates its round may time, whose verdicts its floor serves

@@ -72,10 +72,11 @@ def run_timing(target: Target, candidate: Path, base: Path, *, budget_s: float |
 
 def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = None, timeout_s: float | None = None,
             floor: Floor | None = None, nonce: int | None = None, progress: Progress = quiet,
-            control: bool = False) -> StageResult:
+            control: bool = False, serves: int = 0) -> StageResult:
     """Time the kernel assembled in `workspace` against the round's base, pair after pair (module docstring).
     `progress` hears of each benchmark of each pair as it starts (judge.stages.progress). A `control` (the base
-    against an identical copy, whose pairs set the noise floor) stops by noise.enough_pairs' rule for controls."""
+    against an identical copy, whose pairs set the noise floor) stops by noise.enough_pairs' rule for controls, for the
+    `serves` candidates its round may time."""
     target = evaluator.target
     if evaluator.timing_gate is not None and not control:
         evaluator.discard_prebound()  # what a check bound for this timing holds its memory for nothing
@@ -105,7 +106,7 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
             if pairs[-1].failure or pairs[-1].findings or pairs[-1].base_findings:
                 break
             if enough_pairs(pair_geomeans(pairs, target), floor, time.monotonic() - started, budget, control,
-                            limit, max(pair.seconds for pair in pairs)):
+                            limit, max(pair.seconds for pair in pairs), serves):
                 break
     except Stopped as stop:
         if stop.status == "not-run":
