@@ -128,6 +128,12 @@ def call(func: str, args_file: str, result_file: str) -> None:
     os._exit(0)
 
 
+def _hello(confinement: dict | None, phases: dict[str, float]) -> dict:
+    """A child's start or bind reply, sent before any kernel code runs: its pid, its uid as confined (the owner its
+    host files need: judge.stages.evaluation), what confines it and its start's own account of its phases."""
+    return {"pid": os.getpid(), "uid": os.getuid(), "confinement": confinement, "phases_us": phases}
+
+
 def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
     """Answer the parent's commands one at a time until it says exit (judge.sandbox.worker is the other end)."""
     _start()
@@ -167,9 +173,7 @@ def serve(cmd_fd: str, reply_fd: str, setup_file: str) -> None:
         traceback.print_exc()
         send({"serial": serial, "ok": False, "error": _error_line(error)})
         os._exit(1)
-    # its uid as confined: the owner its host files need (judge.stages.evaluation), said before any kernel code runs
-    send({"serial": serial, "ok": True, "value": {"pid": os.getpid(), "uid": os.getuid(), "confinement": confinement,
-                                                  "phases_us": phases}})
+    send({"serial": serial, "ok": True, "value": _hello(confinement, phases)})
     cores = None
     for line in commands:
         received = _clock()

@@ -32,7 +32,7 @@ HOST_REPLAY_FACTOR = 3.0
 # (2026-11-25); with first uses bunched at the start they reached 1.10-1.75 now and then, so the factor had been
 # 1.5. A replay whose own lookup costs more than the kernel (a content hash read back to the host on vecadd) is
 # slower than honest code and barely faster than its first calls: 1.2 still names it. The base's ratio counts
-# only above 1: a base whose first calls ran faster than its later ones (0.46x, a CPU copy on a loaded 2-core VM,
+# only above 1: a base whose first calls ran faster than its later ones (0.46x, a CPU round of the tests on a loaded VM,
 # 2026-11-30) is noise, under which an honest kernel's first touch of a new set (1.15x) would clear the factor.
 REPLAY_FACTOR = 1.2
 # ... and by at least this many microseconds: a first touch of new memory costs a CPU kernel a little.
