@@ -994,7 +994,8 @@ def parse_args(argv: Optional[list[str]] = None):
                         help="give eval.py every benchmark even where ranking_by is 'last'")
     parser.add_argument("--copies", type=int, default=1, help="identical copies of submission.py judge judges")
     parser.add_argument("--timing-budget", type=float, help="judge run --timing-budget")
-    parser.add_argument("--gpu", type=int, default=0, help="the GPU whose memory is sampled (NVML index)")
+    parser.add_argument("--gpu", type=int, help="the GPU whose memory is sampled (NVML index; default: the one "
+                                                "CUDA_VISIBLE_DEVICES names first, else 0)")
     parser.add_argument("--as-card-mib", type=float,
                         help="judge as on a smaller card of this many MiB (an 80 GB H100: 81559): a ballast process "
                              "holds 80%% of the memory past it, so judge's plan is that card's; every peak is then "
@@ -1010,6 +1011,14 @@ def parse_args(argv: Optional[list[str]] = None):
     unknown = set(args.eval_modes) - {"test", "benchmark", "leaderboard"}
     if unknown:
         parser.error(f"--eval-modes: unknown {', '.join(sorted(unknown))}")
+    # The rounds run where CUDA_VISIBLE_DEVICES says; a peak read off another GPU is another run's (an H200 host,
+    # 2026-11-30: `--gpu 0` beside CUDA_VISIBLE_DEVICES=1 reported GPU 0's round's peak for GPU 1's).
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if args.gpu is None:
+        args.gpu = int(visible.split(",")[0]) if visible.split(",")[0].strip().isdigit() else 0
+    elif visible.isdigit() and args.gpu != int(visible):
+        parser.error(f"--gpu {args.gpu}: the rounds run on GPU {visible} (CUDA_VISIBLE_DEVICES={visible}), whose "
+                     f"memory is the one to sample; give --gpu {visible} or leave it out")
     return args
 
 

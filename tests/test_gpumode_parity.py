@@ -422,3 +422,20 @@ def test_a_base_that_fails_its_own_check_on_a_drawn_seed_is_told_from_one_that_c
         f"judge: the base is incorrect ({reason}): no verdict below tells whether judge is right (eval.py passed its "
         "identical copy on task.yml's seeds; judge checks inputs drawn from seeds of its own, on one of which the base "
         "fails the problem's own check)")
+
+
+def test_the_gpu_sampled_is_the_one_the_rounds_run_on(monkeypatch, capsys):
+    # On an H200 host (2026-11-30) `--gpu 0` beside CUDA_VISIBLE_DEVICES=1 reported GPU 0's round's peak for GPU 1's.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert parity.parse_args([]).gpu == 1
+    assert parity.parse_args(["--gpu", "1"]).gpu == 1
+    with pytest.raises(SystemExit) as refused:
+        parity.parse_args(["--gpu", "0"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "error: --gpu 0: the rounds run on GPU 1 (CUDA_VISIBLE_DEVICES=1), whose memory is the one to sample; give "
+        "--gpu 1 or leave it out")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")  # several: the first, and an explicit one is the user's
+    assert parity.parse_args([]).gpu == 2 and parity.parse_args(["--gpu", "3"]).gpu == 3
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert parity.parse_args([]).gpu == 0
