@@ -1014,8 +1014,9 @@ def parse_args(argv: Optional[list[str]] = None):
     # The rounds run where CUDA_VISIBLE_DEVICES says; a peak read off another GPU is another run's (an H200 host,
     # 2026-11-30: `--gpu 0` beside CUDA_VISIBLE_DEVICES=1 reported GPU 0's round's peak for GPU 1's).
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    first = visible.split(",")[0].strip()
     if args.gpu is None:
-        args.gpu = int(visible.split(",")[0]) if visible.split(",")[0].strip().isdigit() else 0
+        args.gpu = int(first) if first.isdigit() else 0
     elif visible.isdigit() and args.gpu != int(visible):
         parser.error(f"--gpu {args.gpu}: the rounds run on GPU {visible} (CUDA_VISIBLE_DEVICES={visible}), whose "
                      f"memory is the one to sample; give --gpu {visible} or leave it out")

@@ -109,8 +109,8 @@ def test_a_timed_runners_host_files_belong_to_the_owner_of_its_scratch_not_of_it
     evaluator = Evaluator.__new__(Evaluator)
     evaluator._oracle = SimpleNamespace(call=lambda op, limit, **args: asked.append((op, args)))
     evaluator._scratch = {7: scratch}
-    evaluator._attach(SimpleNamespace(pid=7, exchange=tmp_path / "x"), tmp_path)
-    evaluator._attach(SimpleNamespace(pid=8, exchange=tmp_path / "y"), tmp_path)
+    evaluator._attach(SimpleNamespace(pid=7, exchange=tmp_path / "x", hello=None), tmp_path)
+    evaluator._attach(SimpleNamespace(pid=8, exchange=tmp_path / "y", hello=None), tmp_path)
     assert [(op, args["runner"], args["owner"]) for op, args in asked] == [("attach", 7, 65534), ("attach", 8, 0)]
     # What a runner says of itself once confined decides: one that stayed root (without capabilities, it cannot
     # open a file of nobody's) beside a scratch given to nobody, and one that dropped beside a workspace of root's.

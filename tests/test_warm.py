@@ -81,7 +81,7 @@ class _FailingOracle:
 
 
 class _Runner:
-    pid, exchange, closed = 4321, None, False
+    pid, exchange, closed, hello = 4321, None, False, None
 
     def close(self, wait=True):
         self.closed = True

@@ -313,7 +313,7 @@ class Evaluator(RoundSeeds):
         closed, WorkerError (`tampered` where the oracle found the directory or a file in it not as judge made it)."""
         directory = worker.exchange if worker.exchange is not None else self.exchange_dir()
         worker.exchange = directory
-        uid = (getattr(worker, "hello", None) or {}).get("uid")
+        uid = (worker.hello or {}).get("uid")
         owner = uid if isinstance(uid, int) else self._scratch.get(worker.pid, workspace).stat().st_uid
         try:
             self.oracle.call("attach", ORACLE_LIMIT_S, runner=worker.pid, directory=str(directory), owner=owner)
