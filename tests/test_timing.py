@@ -368,7 +368,9 @@ def test_same_kernel_is_unchanged_on_gpu(tmp_path):
     target = load_target(FIXTURE)
     base = assemble(target, tmp_path, "base", target.kernel_source())
     cand = assemble(target, tmp_path, "cand", variant("correct"))
-    result = run_timing(target, cand, base, budget_s=12)
+    # the stage's own budget (5 s a benchmark), as a round gives it: with 12 s, three pairs of 18-53 us kernels read
+    # 0.999x [0.989, 1.009] on an H200 (2026-11-30), undecided against the 1% floor with no pair left to add
+    result = run_timing(target, cand, base)
     print("self:", result.summary)
     for b in result.detail.benchmarks:
         print(f"  {b.label}: base {b.base_median_us} us cand {b.cand_median_us} us x{b.speedup} "
@@ -383,8 +385,9 @@ def test_same_kernel_is_unchanged_on_gpu(tmp_path):
     # comes (0.5% is the goal; the offset between processes reached 0.85% on an H100) is the self-check's table
     # (benchmarks/judge_selfcheck.py), not this test's.
     outcome, reason = timing_verdict(result)
-    assert outcome == Outcome.UNCHANGED and reason in (
-        result.summary, f"{result.summary}; a change under 1.0% is within run-to-run drift")
+    # an interval that leaves out 1 by a hair (1.003x [1.000, 1.007] on an H200, 2026-11-30) is still no change
+    under_floor = "; a change under the noise floor (1.0%) counts as none" if result.detail.significant else ""
+    assert (outcome, reason) == (Outcome.UNCHANGED, result.summary + under_floor)
     assert abs(result.detail.geomean - 1) < MIN_EFFECT
     assert result.detail.device["sm_count"] > 0
     assert result.detail.device["sm_clock_mhz"] is not None
