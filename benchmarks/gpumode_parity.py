@@ -108,6 +108,70 @@ def custom_kernel(data):
 '''
 
 
+# What the slowed variant appends (--slow-variant F): custom_kernel followed, in the same call, by a delay of F times
+# its own last call on inputs of the same shapes: on a GPU a `torch.cuda._sleep` on the call's stream, sized by the
+# previous such call's events (no sync inside the call; the first call of a shape, a warm-up, is not delayed) at a
+# rate of cycles per microsecond measured once; without CUDA a busy wait of F times this call's own host time. The
+# wrapper and a delay kernel have fixed costs of their own (microseconds), so on microsecond calls the change is
+# larger than F.
+SLOWED_VARIANT = '''
+
+# judge parity benchmark: the kernel above, slowed by a known fraction of its own time.
+import time as _parity_time
+
+import torch as _parity_torch
+
+_PARITY_SLOWDOWN = {fraction!r}
+_PARITY_ON_GPU = _parity_torch.cuda.is_available()
+_parity_fast_kernel = custom_kernel
+_parity_last = {{}}  # the shapes of a call's tensors -> its events, read at the next call of those shapes
+_parity_rate = []
+
+
+def _parity_shapes(value):
+    if isinstance(value, _parity_torch.Tensor):
+        return (tuple(value.shape), str(value.dtype), value.device.type)
+    if isinstance(value, (tuple, list)):
+        return tuple(_parity_shapes(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _parity_shapes(v)) for k, v in value.items())
+    return None
+
+
+def _parity_cycles_per_us():
+    if not _parity_rate:
+        start, end = (_parity_torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        _parity_torch.cuda._sleep(2_000_000)
+        end.record()
+        end.synchronize()
+        _parity_rate.append(2_000_000 / (start.elapsed_time(end) * 1000.0))
+    return _parity_rate[0]
+
+
+def custom_kernel(data):
+    if not _PARITY_ON_GPU:
+        began = _parity_time.perf_counter()
+        out = _parity_fast_kernel(data)
+        ended = _parity_time.perf_counter()
+        until = ended + _PARITY_SLOWDOWN * (ended - began)
+        while _parity_time.perf_counter() < until:
+            pass
+        return out
+    key = _parity_shapes(data)
+    rate = _parity_cycles_per_us()
+    last = _parity_last.get(key)
+    start, end = (_parity_torch.cuda.Event(enable_timing=True) for _ in range(2))
+    start.record()
+    out = _parity_fast_kernel(data)
+    end.record()
+    if last is not None and last[1].query():
+        _parity_torch.cuda._sleep(int(_PARITY_SLOWDOWN * last[0].elapsed_time(last[1]) * 1000.0 * rate))
+    _parity_last[key] = (start, end)
+    return out
+'''
+
+
 def log(message: str) -> None:
     print(f"[{datetime.now(timezone.utc).strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -185,9 +249,18 @@ def own_solutions(problem: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def build_submissions(problem: Path, kernel_file: str = KERNEL_FILE,
-                      copies: int = 1) -> tuple[list[Submission], list[str]]:
-    """The submissions of one problem, and a note for each that could not be made."""
+def slowed_variant(source: str, fraction: float) -> Optional[str]:
+    """The kernel slowed by `fraction` of its own time on every call after a shape's first, or None where it defines
+    no custom_kernel to wrap."""
+    if not defines_custom_kernel(source):
+        return None
+    return source.rstrip("\n") + "\n" + SLOWED_VARIANT.format(fraction=float(fraction))
+
+
+def build_submissions(problem: Path, kernel_file: str = KERNEL_FILE, copies: int = 1,
+                      slowdown: float = 0.0) -> tuple[list[Submission], list[str]]:
+    """The submissions of one problem, and a note for each that could not be made; with `slowdown`, a slowed variant
+    too."""
     base = normalized((problem / kernel_file).read_text())
     subs = [Submission("identical" if copies == 1 else f"identical-{n}", "identical", kernel_file, base)
             for n in range(1, copies + 1)]
@@ -205,6 +278,9 @@ def build_submissions(problem: Path, kernel_file: str = KERNEL_FILE,
         notes.append(f"no wrong variant: {kernel_file} defines no custom_kernel to wrap")
     else:
         subs.append(Submission("wrong-variant", "variant", f"{kernel_file} + spoiled result", variant))
+    if slowdown > 0 and variant is not None:
+        subs.append(Submission("slowed-variant", "slowed", f"{kernel_file} + {slowdown:.0%} delay",
+                               slowed_variant(base, slowdown)))
     return subs, notes
 
 
@@ -224,12 +300,14 @@ def kernel_patch(base: str, new: str, kernel_file: str = KERNEL_FILE) -> str:
 
 
 EXPECTED = {"identical": "unchanged or inconclusive", "example": "as eval.py says", "wrong": "incorrect",
-            "variant": "incorrect"}
+            "variant": "incorrect", "slowed": "slower"}
 PITCH = {"identical": "An identical copy of the kernel (a comment added): judge must find it neither faster, slower "
                       "nor incorrect.",
          "example": "One of the problem's own solutions ({origin}), as a whole kernel file.",
          "wrong": "One of the problem's own wrong solutions ({origin}): it must be found incorrect.",
-         "variant": "The kernel with one element of its result spoiled: it must be found incorrect."}
+         "variant": "The kernel with one element of its result spoiled: it must be found incorrect.",
+         "slowed": "The kernel followed in each call by a delay of a known fraction of its own time ({origin}): it "
+                   "must be found slower."}
 
 
 def write_proposal(folder: Path, target: str, sub: Submission, base: str, kernel_file: str = KERNEL_FILE) -> Path:
@@ -327,6 +405,8 @@ def honest(kind: str, outcome: Optional[str], eval_pass: Optional[bool]) -> str:
     example must be right for judge exactly where it is right for eval.py."""
     if kind == "identical":
         return "ok" if outcome in SAME else f"NO: an identical copy is {outcome}"
+    if kind == "slowed":
+        return "ok" if outcome == "slower" else f"NO: a slowed copy is {outcome}"
     if kind in {"wrong", "variant"}:
         if outcome == "incorrect":
             return "ok" if eval_pass is not True else "ok (eval.py passes it)"
@@ -719,7 +799,7 @@ def parity(problem: Path, rel: str, args, memory: GpuMemory, scratch_root: Path,
     try:
         task = read_task(problem)
         eval_files(problem, task)
-        subs, notes = build_submissions(problem, copies=args.copies)
+        subs, notes = build_submissions(problem, copies=args.copies, slowdown=args.slow_variant)
     except Exception as error:  # a problem we cannot read is its row's error
         return result | {"error": f"{type(error).__name__}: {error}"}
     result |= {"notes": notes, "ranking_by": task.get("ranking_by", "last"),
@@ -928,12 +1008,19 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
         verdict = judge.get("verdicts", {}).get(sub["id"]) or (
             {"outcome": "refused by judge submit"} if sub["id"] in judge.get("refused", {}) else {})
         peaks = [e.get("memory", {}).get("peak_mib") for e in per.values() if e.get("memory", {}).get("peak_mib")]
-        lines.append(f"| {sub['id']} | {sub['kind']} | {cell(verdict.get('outcome', '-'))} | "
+        lines.append(f"| {sub['id']} | {sub['kind']} | {cell(judge_words(verdict))} | "
                      f"{seconds(times.get(sub['id']))} | {cell(eval_words(lb_run))} | "
                      f"{seconds(lb_run.get('seconds'))} | "
                      f"{seconds(bench.get('seconds'))} | {mib(max(peaks) if peaks else None, None)} | "
                      f"{cell(rows.get(sub['id'], {}).get('honest', '-'))} |")
     return "\n".join(lines + [""])
+
+
+def judge_words(verdict: dict) -> str:
+    """A verdict's outcome, with the geomean and interval its reason gives where it was timed."""
+    outcome = verdict.get("outcome", "-")
+    found = re.search(r"geomean (\S+x \[[^\]]+\])", verdict.get("reason") or "")
+    return f"{outcome} {found.group(1)}" if found and outcome in TIMED else outcome
 
 
 def yes_no(value: Optional[bool]) -> str:
@@ -993,6 +1080,8 @@ def parse_args(argv: Optional[list[str]] = None):
     parser.add_argument("--all-benchmarks", action="store_true",
                         help="give eval.py every benchmark even where ranking_by is 'last'")
     parser.add_argument("--copies", type=int, default=1, help="identical copies of submission.py judge judges")
+    parser.add_argument("--slow-variant", type=float, default=0.0, metavar="F",
+                        help="also a copy slowed by F of its own time per call (0.1: 10%%), which must be found slower")
     parser.add_argument("--timing-budget", type=float, help="judge run --timing-budget")
     parser.add_argument("--gpu", type=int, help="the GPU whose memory is sampled (NVML index; default: the one "
                                                 "CUDA_VISIBLE_DEVICES names first, else 0)")

@@ -181,6 +181,26 @@ def test_eval_py_output_read_into_a_verdict():
     assert parity.popcorn_verdict({}, None, "leaderboard")["verdict"] == "timed-out"
 
 
+def test_the_slowed_variant_delays_each_call_by_a_share_of_its_own_time(problem):
+    """--slow-variant: a copy that must be found slower, its delay at least the fraction asked of its call's time."""
+    import time
+
+    torch = pytest.importorskip("torch")
+    subs, _ = parity.build_submissions(problem, slowdown=0.5)
+    assert [(s.id, s.kind, s.origin) for s in subs][-1] == ("slowed-variant", "slowed", "submission.py + 50% delay")
+    assert "slowed-variant" not in [s.id for s in parity.build_submissions(problem)[0]]
+    namespace = {}
+    exec(parity.slowed_variant("import time\ndef custom_kernel(data):\n    time.sleep(0.04)\n    return data[0]\n",
+                               0.5), namespace)
+    a = torch.ones(3)
+    began = time.perf_counter()
+    out = namespace["custom_kernel"]((a, a))
+    assert time.perf_counter() - began >= 0.04 * 1.5 and out is a
+    assert parity.slowed_variant("def cross_entropy_forward(x):\n    return x\n", 0.1) is None
+    assert parity.honest("slowed", "slower", True) == "ok"
+    assert parity.honest("slowed", "unchanged", True) == "NO: a slowed copy is unchanged"
+
+
 def test_honesty_of_each_kind_of_submission():
     assert parity.honest("identical", "unchanged", True) == "ok"
     assert parity.honest("identical", "inconclusive", True) == "ok"
@@ -273,7 +293,9 @@ def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
     result = {"problem": "family/add_py", "ranking_by": "last", "benchmarks": 3, "notes": [],
               "submissions": [{"id": s.id, "kind": s.kind, "origin": s.origin} for s in subs],
               "judge": {"submitted": 2, "rc": 0, "seconds": 50.0, "memory": {"peak_mib": 9000.0, "total_mib": 10000.0},
-                        "verdicts": {"identical": {"outcome": "unchanged"}, "wrong-variant": {"outcome": "incorrect"}},
+                        "verdicts": {"identical": {"outcome": "unchanged", "reason": "geomean 0.998x [0.990, 1.006] "
+                                                   "over 3 benchmarks, 3 process pairs"},
+                                     "wrong-variant": {"outcome": "incorrect", "reason": "check 1 of 8 failed: geomean"}},
                         "ledger_seconds": {"identical": 12.0, "wrong-variant": 3.0}},
               "eval": {"identical": {"leaderboard": lb, "benchmark": killed},
                        "wrong-variant": {"leaderboard": lb | {"verdict": "fail", "message": "benchmark 0: mismatch",
@@ -290,7 +312,7 @@ def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
     assert lines[5] == ("judge's own seconds per candidate (its stages in the ledger; no start, base check or "
                         "control): 7.5 s, 0.38x eval.py leaderboard")
     assert lines[-2:] == [
-        "| identical | identical | unchanged | 12.0 | pass, 12.5 us | 10.0 | 180.0 | 2,000 | ok |",
+        "| identical | identical | unchanged 0.998x [0.990, 1.006] | 12.0 | pass, 12.5 us | 10.0 | 180.0 | 2,000 | ok |",
         "| wrong-variant | variant | incorrect | 3.0 | fail: benchmark 0: mismatch | 30.0 | - | 2,000 | ok |"]
 
 
