@@ -4,7 +4,8 @@ For each selected problem of gpu-mode/reference-kernels (a directory with task.y
 (its own ledger, work and cache directories):
   1. the submissions: an identical copy of the problem's submission.py, the problem's own example or correct (and
      wrong) solutions (`solutions/correct`, `solutions/wrong`, `submissions/`, ...: each a whole kernel file), and a
-     deliberately wrong variant (submission.py with custom_kernel's result spoiled in one element);
+     deliberately wrong variant (submission.py with custom_kernel's result spoiled in one element); with
+     --slow-variant F, a copy slowed by F of its own time in each call (SLOWED_VARIANT), which must be found slower;
   2. judge: each as a proposal (a unified diff against the kernel file; the identical copy adds a comment, since
      judge refuses an empty patch), `judge submit`, then `judge --json run --round 1 --target PROBLEM`, timed on the
      wall clock to its last verdict (the base's profile that follows has no counterpart in eval.py) and to its end,
