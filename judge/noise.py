@@ -141,12 +141,16 @@ within a factor of three (its 90% bound): pmpp/histogram_py's control of three 1
 (H200, 2026-11-29), under which the round could call no change smaller, where five more pairs would have cost 8 s.
 Floors of 2% (matmul_py's, prefixsum_py's) and long pairs (cholesky_py's 10 s, qr_v2's 27 s) stop at three."""
 VERDICTS_PER_EXTRA_PAIR = 2
-"""...and by at most one pair for every VERDICTS_PER_EXTRA_PAIR candidates the round may time: the extra pairs are
-bought for the verdicts the floor serves, and it is pooled with every later control of the target and device
-(FLOOR_HISTORY), so a small round's wide floor is narrowed by the next round's control. Most of what more pairs buy
-comes first: the 90% bound on the spread is 3.19 times its estimate from three pairs, 2.28 from four, 1.94 from
-five, 1.57 from eight. A two-candidate round's control of amd/identity (19 us calls) took all eight pairs, 18.5 s
-of its 36.7 s to the last verdict (H200, 2026-11-30); the bound holds it to four."""
+"""A round's control takes at most one pair past MIN_PAIRS for every VERDICTS_PER_EXTRA_PAIR candidates the round may
+time, by whichever rule would add it (a wide floor's cheap pairs, or an undecided A/A within its budget); only a
+floor past the ceiling goes on regardless. The extra pairs are bought for the verdicts the floor serves, and it is
+pooled with every later control of the target and device (FLOOR_HISTORY), so a small round's wide floor is narrowed
+by the next round's control. Most of what more pairs buy comes first: the 90% bound on the spread is 3.19 times its
+estimate from three pairs, 2.28 from four, 1.94 from five, 1.57 from eight. A two-candidate round's control of
+amd/identity (19 us calls) took all eight pairs, 18.5 s of its 36.7 s to the last verdict (H200, 2026-11-30, 08:22);
+bounding the wide floor's rule alone, a three-candidate round's took all eight again (11:14), each pair added by
+the budget's rule: its A/A interval, [0.994, 1.017], was undecided against the 1% minimum, and eight pairs of 2.6 s
+stayed within its 35 s."""
 FLOOR_SIGMAS = 4.0
 SIGMA_BOUND = 0.1  # the lower tail of chi-square that bounds the standard deviation from above
 FLOOR_HISTORY = 20  # the most recent controls of a target and device that set its floor
@@ -179,17 +183,17 @@ def enough_pairs(logs: list[float], floor: Floor, elapsed: float, budget: float,
     the longest so far: its spread sets the floor of every verdict of the round, and from three pairs one stray
     pair sets a floor that hides a threefold slowdown (a 1.35x pair of identical code beside two of 1.0x sets
     296%), where a few more pairs show it for the stray it was. It also goes on while that floor is wide and its
-    pairs are cheap (WIDE_FLOOR_MINIMA, CHEAP_CONTROL_SHARE), for as many of its round's `serves` candidates as
-    VERDICTS_PER_EXTRA_PAIR allows (0, as for `judge calibrate`: no such bound)."""
+    pairs are cheap (WIDE_FLOOR_MINIMA, CHEAP_CONTROL_SHARE). Past the ceiling's rule, a control stops at the pairs
+    its round's `serves` candidates buy (VERDICTS_PER_EXTRA_PAIR; 0, as for `judge calibrate`: no such bound)."""
     from .stats import settled
 
     if control and MIN_PAIRS <= len(logs) < MAX_PAIRS:
         own = floor_from([logs], floor.min_effect, MIN_PAIRS)
         if own.too_wide and elapsed + 2 * longest_pair < limit:
             return False
-        bought = not serves or len(logs) + 1 - MIN_PAIRS <= math.ceil(serves / VERDICTS_PER_EXTRA_PAIR)
-        if own.effect > WIDE_FLOOR_MINIMA * floor.min_effect and elapsed + longest_pair < CHEAP_CONTROL_SHARE * limit \
-                and bought:
+        if serves and len(logs) + 1 - MIN_PAIRS > math.ceil(serves / VERDICTS_PER_EXTRA_PAIR):
+            return True
+        if own.effect > WIDE_FLOOR_MINIMA * floor.min_effect and elapsed + longest_pair < CHEAP_CONTROL_SHARE * limit:
             return False
     return settled(logs, floor.effect, MIN_PAIRS, MAX_PAIRS) or (len(logs) >= MIN_PAIRS and elapsed > budget)
 

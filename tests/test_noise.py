@@ -142,3 +142,22 @@ def test_a_wide_floor_buys_a_control_one_more_pair_for_every_two_candidates(serv
     assert enough_pairs(logs, Floor(effect=0.01, min_effect=0.01), 5.5, 5.0, True, 600.0, 1.8, serves) is enough
     # a stray pair (a floor past the ceiling) is looked into whatever the round's size
     assert not enough_pairs(STRAY[:3], Floor(effect=0.01, min_effect=0.01), 30.0, 10.0, True, 300.0, 10.0, serves)
+
+
+IDENTITY = [math.log(g) for g in (1.02, 0.99, 1.012, 0.995)]  # an A/A undecided against 1%, a floor of a few %
+
+
+@pytest.mark.parametrize("serves, pairs, enough", [
+    (3, 4, False), (3, 5, True),  # amd/identity's round of three (H200, 2026-11-30 11:14) took all eight
+    (1, 4, True),
+    (0, 7, False), (0, 8, True),  # judge calibrate: the budget and MAX_PAIRS alone
+])
+def test_an_undecided_control_within_its_budget_stops_at_the_pairs_its_candidates_buy(serves, pairs, enough):
+    from judge.noise import enough_pairs
+    from judge.stats import settled
+
+    logs = (IDENTITY * 2)[:pairs]
+    assert not settled(logs[:7], 0.01, 3, 8) and floor_from([logs], 0.01, 3).effect < 0.25
+    assert enough_pairs(logs, Floor(effect=0.01, min_effect=0.01), 10.0, 35.0, True, 600.0, 2.6, serves) is enough
+    # a candidate's comparison is bought by nothing: undecided within its budget, it goes on
+    assert not enough_pairs(logs[:7], Floor(effect=0.01, min_effect=0.01), 10.0, 35.0, False, 600.0, 2.6, 3)
