@@ -279,9 +279,9 @@ def build_submissions(problem: Path, kernel_file: str = KERNEL_FILE, copies: int
         notes.append(f"no wrong variant: {kernel_file} defines no custom_kernel to wrap")
     else:
         subs.append(Submission("wrong-variant", "variant", f"{kernel_file} + spoiled result", variant))
-    if slowdown > 0 and variant is not None:
-        subs.append(Submission("slowed-variant", "slowed", f"{kernel_file} + {slowdown:.0%} delay",
-                               slowed_variant(base, slowdown)))
+    slowed = slowed_variant(base, slowdown) if slowdown > 0 else None
+    if slowed is not None:
+        subs.append(Submission("slowed-variant", "slowed", f"{kernel_file} + {slowdown:.0%} delay", slowed))
     return subs, notes
 
 
