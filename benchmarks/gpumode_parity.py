@@ -637,16 +637,18 @@ def judge_env() -> dict:
 
 
 def ledger_evaluations(ledger: Path) -> dict[str, dict]:
-    """Each evaluation's outcome and stage seconds summed, by proposal id (the control's and the base's by their
-    subject), the latest where there are several: what a run stopped at its time limit had finished."""
+    """Each evaluation's outcome, geomean with its interval (None where it was not timed) and stage seconds summed,
+    by proposal id (the control's and the base's by their subject), the latest where there are several: what a run
+    stopped at its time limit had finished."""
     with contextlib.closing(sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)) as db:
         rows = db.execute(
-            "select e.subject, r.proposal_id, e.outcome, e.reason, (select sum(s.seconds) from stage_results s "
-            "where s.evaluation_id = e.id) from evaluations e left join revisions r on r.id = e.revision_id "
-            "order by e.id").fetchall()
+            "select e.subject, r.proposal_id, e.outcome, e.reason, e.geomean_speedup, e.geomean_ci_low, "
+            "e.geomean_ci_high, (select sum(s.seconds) from stage_results s where s.evaluation_id = e.id) "
+            "from evaluations e left join revisions r on r.id = e.revision_id order by e.id").fetchall()
     return {(name if subject == "candidate" and name else subject):
-            {"outcome": outcome, "reason": (reason or "")[:300], "seconds": round(seconds or 0.0, 2)}
-            for subject, name, outcome, reason, seconds in rows}
+            {"outcome": outcome, "reason": (reason or "")[:300], "seconds": round(seconds or 0.0, 2),
+             "geomean": None if None in (geomean, low, high) else [geomean, low, high]}
+            for subject, name, outcome, reason, geomean, low, high, seconds in rows}
 
 
 def run_eval(problem: Path, task: dict, sub: Submission, mode: str, scratch: Path, timeout_s: float,
@@ -734,6 +736,7 @@ def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: f
         out["ledger_error"] = str(error)
         return out
     out["ledger_seconds"] = {name: e["seconds"] for name, e in evaluations.items()}
+    out["geomeans"] = {name: e["geomean"] for name, e in evaluations.items() if e["geomean"]}
     if "base" in evaluations:
         out["base"] = {k: evaluations["base"][k] for k in ("outcome", "reason")}
     if "verdicts" not in out:  # a run stopped early: the verdicts it had written
@@ -1001,7 +1004,7 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
     lines += [f"note: {cell(n)}" for n in result.get("notes", [])]
     lines += ["", "| submission | kind | judge | judge s | eval.py leaderboard | lb s | benchmark s | eval.py peak MiB "
                   "| honest |", "|---|---|---|---:|---|---:|---:|---:|---|"]
-    times = judge.get("ledger_seconds", {})
+    times, geomeans = judge.get("ledger_seconds", {}), judge.get("geomeans", {})
     rows = {r["id"]: r for r in summary.get("rows", [])}
     for sub in result["submissions"]:
         per = result.get("eval", {}).get(sub["id"], {})
@@ -1009,7 +1012,7 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
         verdict = judge.get("verdicts", {}).get(sub["id"]) or (
             {"outcome": "refused by judge submit"} if sub["id"] in judge.get("refused", {}) else {})
         peaks = [e.get("memory", {}).get("peak_mib") for e in per.values() if e.get("memory", {}).get("peak_mib")]
-        lines.append(f"| {sub['id']} | {sub['kind']} | {cell(judge_words(verdict))} | "
+        lines.append(f"| {sub['id']} | {sub['kind']} | {cell(judge_words(verdict, geomeans.get(sub['id'])))} | "
                      f"{seconds(times.get(sub['id']))} | {cell(eval_words(lb_run))} | "
                      f"{seconds(lb_run.get('seconds'))} | "
                      f"{seconds(bench.get('seconds'))} | {mib(max(peaks) if peaks else None, None)} | "
@@ -1017,11 +1020,12 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
     return "\n".join(lines + [""])
 
 
-def judge_words(verdict: dict) -> str:
-    """A verdict's outcome, with the geomean and interval its reason gives where it was timed."""
+def judge_words(verdict: dict, geomean: Optional[list[float]] = None) -> str:
+    """A verdict's outcome, with the geomean and interval the ledger holds for it where it was timed."""
     outcome = verdict.get("outcome", "-")
-    found = re.search(r"geomean (\S+x \[[^\]]+\])", verdict.get("reason") or "")
-    return f"{outcome} {found.group(1)}" if found and outcome in TIMED else outcome
+    if not geomean or outcome not in TIMED:
+        return outcome
+    return f"{outcome} {geomean[0]:.3f}x [{geomean[1]:.3f}, {geomean[2]:.3f}]"
 
 
 def yes_no(value: Optional[bool]) -> str:

@@ -293,10 +293,9 @@ def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
     result = {"problem": "family/add_py", "ranking_by": "last", "benchmarks": 3, "notes": [],
               "submissions": [{"id": s.id, "kind": s.kind, "origin": s.origin} for s in subs],
               "judge": {"submitted": 2, "rc": 0, "seconds": 50.0, "memory": {"peak_mib": 9000.0, "total_mib": 10000.0},
-                        "verdicts": {"identical": {"outcome": "unchanged", "reason": "geomean 0.998x [0.990, 1.006] "
-                                                   "over 3 benchmarks, 3 process pairs"},
-                                     "wrong-variant": {"outcome": "incorrect", "reason": "check 1 of 8 failed: geomean"}},
-                        "ledger_seconds": {"identical": 12.0, "wrong-variant": 3.0}},
+                        "verdicts": {"identical": {"outcome": "unchanged"}, "wrong-variant": {"outcome": "incorrect"}},
+                        "ledger_seconds": {"identical": 12.0, "wrong-variant": 3.0},
+                        "geomeans": {"identical": [0.99812, 0.99031, 1.0064]}},
               "eval": {"identical": {"leaderboard": lb, "benchmark": killed},
                        "wrong-variant": {"leaderboard": lb | {"verdict": "fail", "message": "benchmark 0: mismatch",
                                                               "seconds": 30.0}}}}
@@ -356,6 +355,22 @@ def test_a_judge_run_stopped_in_its_bases_profile_counts_its_seconds_to_its_last
     assert _judge_line(done, summary) == ("judge: 2 candidates, round 451.9 s wall (its last verdict at 253.6 s, the base's profile "
                         "after it), 126.8 s per candidate (its setup, the base's check and the A/A control included); "
                         "peak GPU memory -")
+
+
+def test_the_ledgers_geomean_and_interval_are_read_where_an_evaluation_was_timed(tmp_path):
+    import sqlite3
+
+    from judge.ledger import Ledger
+
+    Ledger(tmp_path / "ledger.db").close()  # judge's own schema, its migrations applied
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        db.execute("insert into evaluations (subject, outcome, reason) values ('base', 'unchanged', 'checked')")
+        db.execute("insert into evaluations (subject, outcome, reason, geomean_speedup, geomean_ci_low, "
+                   "geomean_ci_high) values ('control', 'inconclusive', 'geomean ...', 0.99484, 0.95962, 1.03134)")
+    read = parity.ledger_evaluations(tmp_path / "ledger.db")
+    assert (read["base"]["geomean"], read["control"]["geomean"]) == (None, [0.99484, 0.95962, 1.03134])
+    assert parity.judge_words(read["control"], read["control"]["geomean"]) == "inconclusive 0.995x [0.960, 1.031]"
+    assert parity.judge_words({"outcome": "incorrect"}, [0.5, 0.4, 0.6]) == "incorrect"  # only a timed outcome
 
 
 def test_with_no_judge_eval_py_alone_runs_on_every_submission(problem, tmp_path):
