@@ -13,7 +13,7 @@ from .stages.result import StageResult
 from .workspaces import fresh
 from .ledger import now, sha256
 from .ledger.noise import CONTROL
-from .noise import Floor, controls_floor, device_name, target_minimum
+from .noise import Floor, controls_floor, device_name, kept_words, target_minimum
 from .records import Outcome
 from .verdicts import decide
 
@@ -28,13 +28,31 @@ class ControlJob:
     ran: Optional[tuple[list[StageResult], Optional[dict]]] = None
 
 
-def control_job(run) -> Optional[ControlJob]:
-    """The control this run must time, laid out; None where the kernels cannot run here or a standing control is
-    kept. A control that ran out of time is timed again: its round's candidates were left untimed on its account,
-    and a run with a longer limit is how they get timed. Whether the base passed is the caller's to know
-    (evaluate_control)."""
+def needs_control(run) -> bool:
+    """Whether this run must time a control: the kernels run here, the round has none standing (one that ran out of
+    time is timed again: its round's candidates were left untimed on its account, and a run with a longer limit is
+    how they get timed), and no earlier A/A measurement of this very base on this device stands (kept_control)."""
     standing = run.ledger.control_evaluation(run.round_row["id"])
     if run.gate is not None or not (run.stale(standing) or standing["outcome"] == Outcome.TIMED_OUT.value):
+        return False
+    return kept_control(run) is None
+
+
+def kept_control(run) -> Optional[dict]:
+    """An earlier round's control or a `judge calibrate` run that timed this round's very base on this device
+    (Ledger.measured_base), which this round keeps instead of timing its own: its pairs already set the floor of
+    the round's verdicts (round_floor), and timing the same kernel on the same device again cost a round 13-63 s
+    (H200, 2026-11-30). None where there is none, or where the run was asked to judge again (`--again`)."""
+    if run.settings.again:
+        return None
+    row = run.round_row
+    return run.ledger.measured_base(run.target.name, row["base_sha256"], device_name(run.device), row["id"])
+
+
+def control_job(run) -> Optional[ControlJob]:
+    """The control this run must time, laid out; None where it need not (needs_control). Whether the base passed is
+    the caller's to know (evaluate_control)."""
+    if not needs_control(run):
         return None
     source = run.round_row["base_source"]
     workspace = run.root / "control"
@@ -52,6 +70,10 @@ def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object
         return None
     control = early or control_job(run)
     if control is None:
+        kept = kept_control(run) if run.ledger.control_evaluation(run.round_row["id"]) is None else None
+        if kept is not None:
+            run.on_event("control-kept", target=run.target.name, kept=kept,
+                         words=kept_words(kept, device_name(run.device)))
         return None
     if control.ran is None:
         control.started = now()  # laid out before the base's check, run only now

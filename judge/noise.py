@@ -198,6 +198,14 @@ def enough_pairs(logs: list[float], floor: Floor, elapsed: float, budget: float,
     return settled(logs, floor.effect, MIN_PAIRS, MAX_PAIRS) or (len(logs) >= MIN_PAIRS and elapsed > budget)
 
 
+def kept_words(kept: dict, device: str) -> str:
+    """Which earlier A/A measurement of this very base on `device` a round kept instead of timing a control of its
+    own (Ledger.measured_base's answer)."""
+    where = (f"round {kept['round']}'s control (evaluation #{kept['evaluation_id']})" if "round" in kept
+             else f"`judge calibrate` run #{kept['calibration']}")
+    return f"{where} timed this very base on {device}, so this round times no control of its own"
+
+
 def device_name(facts: Optional[dict]) -> str:
     """What a floor belongs to: the GPU's name, or on a CPU target the CPU's model."""
     if facts and facts.get("name"):
@@ -232,7 +240,8 @@ def controls_floor(ledger, target_name: str, minimum: float, device: str) -> Flo
 def next_floor(ledger, target_name: str, minimum: float) -> Floor:
     """The floor the next verdict on `target_name` will use, as the ledger knows it: from its controls on the
     device the latest of them ran on; the target's minimum where none has run. The next round's own control, run
-    first, adds one more sample (it may raise or lower this)."""
+    first, adds one more sample (it may raise or lower this), unless one timed that round's very base on the same
+    device already (judge.control.kept_control)."""
     device = ledger.latest_control_device(target_name)
     if device is None:
         return Floor(effect=minimum, min_effect=minimum)

@@ -21,7 +21,7 @@ from .ledger import Ledger, now, sha256
 from .ledger.rows import EvaluationRow, RoundRow
 from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ready_jobs
 from .devices import may_run
-from .control import ControlJob, control_job, evaluate_control, round_floor
+from .control import ControlJob, control_job, evaluate_control, needs_control, round_floor
 from .noise import Floor, default_floor
 from .stages.patch import apply_patch
 from .peer import evaluate_peer
@@ -261,7 +261,7 @@ def _run_target_round(
             run.gate, run.device = machine.result()
         run.dispatch = _dispatch(run)
         run.gate = run.dispatch.gate()
-        if run.gate is None and kernels_to_run(ledger, round_row["id"], run.stale, revisions):
+        if run.gate is None and kernels_to_run(ledger, round_row["id"], run.stale, revisions, needs_control(run)):
             run.dispatch.warm()
         else:
             run.close()  # an early start this run has no use for

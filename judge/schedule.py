@@ -159,12 +159,12 @@ def base_for(ledger: Ledger, target: Target, round: int) -> tuple[str, str]:
     return source, f"round {round - 1} base + winner {winner['proposal_id']} r{winner['revision']}"
 
 
-def kernels_to_run(ledger: Ledger, round_id: int, stale, revisions: list[dict]) -> bool:
-    """Whether a run of the round has a base, a control or a candidate without a standing verdict (`stale`, the
-    run's rule): only then does it start its oracle and spares early (one that finds every verdict standing starts
-    none)."""
+def kernels_to_run(ledger: Ledger, round_id: int, stale, revisions: list[dict], control_needed: bool) -> bool:
+    """Whether a run of the round has a base or a candidate without a standing verdict (`stale`, the run's rule), or
+    a control to time (`control_needed`, judge.control.needs_control): only then does it start its oracle and
+    spares early (one that finds every verdict standing starts none)."""
     return (stale(ledger.latest_evaluation(round_id, None, subject="base"))
-            or stale(ledger.control_evaluation(round_id))
+            or control_needed
             or any(stale(ledger.latest_evaluation(round_id, r["id"])) for r in revisions if r["patch"]))
 
 

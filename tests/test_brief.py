@@ -106,7 +106,8 @@ def test_the_brief_for_round_4_in_markdown(three_rounds):
         "that it is refused as late, and proposals go to round 5",
         "- Architecture any; the verdict's clock: gpu; faster needs a geomean of 1.010x or more and slower 0.990x or "
         "less, with its 95% interval clear of 1: the noise floor is 1.0%, the target's minimum effect (no A/A control "
-        "has raised it) (from the target's controls so far; the round's own A/A control, run first, adds one more)",
+        "has raised it) (from the target's controls so far; the round's own A/A control, run first, adds one more "
+        "unless an earlier control or calibration timed this very base on the same device)",
         "- Correctness: every test twice and every benchmark shape once, on secret seeds, rtol 1e-05, atol 1e-06",
         "- Time limits: compile 300 s, correctness 300 s, timing 600 s",
         "- A geomean past 10.0x, or a time below the speed of light, is held as implausible until a person clears it "
@@ -236,4 +237,5 @@ def test_the_briefs_threshold_is_the_floor_the_next_verdict_will_use(tmp_path):
     text = Path(json.loads(result.stdout)["path"]).read_text()
     assert (f"faster needs a geomean of {expected.faster_at:.3f}x or more and slower {expected.slower_at:.3f}x or less, "
             f"with its 95% interval clear of 1: the noise floor is {expected.words()} (from the target's controls so far; "
-            "the round's own A/A control, run first, adds one more)") in text
+            "the round's own A/A control, run first, adds one more unless an earlier control or calibration timed "
+            "this very base on the same device)") in text

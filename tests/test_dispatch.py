@@ -382,10 +382,11 @@ def test_a_control_that_ran_out_of_time_is_timed_again_by_the_next_run(tmp_path)
     target = load_target(ROOT / "kernels" / "vecadd_cpu")
 
     def run_with(outcome):
-        ledger = SimpleNamespace(control_evaluation=lambda round_id: {"outcome": outcome})
+        ledger = SimpleNamespace(control_evaluation=lambda round_id: {"outcome": outcome},
+                                 measured_base=lambda *args: None)
         return SimpleNamespace(gate=None, stale=lambda previous: False, ledger=ledger, target=target,
-                               round_row={"id": 1, "base_source": target.kernel_source()}, root=tmp_path,
-                               candidates=3)
+                               round_row={"id": 1, "base_source": target.kernel_source(), "base_sha256": "ab"},
+                               root=tmp_path, candidates=3, settings=SimpleNamespace(again=False), device=None)
 
     again = control_job(run_with("timed-out"))
     assert again is not None and again.job.control and (tmp_path / "control" / target.kernel_file).is_file()

@@ -559,3 +559,72 @@ def test_the_library_refuses_a_round_out_of_order_too(setup):
         run_round(ledger, 1, target=target, settings=settings.__class__(**{**settings.__dict__, "again": True}))
     assert ledger.query("select count(*) as n from evaluations")[0]["n"] == rows
     assert [r["round"] for r in ledger.rounds("axpy")] == [1, 2]
+
+
+class _ControlsWatched(FakeStages):
+    """FakeStages that list the rounds whose controls they time and record the floor each timing used, as the real
+    timing stage does (the round's page reads the device from it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.controls: list[str] = []
+
+    def evaluate(self, session, workspace, budget_s, floor=None, progress=None, control=False, serves=0):
+        self.controls.extend([session.base_dir.parent.name] if control else [])
+        stages = super().evaluate(session, workspace, budget_s, floor, progress, control)
+        timing = stages[-1]
+        if floor is not None and timing.stage == "timing":
+            stages[-1] = StageResult(timing.stage, timing.status, timing.summary, timing.seconds,
+                                     timing.detail.updated(floor=floor.to_json()))
+        return stages
+
+
+def test_a_round_keeps_the_control_an_earlier_round_timed_of_its_very_base_on_this_device(setup, tmp_path):
+    """Round 1 had no winner, so round 2's base is round 1's, whose control timed that very kernel on this device;
+    its pairs are in the floor already, and timing it again cost a round 13-63 s on an H200. Round 2 says which
+    control it kept, in its events and on its page; asked to judge again, it times its own."""
+    ledger, settings = setup
+    settings.stages = stages = _ControlsWatched()
+    ledger.submit(proposal("a", "speedup 1.0"), "test")
+    assert run_round(ledger, 1, settings=settings)[0].winner is None
+    ledger.submit(proposal("b", "speedup 1.0", round=2), "test")
+    events = []
+    run_round(ledger, 2, settings=settings, on_event=lambda kind, **info: events.append((kind, info)))
+    assert stages.controls == ["round-1"]
+    [control] = ledger.query("select id from evaluations where subject = 'control'")
+    words = (f"round 1's control (evaluation #{control['id']}) timed this very base on Fake GPU, so this round times "
+             f"no control of its own")
+    assert [info for kind, info in events if kind == "control-kept"] == [
+        {"target": "axpy", "kept": {"round": 1, "evaluation_id": control["id"]}, "words": words}]
+    page = render_round(ledger, 2, tmp_path / "pages").read_text()
+    floor = ledger.verdict_floor(ledger.round_row("axpy", 2)["id"])
+    assert (f"- Noise control: kept; {words}; the noise floor of this round's verdicts: "
+            f"{Floor.from_json(floor).words()}\n") in page
+    settings.again = True
+    run_round(ledger, 2, settings=settings)
+    assert stages.controls == ["round-1", "round-2"]
+
+
+def test_a_round_whose_base_changed_or_that_runs_elsewhere_times_its_own_control(setup):
+    """A winner changes the base: round 2's kernel was never timed against itself, so its round times a control. A
+    calibration of the base on another device keeps nothing either; one on this device does."""
+    from judge.ledger import sha256
+
+    ledger, settings = setup
+    settings.stages = stages = _ControlsWatched()
+    base_sha = sha256(BASE)
+    result = {"controls": [{"pair_geomeans": [1.001, 0.998, 1.0]}]}
+    ledger.record_calibration("axpy", "Other GPU", {"name": "Other GPU"}, base_sha, result, ["judge", "calibrate"])
+    ledger.submit(proposal("a", "speedup 1.25"), "test")
+    assert run_round(ledger, 1, settings=settings)[0].winner == "a"
+    assert stages.controls == ["round-1"]  # calibrated on another device: round 1 timed its own
+    ledger.submit(proposal("b", "speedup 1.0", round=2, knob=("CHUNKS = 1", "CHUNKS = 4")).model_copy(
+        update={"patch": knob_patch("CHUNKS = 1", "CHUNKS = 4", "speedup 1.0",
+                                    base=base_for(ledger, load_target(FIXTURE), 2)[0])}), "test")
+    run_round(ledger, 2, settings=settings)
+    assert stages.controls == ["round-1", "round-2"]  # a new base: timed again
+    calibrated = ledger.record_calibration("axpy", "Fake GPU", {"name": "Fake GPU"}, base_sha, result, ["judge"])
+    assert ledger.measured_base("axpy", base_sha, "Fake GPU", -1) == {"calibration": calibrated}
+    assert ledger.measured_base("axpy", base_sha, "Fake GPU", ledger.round_row("axpy", 1)["id"]) == {
+        "calibration": calibrated}  # the latest of round 1's control and this calibration
+    assert ledger.measured_base("axpy", "0" * 64, "Fake GPU", -1) is None

@@ -117,6 +117,8 @@ class RunProgress:
             self.progress.console.print(f"  {terminal(info['proposal'])}: {terminal(info['reason'])}", markup=False)
         elif kind == "floor":
             self.progress.console.print(f"  noise floor: {info['floor'].words()}", markup=False)
+        elif kind == "control-kept":
+            self.progress.console.print(f"  (control): {info['words']}", markup=False)
         elif kind == "cpu":
             from ..report.formatting import fmt_device
 

@@ -52,6 +52,26 @@ class NoiseRecords:
                     found.append((row["created_at"], logs))
         return [logs for _, logs in sorted(found, key=lambda item: item[0])]
 
+    def measured_base(self, target: str, base_sha256: str, device: str, round_id: int) -> dict | None:
+        """The latest A/A measurement of this very base (its sha256) on `device` made outside round `round_id`: an
+        earlier round's control whose timing passed ({"round": N, "evaluation_id": id}) or a `judge calibrate` run
+        of it with timed controls ({"calibration": id}); None where there is none. Its pairs are in the target's
+        floor already (control_samples), and a round on the same base and device need not time them again."""
+        found = []
+        for row in self.query(
+                "select e.id, e.device_json, e.finished_at, r.round from evaluations e "
+                "join rounds r on r.id = e.round_id "
+                "join stage_results s on s.evaluation_id = e.id and s.stage = 'timing' and s.status = 'passed' "
+                "where e.subject = ? and r.target = ? and e.kernel_sha256 = ? and e.round_id != ? order by e.id",
+                (CONTROL, target, base_sha256, round_id)):
+            if _device_name(row["device_json"]) == device:
+                found.append((row["finished_at"] or "", {"round": row["round"], "evaluation_id": row["id"]}))
+        for row in self.query("select id, result_json, created_at from calibrations where target = ? and "
+                              "base_sha256 = ? and device = ? order by id", (target, base_sha256, device)):
+            if any(_logs(run.get("pair_geomeans")) for run in json.loads(row["result_json"]).get("controls", [])):
+                found.append((row["created_at"] or "", {"calibration": row["id"]}))
+        return sorted(found, key=lambda item: item[0])[-1][1] if found else None  # a tie: the calibration
+
     def latest_control_device(self, target: str) -> str | None:
         """The device (judge.noise.device_name) of `target`'s latest A/A control or calibration, or None."""
         found = []
