@@ -82,26 +82,36 @@ def peak_noted(what: str, log=None):
                   f"s; the device has {free >> 20} of {total >> 20} MiB free after it", file=log or sys.stderr)
 
 
-def collect_beyond(expected: int, what: str) -> None:
-    """Where this process holds more than RELEASE_ABOVE_BYTES of tensors beyond the `expected` bytes it keeps on
-    purpose, run a collection and give the cache back, with a line on what it found: tensors reachable only through
-    a reference cycle wait for a full collection, which a process that makes few Python objects seldom runs. trimul's
-    oracle held 28 GiB of tensors as a pair began and 2 GiB one benchmark later (an H200, 2026-11-29); the line
-    says whether a collection is what frees such memory."""
-    import gc
+class Collections:
+    """The oracle's full collections between benchmarks (collect_beyond), and what the last one could not free."""
 
-    import torch
+    def __init__(self):
+        self.unfreed = 0  # bytes beyond those kept on purpose that the last collection left: held by design elsewhere
 
-    if not torch.cuda.is_available():
-        return
-    before = torch.cuda.memory_allocated()
-    if before - expected <= RELEASE_ABOVE_BYTES:
-        return
-    found = gc.collect()
-    after = torch.cuda.memory_allocated()
-    release(always=True)
-    print(f"judge oracle: {what}: {before >> 20} MiB of tensors held ({expected >> 20} MiB kept on purpose), "
-          f"{after >> 20} MiB after a collection that found {found} objects", file=sys.stderr)
+    def collect_beyond(self, expected: int, what: str) -> None:
+        """Where this process holds more than RELEASE_ABOVE_BYTES of tensors beyond the `expected` bytes it keeps on
+        purpose and beyond what the last collection could not free (`unfreed`), run a collection and give the cache
+        back, with a line on what it found: tensors reachable only through a reference cycle wait for a full
+        collection, which a process that makes few Python objects seldom runs. trimul's oracle held 28 GiB of tensors
+        as a pair began and 2 GiB one benchmark later (an H200, 2026-11-29). What a collection leaves is held on
+        purpose outside the kept sets, and collecting again for it finds nothing: fp8-mm's oracle held 4.4 GiB so,
+        and a collection and an emptied cache after every benchmark from the first pair's last on found 127 objects
+        and freed nothing, 90 ms each, 1.1 s of each 6.8 s pair (H200, 2026-11-30)."""
+        import gc
+
+        import torch
+
+        if not torch.cuda.is_available():
+            return
+        before = torch.cuda.memory_allocated()
+        if before - expected - self.unfreed <= RELEASE_ABOVE_BYTES:
+            return
+        found = gc.collect()
+        after = torch.cuda.memory_allocated()
+        self.unfreed = max(0, after - expected)
+        release(always=True)
+        print(f"judge oracle: {what}: {before >> 20} MiB of tensors held ({expected >> 20} MiB kept on purpose), "
+              f"{after >> 20} MiB after a collection that found {found} objects", file=sys.stderr)
 
 
 def log_device_memory(what: str, reserve: int) -> None:

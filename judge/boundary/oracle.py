@@ -20,7 +20,7 @@ from .compare import checked_instead, checker_decides, compare_outputs, failed
 from .kept_inputs import KeptInputs, host_budget
 from .problem_files import generator
 from .slot_reads import SlotReads
-from .memory import (RELEASE_ABOVE_BYTES, collect_beyond, log_device_memory, peak_noted, ran_out,
+from .memory import (RELEASE_ABOVE_BYTES, Collections, log_device_memory, peak_noted, ran_out,
                      release as release_cached, without_graph, working_memory)
 from ..machine import facts_here, host_memory
 
@@ -70,6 +70,7 @@ class Oracle:
         self.unchecked: dict[str, tuple] = {}  # key -> (output, answer, inputs) of a case whose check ran out of room
         self.inputs = KeptInputs(host_budget())  # correctness inputs that cost more to make than to keep
         self.slot_reads = SlotReads()  # which output slots are filled with NaN before a call
+        self.collections = Collections()  # the full collections after benchmarks, and what they left
 
     @property
     def tolerance(self) -> tuple[float, float]:
@@ -409,12 +410,13 @@ class Oracle:
 
     def release(self, key: str) -> None:
         """Forget a benchmark's sets (unless kept): torch frees them as their last reference goes, and a collection
-        frees what a reference cycle still held (memory.collect_beyond)."""
+        frees what a reference cycle still held (memory.Collections)."""
         self._retire(key)
         done = self.timing.pop(key, None)
         if done is not None and done.held:  # what its answers came to, for the next pair's same sets
             self.held[done.held] = replace(done, sets={}, projector=None)
-        collect_beyond(sum(_set_bytes(made) for made in self.kept.values()), f"after benchmark {key}")
+        kept = sum(_set_bytes(made) for made in self.kept.values())
+        self.collections.collect_beyond(kept, f"after benchmark {key}")
 
     def _retire(self, key: str) -> None:
         self.areas.pop(key, None)  # its device part is the runners' memory; they keep it for their next area
