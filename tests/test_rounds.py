@@ -579,7 +579,8 @@ class _ControlsWatched(FakeStages):
         return stages
 
 
-def test_a_round_keeps_the_control_an_earlier_round_timed_of_its_very_base_on_this_device(setup, tmp_path):
+def test_a_round_keeps_the_control_an_earlier_round_timed_of_its_very_base_on_this_device(setup, tmp_path,
+                                                                                          monkeypatch):
     """Round 1 had no winner, so round 2's base is round 1's, whose control timed that very kernel on this device;
     its pairs are in the floor already, and timing it again cost a round 13-63 s on an H200. Round 2 says which
     control it kept, in its events and on its page; asked to judge again, it times its own."""
@@ -598,8 +599,16 @@ def test_a_round_keeps_the_control_an_earlier_round_timed_of_its_very_base_on_th
         {"target": "axpy", "kept": {"round": 1, "evaluation_id": control["id"]}, "words": words}]
     page = render_round(ledger, 2, tmp_path / "pages").read_text()
     floor = ledger.verdict_floor(ledger.round_row("axpy", 2)["id"])
-    assert (f"- Noise control: kept; {words}; the noise floor of this round's verdicts: "
-            f"{Floor.from_json(floor).words()}\n") in page
+    line = (f"- Noise control: kept; {words}; the noise floor of this round's verdicts: "
+            f"{Floor.from_json(floor).words()}\n")
+    assert line in page
+    # a calibration of the same base made after the round is not what the round kept
+    from judge.ledger import noise as ledger_noise, sha256
+
+    monkeypatch.setattr(ledger_noise, "now", lambda: "2999-01-01T00:00:00+00:00")
+    ledger.record_calibration("axpy", "Fake GPU", {"name": "Fake GPU"}, sha256(BASE),
+                              {"controls": [{"pair_geomeans": [1.0, 1.001, 0.999]}]}, ["judge", "calibrate"])
+    assert line in render_round(ledger, 2, tmp_path / "later").read_text()
     settings.again = True
     run_round(ledger, 2, settings=settings)
     assert stages.controls == ["round-1", "round-2"]

@@ -52,11 +52,13 @@ class NoiseRecords:
                     found.append((row["created_at"], logs))
         return [logs for _, logs in sorted(found, key=lambda item: item[0])]
 
-    def measured_base(self, target: str, base_sha256: str, device: str, round_id: int) -> dict | None:
-        """The latest A/A measurement of this very base (its sha256) on `device` made outside round `round_id`: an
-        earlier round's control whose timing passed ({"round": N, "evaluation_id": id}) or a `judge calibrate` run
-        of it with timed controls ({"calibration": id}); None where there is none. Its pairs are in the target's
-        floor already (control_samples), and a round on the same base and device need not time them again."""
+    def measured_base(self, target: str, base_sha256: str, device: str, round_id: int,
+                      before: str | None = None) -> dict | None:
+        """The latest A/A measurement of this very base (its sha256) on `device` made outside round `round_id` (and,
+        with `before`, finished by then): an earlier round's control whose timing passed ({"round": N,
+        "evaluation_id": id}) or a `judge calibrate` run of it with timed controls ({"calibration": id}); None where
+        there is none. Its pairs are in the target's floor already (control_samples), and a round on the same base
+        and device need not time them again."""
         found = []
         for row in self.query(
                 "select e.id, e.device_json, e.finished_at, r.round from evaluations e "
@@ -70,6 +72,7 @@ class NoiseRecords:
                               "base_sha256 = ? and device = ? order by id", (target, base_sha256, device)):
             if any(_logs(run.get("pair_geomeans")) for run in json.loads(row["result_json"]).get("controls", [])):
                 found.append((row["created_at"] or "", {"calibration": row["id"]}))
+        found = [item for item in found if before is None or item[0] <= before]
         return sorted(found, key=lambda item: item[0])[-1][1] if found else None  # a tie: the calibration
 
     def latest_control_device(self, target: str) -> str | None:

@@ -47,10 +47,13 @@ def noisy_words(floor: Optional[Floor], control_reach: str = "") -> str:
 
 def kept_view(ledger: Ledger, round_row: dict, floor: Optional[Floor]) -> Optional[dict]:
     """A round that timed no control of its own: the earlier control or calibration of this very base on the device
-    its verdicts were timed on, which it kept (judge.control.kept_control); None where it timed nothing."""
-    if floor is None or not floor.device:
+    its verdicts were timed on, which it kept (judge.control.kept_control: the latest one finished when the round's
+    base had been checked, not one a later round or calibration timed); None where it timed nothing."""
+    base = ledger.latest_evaluation(round_row["id"], None, subject="base")
+    if floor is None or not floor.device or base is None:
         return None
-    kept = ledger.measured_base(round_row["target"], round_row["base_sha256"], floor.device, round_row["id"])
+    kept = ledger.measured_base(round_row["target"], round_row["base_sha256"], floor.device, round_row["id"],
+                                before=base["finished_at"])
     if kept is None:
         return None
     return {"kept": kept_words(kept, floor.device),
