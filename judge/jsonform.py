@@ -24,7 +24,7 @@ def jsonable(value: Any) -> Any:
     from .noise import Floor
 
     if isinstance(value, Floor):  # as judge.wire.WireFloor has it
-        return {**value.to_json(), "faster_at": value.faster_at, "slower_at": value.slower_at, "words": value.words()}
+        return value.view()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return jsonable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
     if isinstance(value, enum.Enum):

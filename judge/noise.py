@@ -82,6 +82,11 @@ class Floor:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def view(self) -> dict[str, Any]:
+        """The record with what a reader needs beside it: its words and where faster and slower start (the
+        scorecard, the brief, `--json` and the wire all show it so)."""
+        return {**self.to_json(), "words": self.words(), "faster_at": self.faster_at, "slower_at": self.slower_at}
+
     @classmethod
     def from_json(cls, data: Optional[dict]) -> Optional["Floor"]:
         if not data:

@@ -46,7 +46,7 @@ class WireFloor(Wire):
 
     @classmethod
     def of(cls, floor) -> "WireFloor":
-        return cls(**floor.to_json(), faster_at=floor.faster_at, slower_at=floor.slower_at, words=floor.words())
+        return cls(**floor.view())
 
     def floor(self):
         """The judge.noise.Floor this was made of."""

@@ -28,8 +28,7 @@ def control_view(ledger: Ledger, round_row: dict, floor: Optional[Floor]) -> Opt
             "geomean": row["geomean_speedup"], "ci": [low, high] if low and high else None,
             "pairs": detail.pairs if detail is not None else None,
             "pair_geomeans": detail.pair_geomeans if detail is not None else None,
-            "floor": {**floor.to_json(), "words": floor.words(), "faster_at": floor.faster_at,
-                      "slower_at": floor.slower_at} if floor else None}
+            "floor": floor.view() if floor else None}
     view["noisy"] = noisy_words(floor, f"identical code read {low:.3f}x to {high:.3f}x"
                                 if reach is not None and reach > math.log1p(NOISY_REACH) else "")
     return view
@@ -57,8 +56,7 @@ def kept_view(ledger: Ledger, round_row: dict, floor: Optional[Floor]) -> Option
     if kept is None:
         return None
     return {"kept": kept_words(kept, floor.device),
-            "floor": {**floor.to_json(), "words": floor.words(), "faster_at": floor.faster_at,
-                      "slower_at": floor.slower_at}, "noisy": noisy_words(floor), "kept_from": kept}
+            "floor": floor.view(), "noisy": noisy_words(floor), "kept_from": kept}
 
 
 def round_floor(ledger: Ledger, round_id: int) -> Optional[Floor]:

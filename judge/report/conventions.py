@@ -78,7 +78,8 @@ def floor_line(target: str, floors: list[dict]) -> str:
 def next_floor_line(target: str, floor: dict) -> str:
     """The floor the target's next verdict will use, from its controls so far (judge.noise.next_floor)."""
     return (f"the next verdict on {target} clears {floor['words']}: faster from {floor['faster_at']:.3f}x, slower "
-            f"from {floor['slower_at']:.3f}x (its round's own A/A control, run first, adds one more unless an earlier control or calibration timed this very base on the same device).")
+            f"from {floor['slower_at']:.3f}x (its round's own A/A control, run first, adds one more unless an earlier "
+            "control or calibration timed this very base on the same device).")
 
 
 def conventions(shown: dict) -> list[str]:

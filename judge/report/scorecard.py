@@ -396,8 +396,7 @@ def _floors(ledger: Ledger, history: list[tuple[dict, dict[int, dict]]]) -> list
             timing = next((s for s in ledger.stage_results(e["id"]) if s.stage == "timing"), None)
             if timing is not None:
                 floor = recorded_floor(timing.detail)
-                floors.setdefault(floor.words(), {**floor.to_json(), "words": floor.words(),
-                                                  "faster_at": floor.faster_at, "slower_at": floor.slower_at})
+                floors.setdefault(floor.words(), floor.view())
     return list(floors.values())
 
 
@@ -407,7 +406,7 @@ def _next_floor(ledger: Ledger, target: str, floors: list[dict]) -> dict | None:
     if not floors:
         return None
     floor = next_floor(ledger, target, floors[-1]["min_effect"])
-    return {**floor.to_json(), "words": floor.words(), "faster_at": floor.faster_at, "slower_at": floor.slower_at}
+    return floor.view()
 
 
 def _shown(targets: list[dict]) -> dict:
