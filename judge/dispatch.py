@@ -11,6 +11,7 @@ does.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -137,7 +138,15 @@ class LocalDispatch:
             self.run.warm()
 
     def evaluate(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+        """Each job's kernel stages: candidates checked as they come and timed together (judge.local_groups); a
+        control (it comes alone), or any job where the stages time no groups, one after another."""
         run = self.run
+        first = next(iter_jobs := iter(jobs), None)
+        jobs = itertools.chain([first] if first else [], iter_jobs)
+        if first and run.settings.stages.groups and run.gate is None and not first.control:
+            from .local_groups import evaluate_in_groups
+            yield from evaluate_in_groups(run, jobs, progress_of)
+            return
         for job in jobs:
             if run.gate is not None:
                 yield job, kernel_stages_not_run(run.gate), None

@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 
 
 class StageCalls:
-    """The stage functions a round calls; tests substitute fakes, the real ones load torch lazily."""
+    """The stage functions a round calls; tests substitute fakes, the real ones load torch lazily. `groups`: whether
+    a local round times its candidates together in process groups (check, then time_group) rather than each in
+    turn (evaluate)."""
+
+    groups = True
 
     def probe(self):
         from .devices import probed  # the same cached probe the correctness and timing stages gate on
@@ -84,3 +88,17 @@ class StageCalls:
         from .dispatch import kernel_stages
 
         return kernel_stages(evaluator, workspace, budget_s, floor, progress or quiet, control, serves)
+
+    def check(self, evaluator: Evaluator, workspace: Path, progress: Optional[Progress] = None) -> StageResult:
+        """A candidate's correctness alone, its timing to come in a process group (time_group)."""
+        from .stages.check import check
+
+        return check(evaluator, workspace, progress=progress or quiet)
+
+    def time_group(self, evaluator: Evaluator, workspaces: list[Path], budget_s: Optional[float],
+                   floor: Optional[Floor] = None, progress: Optional[list[Progress]] = None) -> list[StageResult]:
+        """The kernels in `workspaces` timed against the base together, in process groups, each against the noise
+        floor `floor`; one timing result per workspace."""
+        from .stages.timing.group import measure_group
+
+        return measure_group(evaluator, workspaces, budget_s=budget_s, floor=floor, progress=progress)

@@ -22,6 +22,7 @@ def marker(workspace: Path, kernel_file: str = "submission.py") -> str:
 
 
 class FakeStages(StageCalls):
+    groups = False  # each job's stages in one call (evaluate), as the rounds these tests script them
     interrupted: set[str] = set()  # the workspaces whose "interrupt" has been raised once
     def __init__(self, gpu: bool = True, hang_s: float = 0.0):
         self.gpu = gpu

@@ -33,6 +33,9 @@ MIN_COPIES, MAX_COPIES, COPIES_CAP_BYTES = 2, 8, 2 << 30
 HOLDERS = 3
 # Runners that hold a benchmark's copies, each in its own memory (judge.boundary.staging): the pair's two.
 COPY_HOLDERS = 2
+# The most kernels a process group times beside the base (judge.stages.timing.group); fewer where the device has no
+# room for their runners (kernels_per_group).
+MAX_GROUP = 6
 GIB = 1 << 30
 
 
@@ -243,6 +246,19 @@ def _cannot_fit(index: int, label: str, size: BenchmarkBytes, device: DeviceMemo
         f"{gib(size.output)} output in {HOLDERS} processes, {gib(size.work)} of "
         f"working memory in each{f', {gib(size.making)} to make an input before them' if size.making else ''}); "
         f"{device.name} has {gib(device.total)}, of which judge may use {may_use}")
+
+
+def kernels_per_group(plan: MemoryPlan, sizes: list[BenchmarkBytes]) -> int:
+    """How many kernels one process group may time beside the base: the pair's one, and one more for each further
+    runner the plan's growth room holds past the plan's own need. A runner holds the copies and outbox of the largest
+    benchmark it builds, the largest output, working memory and weights of a call, and the cache it may keep;
+    at most MAX_GROUP."""
+    if not sizes:
+        return MAX_GROUP
+    runner = (max(s.area(p.copies) for s, p in zip(sizes, plan.benchmarks)) +
+              max(s.output + s.work + s.weights for s in sizes) + plan.device.cache)
+    room = growth_room(plan.device) - plan.need
+    return max(1, min(MAX_GROUP, 1 + room // max(1, runner)))
 
 
 def growth_room(device: DeviceMemory) -> int:

@@ -43,7 +43,7 @@ from .. import budget
 from ..details import ABSENT, TimingDetail
 from ..result import StageResult, not_run
 from ...targets import Target
-from .summary import PairBenchmark, PairResult, pair_geomeans, summarise
+from .summary import GroupResult, PairBenchmark, PairResult, pair_geomeans, summarise
 from .turns import PairTurns, clocks_for, reps_for, steady_reps_for
 from ...sandbox.worker import CommandFailed, Worker, WorkerError, time_left
 
@@ -109,34 +109,52 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
                             limit, max(pair.seconds for pair in pairs), serves):
                 break
     except Stopped as stop:
-        if stop.status == "not-run":
-            return not_run(STAGE, stop.message)
         gate = out_of_time(limit, len(pairs) + 1, stop.message) if control and stop.status == "timed-out" else None
         if gate:  # the round's other evaluators hear of it from the detail
             evaluator.timing_gate = gate
-        detail = TimingDetail(error=stop.message, who=stop.who, gate=gate or ABSENT)
-        return StageResult(STAGE, stop.status, f"{stop.status}: {'the base runner ' if stop.who == 'base' else ''}"
-                           f"{stop.message}", time.monotonic() - started, detail, stop.log)
+        return stopped_result(stop, time.monotonic() - started, gate)
     finally:
         evaluator.discard_prebound()
-    return _result(evaluator, pairs, floor, facts, time.monotonic() - started)
+    return finish(evaluator, pairs, floor, facts, time.monotonic() - started)
+
+
+def stopped_result(stop: Stopped, seconds: float, gate: str | None = None) -> StageResult:
+    """The stage's result where a runner could not go on (Stopped): not run, or its status with whose runner."""
+    if stop.status == "not-run":
+        return not_run(STAGE, stop.message)
+    detail = TimingDetail(error=stop.message, who=stop.who, gate=gate or ABSENT)
+    return StageResult(STAGE, stop.status, f"{stop.status}: {'the base runner ' if stop.who == 'base' else ''}"
+                       f"{stop.message}", seconds, detail, stop.log)
 
 
 def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float,
               benchmark_starts: Callable[[int, int], None] | None = None,
               known: dict[int, float] | None = None) -> PairResult:
-    """One process pair over every benchmark the target ranks by (Target.ranked_benchmarks): two fresh runners (bound
-    in an order drawn for the pair), pinned to the timing cores, each benchmark in turn (`benchmark_starts(pair,
-    index)` told as it starts), then both runners' audits. `known`: per benchmark, the call time an earlier pair of
-    the comparison sized it by."""
+    """One process pair over every benchmark the target ranks by: the group of the base and the kernel in
+    `workspace` (time_group)."""
+    return time_group(evaluator, {"cand": Path(workspace)}, pair, nonce, deadline, benchmark_starts, known).of("cand")
+
+
+def time_group(evaluator: Evaluator, workspaces: dict[str, Path], pair: int, nonce: int, deadline: float,
+               benchmark_starts: Callable[[int, int], None] | None = None,
+               known: dict[int, float] | None = None) -> GroupResult:
+    """One process group over every benchmark the target ranks by (Target.ranked_benchmarks): a fresh runner for the
+    base and for each kernel in `workspaces` (a pair: one, "cand"), bound in an order drawn for the group, pinned to
+    the timing cores, each benchmark in turn (`benchmark_starts(pair, index)` told as it starts), then every runner's
+    audit. `known`: per benchmark, the call time an earlier pair or group sized it by."""
     rng = random.Random(evaluator.shift(nonce, pair, -1))
-    order = ["base", "cand"] if rng.random() < 0.5 else ["cand", "base"]
+    members = ["base", *workspaces]
+    if len(members) == 2:
+        order = members if rng.random() < 0.5 else members[::-1]
+    else:
+        order = rng.sample(members, len(members))
     runners: dict[str, Worker] = {}
-    result = PairResult()
+    result = GroupResult(findings={who: [] for who in members})
     started = time.monotonic()
-    places = {"base": (evaluator.base_dir, f"timing-base-{pair}"), "cand": (workspace, f"timing-{pair}")}
+    places = {"base": (evaluator.base_dir, f"timing-base-{pair}")}
+    places.update({who: (Path(directory), f"timing-{pair}") for who, directory in workspaces.items()})
     with RunnerLease(evaluator) as lease:
-        for who in order:  # both load their kernels at once where no check bound them ahead (Evaluator.prebind)
+        for who in order:  # all load their kernels at once where no check bound them ahead (Evaluator.prebind)
             directory, name = places[who]
             evaluator.prebind(directory, 1, name)
         for who in order:
@@ -146,9 +164,9 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
             except (WorkerError, CommandFailed) as error:
                 raise _stopped(error, who) from None
         evaluator.pin_timing(*runners.values())
-        result.confinement = (runners["cand"].hello or {}).get("confinement")
+        result.confinement = (runners[members[1]].hello or {}).get("confinement")
         evaluator.settle()
-        first = "base" if pair % 2 == 0 else "cand"
+        first = members[pair % len(members)]
         for index in evaluator.target.ranked_benchmarks:
             if benchmark_starts is not None:
                 benchmark_starts(pair, index)
@@ -156,9 +174,9 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
                                (known or {}).get(index, 0.0))
             result.benchmarks.append(bench)
             if bench.failure:
-                result.failure = bench.failure
+                result.failure, result.failed_who = bench.failure, bench.failed_who
                 break
-        for who, worker in runners.items():  # both audits at once: each walks its own process (0.2 s on an H100)
+        for who, worker in runners.items():  # every audit at once: each walks its own process (0.2 s on an H100)
             try:
                 worker.start("audit")
             except (WorkerError, CommandFailed) as error:
@@ -168,15 +186,15 @@ def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, dead
                 found = worker.finish(time_left(deadline)).value
             except (WorkerError, CommandFailed) as error:
                 raise _stopped(error, who) from None
-            (result.base_findings if who == "base" else result.findings).extend(found)
+            result.findings[who].extend(found)
     result.seconds = time.monotonic() - started
     return result
 
 
 def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pair: int, nonce: int, first: str,
-               deadline: float, result: PairResult, known_us: float = 0.0) -> PairBenchmark:
-    """One benchmark in one pair: its sets made and laid out by the oracle, both runners built and warmed up,
-    then the turns (judge.stages.timing.turns)."""
+               deadline: float, result: GroupResult, known_us: float = 0.0) -> PairBenchmark:
+    """One benchmark in one pair or group: its sets made and laid out by the oracle, every runner built and warmed
+    up, then the turns (judge.stages.timing.turns)."""
     target = evaluator.target
     spec = target.benchmarks[index]
     planned = evaluator.memory_plan().benchmarks[index]
@@ -192,7 +210,7 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
                              reserve=budget.need_of([evaluator.bytes_of(index)], [planned]), eager=planned.eager)
     except JudgeError as error:
         raise out_of_memory(error, index) from None
-    current = "cand"
+    current = list(runners)[-1]
     try:
         spin, serials, claimed = _enter_frames(evaluator, runners, key, made, copies, deadline, result, known_us)
         call_us = sizing_call_us(list(claimed.values()), known_us)
@@ -204,7 +222,7 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
         try:
             turns.run()
         except (WorkerError, CommandFailed) as error:
-            raise _stopped(error, "base" if turns.last_who == "base" else "cand") from None
+            raise _stopped(error, turns.last_who) from None
         except JudgeError as error:  # the oracle's: an answer it computes between calls may find no room either
             raise out_of_memory(error, index) from None
         measuring_s = time.monotonic() - measuring
@@ -222,16 +240,18 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
                 if not turns.flags[who]:
                     raise _stopped(error, who) from None
         for who, flags in turns.flags.items():
-            (result.base_findings if who == "base" else result.findings).extend(sorted(set(flags)))
+            result.findings[who].extend(sorted(set(flags)))
     except (WorkerError, CommandFailed) as error:
         raise _stopped(error, current) from None
     finally:
         evaluator.ask("release", key=key)
-    strays = sorted(pid for w in runners.values() for pid in w.strays())
+    strays_of = {who: w.strays() for who, w in runners.items()}
+    strays = sorted(pid for found in strays_of.values() for pid in found)
     return PairBenchmark(index=index, series=turns.series, spin_us=round(spin["us"], 1), sets=sets, copies=copies,
                          placement="separate", measuring_s=measuring_s, strays=strays, analysed=turns.analysed_clock(),
+                         strays_of=strays_of if len(runners) > 2 else None,
                          failure=turns.failure if turns.failure and turns.failure != "raised" else None,
-                         call_us=call_us, base_call_us=claimed["base"])
+                         call_us=call_us, base_call_us=claimed["base"], failed_who=turns.failed_who)
 
 
 def out_of_time(limit: float, pair: int, message: str) -> str:
@@ -255,14 +275,14 @@ def out_of_memory(error: JudgeError, index: int) -> Exception:
 
 
 def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, made: dict, copies: int, deadline: float,
-                  result: PairResult, known_us: float = 0.0) -> tuple[dict, dict[str, int], dict[str, float]]:
-    """Both runners build their data from the oracle's plans, warm up on the warm-up set and enter the call frame,
+                  result: GroupResult, known_us: float = 0.0) -> tuple[dict, dict[str, int], dict[str, float]]:
+    """Every runner builds their data from the oracle's plans, warm up on the warm-up set and enter the call frame,
     each stopped in between: the benchmark's spin, each runner's serial in the frame and each kernel's warm-up call
     (what its runner says, bounded by the parent's own clock around its warm-up); the shorter one sizes the
     repetitions (sizing_call_us): a candidate cannot make them fewer than the base's calls make them. Where an
     earlier pair found the calls long (`known_us`), each runner warms up with one call, whose time may include a
     compile."""
-    current = "cand"
+    current = list(runners)[-1]
     try:
         for who, worker in runners.items():
             current = who
@@ -286,7 +306,7 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
             current = who
             serials[who], entered = worker.enter("calls", time_left(deadline))
             worker.freeze()
-            (result.base_findings if who == "base" else result.findings).extend(entered.value.get("found", []))
+            result.findings[who].extend(entered.value.get("found", []))
     except (WorkerError, CommandFailed) as error:
         raise _stopped(error, current) from None
     return spin, serials, claimed
@@ -352,7 +372,7 @@ def _stopped(error: Exception, who: str) -> Stopped:
     return Stopped(error.status, error.message, who, error.log_tail)
 
 
-def _result(evaluator: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | None,
+def finish(evaluator: Evaluator, pairs: list[PairResult], floor: Floor, facts: dict | None,
             seconds: float) -> StageResult:
     """The stage's result from the pairs: failure, tampering, or the summary with its decision."""
     target = evaluator.target

@@ -5,9 +5,10 @@ audits; the geomean, its interval and the decision against the noise floor). jud
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import audits
+from .turns import member_view
 from ... import stats
 from ...noise import Floor
 from ...targets import Target
@@ -30,6 +31,8 @@ class PairBenchmark:
     failure: str | None = None  # why the turns stopped, when they did not finish
     call_us: float = 0.0  # the shorter kernel's typical call, by which its repetitions were sized (_enter_frames)
     base_call_us: float = 0.0  # the base runner's own warm-up call, what later comparisons of the round may know
+    failed_who: str | None = None  # in a group, the member whose call failed (PairTurns.failed_who)
+    strays_of: dict[str, list[int]] | None = None  # in a group, each member's strays: a rival's are not its own
 
 
 @dataclass
@@ -42,6 +45,42 @@ class PairResult:
     base_findings: list[str] = field(default_factory=list)
     confinement: dict | None = None
     seconds: float = 0.0
+
+
+@dataclass
+class GroupResult:
+    """What one process group measured: the base's runner and one runner per kernel timed beside it (a pair has one,
+    "cand"), per benchmark every member's series, and what each runner showed."""
+
+    benchmarks: list[PairBenchmark] = field(default_factory=list)
+    failure: str | None = None
+    failed_who: str | None = None  # the member whose call failed ("base" for the base's)
+    findings: dict[str, list[str]] = field(default_factory=dict)  # per member, "base" included
+    confinement: dict | None = None
+    seconds: float = 0.0
+
+    def of(self, who: str) -> PairResult:
+        """The group as the pair of the base and `who`: what the summary, the audits and the verdict read. A failure
+        of another member's is not `who`'s; the base's is everyone's."""
+        failure = self.failure if self.failed_who in (who, "base", None) else None
+        benchmarks = [replace(bench, series=member_view(bench.series, who), failure=bench.failure if failure else None,
+                              strays=_strays(bench, who), strays_of=None) for bench in self.benchmarks]
+        return PairResult(benchmarks=benchmarks, failure=failure, findings=list(self.findings.get(who, [])),
+                          base_findings=list(self.findings.get("base", [])), confinement=self.confinement,
+                          seconds=self.seconds)
+
+
+def _strays(bench: PairBenchmark, who: str) -> list[int]:
+    """The strays a member's pair with the base answers for: the base's and its own, never a rival's."""
+    if bench.strays_of is None:
+        return bench.strays
+    return sorted(bench.strays_of.get("base", []) + bench.strays_of.get(who, []))
+
+
+def strays_of(group: "GroupResult", who: str) -> bool:
+    """Whether `who`'s own runner left a process running outside its process group in a benchmark of `group` (in a
+    pair, whose strays are not told apart: either runner's)."""
+    return any(bench.strays_of.get(who) if bench.strays_of is not None else bench.strays for bench in group.benchmarks)
 
 
 def pair_geomeans(pairs: list[PairResult], target: Target) -> list[float]:

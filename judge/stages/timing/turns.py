@@ -69,7 +69,10 @@ class PendingCheck:
 
 
 class PairTurns:
-    """The turns of one benchmark in one process pair: who runs, which copy, which set, which clock."""
+    """The turns of one benchmark in one process pair, or group (the base beside several kernels, each its own
+    runner, keyed by the name it has in `runners`; "base" is always one): who runs, which copy, which set, which
+    clock. Every member calls once per round on the round's set, in an order that a pair alternates and a group
+    draws each round (order_of_round)."""
 
     def __init__(self, evaluator, key: str, index: int, runners: dict[str, Worker], clocks: list[str], deciding: str,
                  sets: int, copies: int, spin: dict, rng: random.Random, first: str, deadline: float,
@@ -78,16 +81,18 @@ class PairTurns:
         self.reps, self.steady = reps, steady
         self.clocks, self.deciding, self.sets, self.copies = clocks, deciding, sets, copies
         self.spin, self.rng, self.first, self.deadline = spin, rng, first, deadline
-        self.series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in ("base", "cand") for c in clocks}
-        self.flags: dict[str, list[str]] = {"base": [], "cand": []}
+        self.members = members_in_order(runners, first)
+        self.series: dict[tuple[str, str], list[dict]] = {(w, c): [] for w in self.members for c in clocks}
+        self.flags: dict[str, list[str]] = {w: [] for w in self.members}
         self.calls: dict[tuple[str, str], int] = {}
-        self.timed: dict[str, set[int]] = {"base": set(), "cand": set()}
+        self.timed: dict[str, set[int]] = {w: set() for w in self.members}
         self.used: set[int] = set()
         self.other_every = OTHER_CLOCK_EVERY
         self.pending: PendingCheck | None = None  # the last call's output, not yet checked by the oracle
         self.serials: dict[str, int] = {}
         self.failure: str | None = None
-        self.last_who = "cand"
+        self.failed_who: str | None = None  # whose call the failure was
+        self.last_who = self.members[-1]
 
     def run(self) -> None:
         """Every round until the analysed clock has `reps` repetitions per kernel (or a failure)."""
@@ -100,16 +105,24 @@ class PairTurns:
             clock = clock_of(rounds, self.clocks, self.deciding, self.other_every)
             set_index = set_for(schedule, self.used, self.rng, clock, len(self.series[("base", clock)]))
             self.used.add(set_index)
-            order = ["base", "cand"] if (len(self.series[("base", clock)]) % 2 == 0) == (self.first == "base") \
-                else ["cand", "base"]
-            for who in order:
+            for who in self.order_of_round(len(self.series[("base", clock)])):
                 if not self.turn(who, clock, set_index):
                     break
             rounds += 1
             if self.deciding == "gpu" and rounds in SIDE_STREAM_CHECK_AT and "call" in self.clocks:
-                if audits.samples(self.series, "gpu")[2] == "device-wide":
+                if any(audits.samples(member_view(self.series, who), "gpu")[2] == "device-wide"
+                       for who in self.kernels):
                     self.other_every = SIDE_STREAM_OTHER_EVERY
         self.settle_last()
+
+    def order_of_round(self, count: int) -> list[str]:
+        """Who calls in which order in a round where each member has called `count` times on its clock: a pair
+        alternates who goes first; a group draws its order each round, so that no kernel always follows the same
+        one (a rotation would: on a CPU an identical copy that always ran right after the base came out 1.035x
+        [1.029, 1.041] where its pairs read 0.984x [0.933, 1.039], 2026-11-30)."""
+        if len(self.members) == 2:
+            return rotated(self.members, count)
+        return self.rng.sample(self.members, len(self.members))
 
     @property
     def least_reps(self) -> int:
@@ -123,14 +136,22 @@ class PairTurns:
         check has as many first calls on the clock it reads as a longer series would give it. Never while the
         GPU clock's samples show side-stream work the check at SIDE_STREAM_CHECK_AT has not yet moved to the call
         clock: the verdict would read the call clock's few calls."""
-        if min(len(self.series[(who, clock)]) for who in ("base", "cand")) < self.least_reps:
+        if min(len(self.series[(who, clock)]) for who in self.members) < self.least_reps:
             return False
         if not set(schedule.get(clock, {}).values()) <= self.used:
             return False
-        base, cand, method = audits.samples(self.series, clock)
-        if method == "device-wide":
-            return False
-        return stats.median_half_width(base) <= PRECISION and stats.median_half_width(cand) <= PRECISION
+        for who in self.kernels:
+            base, cand, method = audits.samples(member_view(self.series, who), clock)
+            if method == "device-wide":
+                return False
+            if stats.median_half_width(base) > PRECISION or stats.median_half_width(cand) > PRECISION:
+                return False
+        return True
+
+    @property
+    def kernels(self) -> list[str]:
+        """The members timed against the base."""
+        return [who for who in self.members if who != "base"]
 
     def analysed_clock(self) -> str:
         """The clock whose samples decide: the call clock where side-stream work moved the GPU clock's there."""
@@ -211,8 +232,32 @@ class PairTurns:
     def fail(self, who: str, clock: str, set_index: int, problem: str) -> None:
         count = len(self.series[(who, clock)])
         whose = "the base's" if who == "base" else "its"
+        self.failed_who = who
         self.failure = (f"benchmark {self.index} ({self.evaluator.target.benchmark_label(self.index)}), timed call "
                         f"{count} on input set {set_index} ({clock} clock): {whose} {problem}")
+
+
+def members_in_order(runners: dict, first: str) -> list[str]:
+    """The members of a pair or group in the order of their first round: `first`, then the others in the order
+    `runners` lists them."""
+    names = list(runners)
+    if first not in names:
+        return names
+    at = names.index(first)
+    return names[at:] + names[:at]
+
+
+def rotated(members: list[str], count: int) -> list[str]:
+    """`members` rotated by `count`: for a pair, who goes first alternates round by round."""
+    at = count % len(members)
+    return members[at:] + members[:at]
+
+
+def member_view(series: dict[tuple[str, str], list[dict]], who: str) -> dict[tuple[str, str], list[dict]]:
+    """A group's series as the pair of the base and `who` (keys "base" and "cand"), which the audits and the
+    summary read."""
+    return {("base" if w == "base" else "cand", clock): reps for (w, clock), reps in series.items()
+            if w in ("base", who)}
 
 
 def frame_flags(out: dict[str, Any]) -> list[str]:

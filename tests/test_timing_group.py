@@ -1,0 +1,63 @@
+"""judge/stages/timing/group.py: several kernels timed against one base in process groups, on the CPU with the host
+clock. Each kernel's verdict reads the group as its own pair with the base; one that fails beside rivals is timed
+again alone before its failure counts, and its group counts for no one else."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from judge.stages.evaluation import Evaluator
+from judge.stages.timing import group as timing_group
+from judge.stages.timing import stage as timing
+from judge.targets import load_target
+from judge.workspaces import fresh
+
+FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
+VARIANTS = FIXTURE / "variants"
+
+
+@pytest.fixture
+def small_target():
+    target = load_target(FIXTURE)
+    target.arch = "cpu"
+    target.benchmarks = [{"size": 20000, "seed": 1}, {"size": 40000, "seed": 2}]
+    target.speed_of_light_us = []
+    return target
+
+
+def test_a_group_times_each_kernel_against_one_base_and_a_failing_one_again_alone(tmp_path, small_target):
+    base = small_target.assemble(tmp_path / "base", small_target.kernel_source())
+    kernels = [small_target.assemble(tmp_path / name, (VARIANTS / f"{source}.py").read_text())
+               for name, source in (("same", "correct"), ("faults", "faults"), ("cached", "cached"))]
+    said: dict[int, list] = {0: [], 1: [], 2: []}
+    started = []
+    real = timing.time_group
+
+    def noted(evaluator, workspaces, *args, **kwargs):
+        started.append(sorted(Path(w).name for w in workspaces.values()))
+        return real(evaluator, workspaces, *args, **kwargs)
+
+    timing.time_group = noted
+    try:
+        with Evaluator(small_target, fresh(tmp_path / "oracle"), base_dir=base) as evaluator:
+            results = timing_group.measure_group(evaluator, kernels, budget_s=2, timeout_s=300,
+                                                 progress=[lambda i=i, **info: said[i].append(info) for i in range(3)])
+    finally:
+        timing.time_group = real
+    same, faults, cached = results
+    assert same.status == "passed", same.summary
+    assert re.fullmatch(r"geomean \d+\.\d{3}x \[\d+\.\d{3}, \d+\.\d{3}\] over 2 benchmarks, \d process pairs",
+                        same.summary)
+    assert same.detail.decision in ("unchanged", "inconclusive")
+    assert faults.status == "crashed" and faults.summary.startswith("crashed: IndexError")
+    assert cached.status == "failed" and "its" in cached.summary, cached.summary
+    # the first group held all three; a group with a failure counts for no one, and each failed kernel was timed
+    # again alone after the groups, in the order of the workspaces
+    assert started[0] == ["cached", "faults", "same"]
+    assert sorted(started[1]) in (["cached", "same"], ["faults", "same"])
+    assert started[2:] == [["same"]] * 3 + [["faults"], ["cached"]]
+    # progress: the identical copy's pairs as they start, the first one again after each group left out
+    assert same.detail.pairs == 3
+    assert [(i["pair"], i["benchmark"]) for i in said[0]] == [(1, 1), (1, 1), (1, 1), (1, 2), (2, 1), (2, 2), (3, 1),
+                                                               (3, 2)]
