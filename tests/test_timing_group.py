@@ -1,6 +1,6 @@
 """judge/stages/timing/group.py: several kernels timed against one base in process groups, on the CPU with the host
-clock. Each kernel's verdict reads the group as its own pair with the base; one that fails beside rivals is timed
-again alone before its failure counts, and its group counts for no one else."""
+clock. Each kernel's verdict reads the group as its own pair with the base; one whose runner stops beside rivals is
+timed again alone before its failure counts, and a group with a failure counts for no one else."""
 
 import re
 from pathlib import Path
@@ -26,7 +26,7 @@ def small_target():
     return target
 
 
-def test_a_group_times_each_kernel_against_one_base_and_a_failing_one_again_alone(tmp_path, small_target):
+def test_a_group_times_each_kernel_against_one_base_and_a_crashed_one_again_alone(tmp_path, small_target):
     base = small_target.assemble(tmp_path / "base", small_target.kernel_source())
     kernels = [small_target.assemble(tmp_path / name, (VARIANTS / f"{source}.py").read_text())
                for name, source in (("same", "correct"), ("faults", "faults"), ("cached", "cached"))]
@@ -52,12 +52,32 @@ def test_a_group_times_each_kernel_against_one_base_and_a_failing_one_again_alon
     assert same.detail.decision in ("unchanged", "inconclusive")
     assert faults.status == "crashed" and faults.summary.startswith("crashed: IndexError")
     assert cached.status == "failed" and "its" in cached.summary, cached.summary
-    # the first group held all three; a group with a failure counts for no one, and each failed kernel was timed
-    # again alone after the groups, in the order of the workspaces
+    # the first group held all three; a group with a failure counts for no one; the crashed kernel was timed again
+    # alone after the groups (a rival may have failed its runner), the wrong one was judged on its own output
     assert started[0] == ["cached", "faults", "same"]
     assert sorted(started[1]) in (["cached", "same"], ["faults", "same"])
-    assert started[2:] == [["same"]] * 3 + [["faults"], ["cached"]]
+    assert started[2:] == [["same"]] * 3 + [["faults"]]
     # progress: the identical copy's pairs as they start, the first one again after each group left out
     assert same.detail.pairs == 3
     assert [(i["pair"], i["benchmark"]) for i in said[0]] == [(1, 1), (1, 1), (1, 1), (1, 2), (2, 1), (2, 2), (3, 1),
                                                                (3, 2)]
+
+
+def test_a_group_read_as_one_kernels_pair_holds_the_base_and_that_kernel_only():
+    from judge.stages.timing.summary import GroupResult, PairBenchmark, strays_of
+
+    rep = {"us": 1.0}
+    bench = PairBenchmark(index=0, series={(w, "host"): [dict(rep, who=w)] for w in ("base", "cand0", "cand1")},
+                          spin_us=0.0, sets=2, copies=2, placement="separate", measuring_s=0.1, strays=[7, 9],
+                          analysed="host", failure="benchmark 0: its output is far", failed_who="cand1",
+                          strays_of={"base": [], "cand0": [], "cand1": [7, 9]})
+    group = GroupResult(benchmarks=[bench], failure=bench.failure, failed_who="cand1",
+                        findings={"base": [], "cand0": [], "cand1": ["its call left a profile or trace function set"]})
+    mine, rival = group.of("cand0"), group.of("cand1")
+    # a rival's failure, findings and stray processes are not this kernel's
+    assert (mine.failure, mine.findings, mine.benchmarks[0].strays, mine.benchmarks[0].failure) == (None, [], [], None)
+    assert mine.benchmarks[0].series == {("base", "host"): [dict(rep, who="base")],
+                                         ("cand", "host"): [dict(rep, who="cand0")]}
+    assert (rival.failure, rival.benchmarks[0].strays) == ("benchmark 0: its output is far", [7, 9])
+    assert rival.findings == ["its call left a profile or trace function set"]
+    assert (strays_of(group, "cand0"), strays_of(group, "cand1")) == (False, True)

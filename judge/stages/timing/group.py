@@ -6,9 +6,10 @@ pair (judge.stages.timing.stage.measure).
 
 What a group costs an attacker (docs/architecture.md, "Process groups"): a kernel cannot reach another's memory,
 outbox or process, as in a pair. What it could do to a rival is fail the rival's runner (the device's memory taken,
-a stray process left running): a kernel that fails in a group of several is therefore timed again alone, in pairs of
-its own, before its failure counts, and the group it failed in is left out for the others; one whose own process
-shows tampering leaves the group it showed it in out for the others too.
+a stray process left running): a kernel whose runner stops in a group of several (a crash, a call that raised, no
+room) is therefore timed again alone, in pairs of its own, before its failure counts. A wrong output or a runner's
+own tampering is that kernel's verdict at once (no rival reaches another's memory or process). Either way the group
+it happened in is left out for the others, whose turns it may have disturbed.
 """
 
 from __future__ import annotations
@@ -144,16 +145,14 @@ class _GroupRun:
         self.solo.append(stop.who)
 
     def _read(self, group: GroupResult, elapsed: Callable[[], float], budget: float, limit: float) -> None:
-        """Each active kernel's pair from `group`. A kernel whose call failed is timed alone; one whose own runner
-        showed tampering has its verdict from its pairs; either way the group is left out for the others."""
+        """Each active kernel's pair from `group`. A kernel whose output the oracle found wrong (no rival reaches
+        another's memory) or whose own runner showed tampering has its verdict from its pairs, and the group is left
+        out for the others."""
         stage.note_base_calls(self.base_calls, _base_pair(group))
-        if group.failure and group.failed_who not in (None, "base"):
-            del self.active[group.failed_who]
-            self.solo.append(group.failed_who)
-            return
+        failed = [group.failed_who] if group.failure and group.failed_who not in (None, "base") else []
         tampering = [who for who in self.active if group.findings.get(who) or strays_of(group, who)]
-        if tampering and not group.findings.get("base"):
-            for who in tampering:
+        if (failed or tampering) and not group.findings.get("base"):
+            for who in dict.fromkeys(failed + tampering):
                 self.pairs[who].append(group.of(who))
                 self.done[who] = stage.finish(self.evaluator, self.pairs[who], self.floor, self.facts,
                                               time.monotonic() - self.started)
