@@ -28,11 +28,9 @@ def evaluate_in_groups(run, jobs: Iterable[Job], progress_of) -> Iterator[tuple[
         held.append((job, checked, time.monotonic() - started))
     if not held:
         return
-    others = len(held) - 1
+    size = stages.group_size(run.open_evaluator(), len(held))
     for job, _, _ in held:
-        run.on_event("stage", proposal=job.name,
-                     stage=f"timing, beside {others} other kernel{'s' if others != 1 else ''} in process groups"
-                     if others else "timing")
+        run.on_event("stage", proposal=job.name, stage=timing_words(size, len(held)))
     started = time.monotonic()
     timed = stages.time_group(run.open_evaluator(), [job.workspace for job, _, _ in held],
                               run.settings.timing_budget_s, run.floor,
@@ -41,3 +39,16 @@ def evaluate_in_groups(run, jobs: Iterable[Job], progress_of) -> Iterator[tuple[
     for (job, checked, check_s), timing in zip(held, timed):
         run.on_event("evaluated", proposal=job.name, seconds=round(check_s + group_s, 1))
         yield job, [checked, timing], None
+
+
+def timing_words(size: int, kernels: int) -> str:
+    """What a held candidate's timing is, as its `stage` event says it: `kernels` timed in process groups of at most
+    `size` beside one base (the memory plan's room: group.group_size), or in pairs, saying why where there were
+    others to group."""
+    if kernels == 1:
+        return "timing"
+    if size >= kernels:
+        return f"timing, in one process group of {kernels} kernels beside the base"
+    if size > 1:
+        return f"timing, {kernels} kernels in process groups of {size} beside the base"
+    return "timing, in process pairs (the device has room for no second kernel's runner beside the base's)"

@@ -95,6 +95,12 @@ class StageCalls:
 
         return check(evaluator, workspace, progress=progress or quiet)
 
+    def group_size(self, evaluator: Evaluator, wanted: int) -> int:
+        """How many of `wanted` kernels one process group times beside the base (the memory plan's room)."""
+        from .stages.timing.group import group_size
+
+        return group_size(evaluator, wanted)
+
     def time_group(self, evaluator: Evaluator, workspaces: list[Path], budget_s: Optional[float],
                    floor: Optional[Floor] = None, progress: Optional[list[Progress]] = None) -> list[StageResult]:
         """The kernels in `workspaces` timed against the base together, in process groups, each against the noise

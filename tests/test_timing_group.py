@@ -81,3 +81,13 @@ def test_a_group_read_as_one_kernels_pair_holds_the_base_and_that_kernel_only():
     assert (rival.failure, rival.benchmarks[0].strays) == ("benchmark 0: its output is far", [7, 9])
     assert rival.findings == ["its call left a profile or trace function set"]
     assert (strays_of(group, "cand0"), strays_of(group, "cand1")) == (False, True)
+
+
+def test_a_candidates_timing_says_how_it_is_grouped():
+    from judge.local_groups import timing_words
+
+    assert [timing_words(size, kernels) for size, kernels in ((1, 1), (6, 3), (2, 5), (1, 3))] == [
+        "timing",
+        "timing, in one process group of 3 kernels beside the base",
+        "timing, 5 kernels in process groups of 2 beside the base",
+        "timing, in process pairs (the device has room for no second kernel's runner beside the base's)"]

@@ -36,7 +36,7 @@ def measure_group(evaluator: Evaluator, workspaces: list[Path], *, budget_s: flo
     the budget are a pair's, times the pairs a group stands for ((kernels + 1) / 2). One workspace is a pair's
     stage (stage.measure)."""
     progress = progress or [quiet] * len(workspaces)
-    size = _group_size(evaluator, len(workspaces))
+    size = group_size(evaluator, len(workspaces))
     if size < len(workspaces):  # the device holds runners for `size` kernels beside the base's: groups in turn
         results = []
         for at in range(0, len(workspaces), size):
@@ -77,7 +77,7 @@ def measure_group(evaluator: Evaluator, workspaces: list[Path], *, budget_s: flo
     return [results[who] for who in names]
 
 
-def _group_size(evaluator: Evaluator, wanted: int) -> int:
+def group_size(evaluator: Evaluator, wanted: int) -> int:
     """How many of `wanted` kernels one group times: as many as the memory plan has room for (budget.kernels_per_group);
     one where the plan cannot be made (the pair's stage then says why)."""
     if wanted == 1:

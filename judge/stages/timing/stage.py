@@ -228,17 +228,7 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
         measuring_s = time.monotonic() - measuring
         for who, worker in runners.items():
             current = who
-            # With flags, what a call left set (a hooked builtin) may break the call or the runner's own code after
-            # the stretch: the flags below make it tampered, not crashed.
-            try:
-                if turns.failure == "raised" and who == turns.last_who:
-                    error = worker.read_reply(serials[who], time_left(deadline)).value.get("error", "the kernel raised")
-                    raise CommandFailed(error, worker.log_tail())
-                worker.leave(callframe.command(0, callframe.OP_STOP), serials[who], time_left(deadline))
-                worker.freeze()
-            except CommandFailed as error:
-                if not turns.flags[who]:
-                    raise _stopped(error, who) from None
+            _leave_frame(worker, who, turns, serials[who], deadline)
         for who, flags in turns.flags.items():
             result.findings[who].extend(sorted(set(flags)))
     except (WorkerError, CommandFailed) as error:
@@ -252,6 +242,21 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
                          strays_of=strays_of if len(runners) > 2 else None,
                          failure=turns.failure if turns.failure and turns.failure != "raised" else None,
                          call_us=call_us, base_call_us=claimed["base"], failed_who=turns.failed_who)
+
+
+def _leave_frame(worker: Worker, who: str, turns: PairTurns, serial: int, deadline: float) -> None:
+    """End `who`'s stretch of calls and stop its runner; a call that raised is read as the kernel's crash. With
+    flags, what a call left set (a hooked builtin) may break the call or the runner's own code after the stretch:
+    the flags make it tampered, not crashed."""
+    try:
+        if turns.failure == "raised" and who == turns.last_who:
+            error = worker.read_reply(serial, time_left(deadline)).value.get("error", "the kernel raised")
+            raise CommandFailed(error, worker.log_tail())
+        worker.leave(callframe.command(0, callframe.OP_STOP), serial, time_left(deadline))
+        worker.freeze()
+    except CommandFailed as error:
+        if not turns.flags[who]:
+            raise _stopped(error, who) from None
 
 
 def out_of_time(limit: float, pair: int, message: str) -> str:
