@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from judge.stage_calls import StageCalls  # noqa: E402
+from judge.stages import budget  # noqa: E402
 from judge.stages.evaluation import Evaluator  # noqa: E402
 from judge.stages.timing.group import measure_group  # noqa: E402
 from judge.stages.timing.stage import measure  # noqa: E402
@@ -65,11 +66,14 @@ def main() -> None:
             began = time.monotonic()
             paired = [measure(evaluator, path) for _, path in made]
             pairs_s = time.monotonic() - began
+            sizes, _ = budget.benchmark_sizes(target, evaluator.bytes_of)
+            size = budget.kernels_per_group(evaluator.memory_plan(), sizes)
             began = time.monotonic()
             grouped = measure_group(evaluator, [path for _, path in made])
             group_s = time.monotonic() - began
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"{target.name} on {platform.node()}, {when}: {len(made)} kernels against the base\n")
+    print(f"{target.name} on {platform.node()}, {when}: {len(made)} kernels against the base; the memory plan "
+          f"holds {size} kernel{'s' if size != 1 else ''} a group\n")
     print("| kernel | in pairs of its own | in process groups |\n|---|---|---|")
     for (name, _), one, other in zip(made, paired, grouped):
         print(f"| {name} | {words(one)} | {words(other)} |")
