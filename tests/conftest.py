@@ -5,6 +5,7 @@ with every other worker idle. The `judge_env` fixture runs the judge CLI in a co
 has the helpers it shares with the test modules)."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -134,6 +135,19 @@ def judge_env(tmp_path, monkeypatch):
         return runner.invoke(main, list(args), input=input, catch_exceptions=False)
 
     return judge, tmp_path
+
+
+@pytest.fixture
+def small_target():
+    """GPU MODE's vecadd fixture as a CPU target with two small benchmarks: the timing stage's tests (pairs and
+    groups) on the host clock."""
+    from judge.targets import load_target
+
+    target = load_target(Path(__file__).parent / "fixtures" / "gpumode" / "vecadd")
+    target.arch = "cpu"
+    target.benchmarks = [{"size": 20000, "seed": 1}, {"size": 40000, "seed": 2}]
+    target.speed_of_light_us = []
+    return target
 
 
 @pytest.fixture

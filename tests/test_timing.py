@@ -42,15 +42,6 @@ def variant(name, **knobs):
     return source
 
 
-@pytest.fixture
-def small_target():
-    target = load_target(FIXTURE)
-    target.arch = "cpu"
-    target.benchmarks = [{"size": 20000, "seed": 1}, {"size": 40000, "seed": 2}]
-    target.speed_of_light_us = []
-    return target
-
-
 def test_not_run_without_a_gpu(tmp_path):
     if cuda_available():
         pytest.skip("this machine has a GPU")

@@ -5,25 +5,12 @@ timed again alone before its failure counts, and a group with a failure counts f
 import re
 from pathlib import Path
 
-import pytest
-
 from judge.stages.evaluation import Evaluator
 from judge.stages.timing import group as timing_group
 from judge.stages.timing import stage as timing
-from judge.targets import load_target
 from judge.workspaces import fresh
 
-FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
-VARIANTS = FIXTURE / "variants"
-
-
-@pytest.fixture
-def small_target():
-    target = load_target(FIXTURE)
-    target.arch = "cpu"
-    target.benchmarks = [{"size": 20000, "seed": 1}, {"size": 40000, "seed": 2}]
-    target.speed_of_light_us = []
-    return target
+VARIANTS = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd" / "variants"
 
 
 def test_a_group_times_each_kernel_against_one_base_and_a_crashed_one_again_alone(tmp_path, small_target):
