@@ -78,3 +78,26 @@ def test_a_candidates_timing_says_how_it_is_grouped():
         "timing, in one process group of 3 kernels beside the base",
         "timing, 5 kernels in process groups of 2 beside the base",
         "timing, in process pairs (the device has room for no second kernel's runner beside the base's)"]
+
+
+def test_the_last_kernel_of_a_group_that_crashes_alone_is_not_timed_again(tmp_path, small_target):
+    base = small_target.assemble(tmp_path / "base", small_target.kernel_source())
+    faulty = (VARIANTS / "faults.py").read_text()
+    kernels = [small_target.assemble(tmp_path / name, faulty) for name in ("first", "second")]
+    started = []
+    real = timing.time_group
+
+    def noted(evaluator, workspaces, *args, **kwargs):
+        started.append(sorted(Path(w).name for w in workspaces.values()))
+        return real(evaluator, workspaces, *args, **kwargs)
+
+    timing.time_group = noted
+    try:
+        with Evaluator(small_target, fresh(tmp_path / "oracle"), base_dir=base) as evaluator:
+            results = timing_group.measure_group(evaluator, kernels, budget_s=2, timeout_s=300)
+    finally:
+        timing.time_group = real
+    assert [r.status for r in results] == ["crashed", "crashed"]
+    # the one that crashed beside a rival was timed again alone; the other crashed with no rival beside it
+    assert len(started) == 3 and started[0] == ["first", "second"] and sorted(started[1] + started[2]) == [
+        "first", "second"]

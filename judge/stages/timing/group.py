@@ -133,9 +133,10 @@ class _GroupRun:
         return lasts[-1:] if lasts else []
 
     def _stopped(self, stop: "stage.Stopped") -> None:
-        """A runner could not go on: the base's stops every kernel's timing as a pair's would; a kernel's is timed
-        again alone (a rival may have taken what it needed), and this group counts for no one."""
-        if stop.who == "base" or stop.who not in self.active:
+        """A runner could not go on: the base's stops every kernel's timing as a pair's would, and so does the last
+        kernel's, which had no rival; a kernel's beside others is timed again alone (a rival may have taken what it
+        needed), and this group counts for no one."""
+        if stop.who == "base" or stop.who not in self.active or len(self.active) == 1:
             failed = stage.stopped_result(stop, time.monotonic() - self.started)
             for who in list(self.active):
                 self.done[who] = failed
