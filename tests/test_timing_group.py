@@ -2,6 +2,7 @@
 clock. Each kernel's verdict reads the group as its own pair with the base; one whose runner stops beside rivals is
 timed again alone before its failure counts, and a group with a failure counts for no one else."""
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -13,13 +14,10 @@ from judge.workspaces import fresh
 VARIANTS = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd" / "variants"
 
 
-def test_a_group_times_each_kernel_against_one_base_and_a_crashed_one_again_alone(tmp_path, small_target):
-    base = small_target.assemble(tmp_path / "base", small_target.kernel_source())
-    kernels = [small_target.assemble(tmp_path / name, (VARIANTS / f"{source}.py").read_text())
-               for name, source in (("same", "correct"), ("faults", "faults"), ("cached", "cached"))]
-    said: dict[int, list] = {0: [], 1: [], 2: []}
-    started = []
-    real = timing.time_group
+@contextlib.contextmanager
+def groups_recorded():
+    """The workspaces' names of every pair or group timed meanwhile (stage.time_group), in order."""
+    started, real = [], timing.time_group
 
     def noted(evaluator, workspaces, *args, **kwargs):
         started.append(sorted(Path(w).name for w in workspaces.values()))
@@ -27,11 +25,19 @@ def test_a_group_times_each_kernel_against_one_base_and_a_crashed_one_again_alon
 
     timing.time_group = noted
     try:
-        with Evaluator(small_target, fresh(tmp_path / "oracle"), base_dir=base) as evaluator:
-            results = timing_group.measure_group(evaluator, kernels, budget_s=2, timeout_s=300,
-                                                 progress=[lambda i=i, **info: said[i].append(info) for i in range(3)])
+        yield started
     finally:
         timing.time_group = real
+
+
+def test_a_group_times_each_kernel_against_one_base_and_a_crashed_one_again_alone(tmp_path, small_target):
+    base = small_target.assemble(tmp_path / "base", small_target.kernel_source())
+    kernels = [small_target.assemble(tmp_path / name, (VARIANTS / f"{source}.py").read_text())
+               for name, source in (("same", "correct"), ("faults", "faults"), ("cached", "cached"))]
+    said: dict[int, list] = {0: [], 1: [], 2: []}
+    with groups_recorded() as started, Evaluator(small_target, fresh(tmp_path / "oracle"), base_dir=base) as evaluator:
+        results = timing_group.measure_group(evaluator, kernels, budget_s=2, timeout_s=300,
+                                             progress=[lambda i=i, **info: said[i].append(info) for i in range(3)])
     same, faults, cached = results
     assert same.status == "passed", same.summary
     assert re.fullmatch(r"geomean \d+\.\d{3}x \[\d+\.\d{3}, \d+\.\d{3}\] over 2 benchmarks, \d process pairs",
@@ -84,19 +90,8 @@ def test_the_last_kernel_of_a_group_that_crashes_alone_is_not_timed_again(tmp_pa
     base = small_target.assemble(tmp_path / "base", small_target.kernel_source())
     faulty = (VARIANTS / "faults.py").read_text()
     kernels = [small_target.assemble(tmp_path / name, faulty) for name in ("first", "second")]
-    started = []
-    real = timing.time_group
-
-    def noted(evaluator, workspaces, *args, **kwargs):
-        started.append(sorted(Path(w).name for w in workspaces.values()))
-        return real(evaluator, workspaces, *args, **kwargs)
-
-    timing.time_group = noted
-    try:
-        with Evaluator(small_target, fresh(tmp_path / "oracle"), base_dir=base) as evaluator:
-            results = timing_group.measure_group(evaluator, kernels, budget_s=2, timeout_s=300)
-    finally:
-        timing.time_group = real
+    with groups_recorded() as started, Evaluator(small_target, fresh(tmp_path / "oracle"), base_dir=base) as evaluator:
+        results = timing_group.measure_group(evaluator, kernels, budget_s=2, timeout_s=300)
     assert [r.status for r in results] == ["crashed", "crashed"]
     # the one that crashed beside a rival was timed again alone; the other crashed with no rival beside it
     assert len(started) == 3 and started[0] == ["first", "second"] and sorted(started[1] + started[2]) == [
