@@ -52,9 +52,7 @@ def measure_group(evaluator: Evaluator, workspaces: list[Path], *, budget_s: flo
         return [not_run(stage.STAGE, evaluator.timing_gate) for _ in workspaces]
     floor = floor or default_floor(target)
     nonce = evaluator.nonce() if nonce is None else nonce
-    limit = timeout_s if timeout_s is not None else target.limits.timing_s
-    budget = min(budget_s if budget_s is not None else stage.BUDGET_PER_BENCHMARK_S * len(target.ranked_benchmarks),
-                 0.5 * limit)
+    limit, budget = stage.limit_and_budget(target, budget_s, timeout_s)
     names = {f"cand{i}": Path(w) for i, w in enumerate(workspaces)}
     share = (len(names) + 1) / 2
     started = time.monotonic()
@@ -108,16 +106,12 @@ class _GroupRun:
 
     def one_group(self, elapsed: Callable[[], float], budget: float, limit: float) -> None:
         """Time one group of the kernels still active and read it: each one's pair, or its failure."""
-        target = self.evaluator.target
-        ranked = target.ranked_benchmarks
         index_of = self.groups
 
         def starts(_: int, index: int) -> None:
             for who in self.active:
-                self.progress[who](stage=stage.STAGE, pair=len(self.pairs[who]) + 1, max_pairs=MAX_PAIRS,
-                                   benchmark=ranked.index(index) + 1, benchmarks=len(ranked),
-                                   label=target.benchmark_label(index),
-                                   seconds=round(time.monotonic() - self.started, 1))
+                stage.benchmark_said(self.progress[who], self.evaluator.target, len(self.pairs[who]) + 1, index,
+                                     self.started)
 
         known = stage.known_calls(self._last_pairs(), self.base_calls)
         self.groups += 1
@@ -149,7 +143,7 @@ class _GroupRun:
         """Each active kernel's pair from `group`. A kernel whose output the oracle found wrong (no rival reaches
         another's memory) or whose own runner showed tampering has its verdict from its pairs, and the group is left
         out for the others."""
-        stage.note_base_calls(self.base_calls, _base_pair(group))
+        stage.note_base_calls(self.base_calls, group)
         failed = [group.failed_who] if group.failure and group.failed_who not in (None, "base") else []
         tampering = [who for who in self.active if group.findings.get(who) or strays_of(group, who)]
         if (failed or tampering) and not group.findings.get("base"):
@@ -169,7 +163,3 @@ class _GroupRun:
                               limit, max(pair.seconds for pair in pairs)):
                 del self.active[who]
 
-
-def _base_pair(group: GroupResult) -> PairResult:
-    """The group's benchmarks as note_base_calls reads them (each benchmark's base warm-up call)."""
-    return PairResult(benchmarks=group.benchmarks)

@@ -83,20 +83,15 @@ def measure(evaluator: Evaluator, workspace: Path, *, budget_s: float | None = N
         return not_run(STAGE, evaluator.timing_gate)
     floor = floor or default_floor(target)
     nonce = evaluator.nonce() if nonce is None else nonce
-    limit = timeout_s if timeout_s is not None else target.limits.timing_s
-    budget = budget_s if budget_s is not None else BUDGET_PER_BENCHMARK_S * len(target.ranked_benchmarks)
-    budget = min(budget, 0.5 * limit)
+    limit, budget = limit_and_budget(target, budget_s, timeout_s)
     started = time.monotonic()
     deadline = started + limit
     facts = None if target.on_cpu else evaluator.ask("facts")
     pairs: list[PairResult] = []
     evaluator.discard_prebound(keep=(workspace, evaluator.base_dir))
-    ranked = target.ranked_benchmarks
 
     def benchmark_starts(pair: int, index: int) -> None:
-        progress(stage=STAGE, pair=pair + 1, max_pairs=MAX_PAIRS, benchmark=ranked.index(index) + 1,
-                 benchmarks=len(ranked), label=target.benchmark_label(index),
-                 seconds=round(time.monotonic() - started, 1))
+        benchmark_said(progress, target, pair + 1, index, started)
 
     try:
         for p in range(MAX_PAIRS):
@@ -125,6 +120,21 @@ def stopped_result(stop: Stopped, seconds: float, gate: str | None = None) -> St
     detail = TimingDetail(error=stop.message, who=stop.who, gate=gate or ABSENT)
     return StageResult(STAGE, stop.status, f"{stop.status}: {'the base runner ' if stop.who == 'base' else ''}"
                        f"{stop.message}", seconds, detail, stop.log)
+
+
+def limit_and_budget(target: Target, budget_s: float | None, timeout_s: float | None) -> tuple[float, float]:
+    """A comparison's limit (the target's timing limit unless given) and its budget (BUDGET_PER_BENCHMARK_S a ranked
+    benchmark unless given), the budget never past half the limit."""
+    limit = timeout_s if timeout_s is not None else target.limits.timing_s
+    budget = budget_s if budget_s is not None else BUDGET_PER_BENCHMARK_S * len(target.ranked_benchmarks)
+    return limit, min(budget, 0.5 * limit)
+
+
+def benchmark_said(progress: Progress, target: Target, pair: int, index: int, started: float) -> None:
+    """Tell `progress` that benchmark `index` of pair `pair` (counted from 1) starts, with the stage's seconds."""
+    ranked = target.ranked_benchmarks
+    progress(stage=STAGE, pair=pair, max_pairs=MAX_PAIRS, benchmark=ranked.index(index) + 1, benchmarks=len(ranked),
+             label=target.benchmark_label(index), seconds=round(time.monotonic() - started, 1))
 
 
 def time_pair(evaluator: Evaluator, workspace: Path, pair: int, nonce: int, deadline: float,
@@ -333,9 +343,9 @@ def _timed_medians(bench: PairBenchmark) -> list[float]:
     return [stats.median([rep["us"] for rep in reps]) for reps in bench.series.values() if reps]
 
 
-def note_base_calls(base_calls: dict[int, float], pair: PairResult) -> None:
-    """Keep the shortest warm-up call the base's runner made on each benchmark of `pair` (a single warm-up call
-    may include its process's first-call costs; a shorter one is nearer the typical call)."""
+def note_base_calls(base_calls: dict[int, float], pair: PairResult | GroupResult) -> None:
+    """Keep the shortest warm-up call the base's runner made on each benchmark of `pair` (or group: a single warm-up
+    call may include its process's first-call costs; a shorter one is nearer the typical call)."""
     for bench in pair.benchmarks:
         if bench.base_call_us > 0:
             base_calls[bench.index] = min(bench.base_call_us, base_calls.get(bench.index, math.inf))
