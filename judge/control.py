@@ -61,10 +61,11 @@ def control_job(run) -> Optional[ControlJob]:
     return ControlJob(Job(None, "(control)", source, workspace, control=True, serves=run.candidates), now())
 
 
-def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object]:
+def evaluate_control(run, early: Optional[ControlJob] = None, beside: bool = False) -> Optional[ControlJob]:
     """Time the base against itself once per round (a standing control is kept); nothing where the base did not
     pass or the kernels cannot run here. `early` is a control that already ran beside the base's check: it is
-    recorded only now, and only if the base passed."""
+    recorded only now, and only if the base passed. `beside`: the control is handed back instead, to be timed in the
+    candidates' first process group (judge.local_groups), which records it (record_control)."""
     base = run.ledger.latest_evaluation(run.round_row["id"], None, subject="base")
     if base is None or base["outcome"] != Outcome.UNCHANGED.value or run.gate is not None:
         return None
@@ -75,16 +76,31 @@ def evaluate_control(run, early: Optional[ControlJob] = None) -> Optional[object
             run.on_event("control-kept", target=run.target.name, kept=kept,
                          words=kept_words(kept, device_name(run.device)))
         return None
+    if control.ran is None and beside:
+        return control
     if control.ran is None:
         control.started = now()  # laid out before the base's check, run only now
         run.on_event("stage", proposal="(control)", stage="the base against an identical copy of itself")
         [(_, stages, place)] = run.dispatch.evaluate([control.job])  # one job in, one result out
         control.ran = (stages, place)
-    stages, place = control.ran
+    record_control(run, control, *control.ran)
+    return None
+
+
+def record_control(run, control: ControlJob, stages: list[StageResult], place: Optional[dict] = None) -> object:
+    """Write the control's evaluation; where its timing ran out of time, no candidate of the round is timed after
+    it (timing_gate)."""
     run.timing_gate = timing_gate(stages)
     outcome, reason = decide(stages)
     return run.record(None, sha256(control.job.source), stages, control.started,
                       (outcome, f"the base against itself: {reason}"), place=place, subject=CONTROL)
+
+
+def announce_floor(run) -> Floor:
+    """Read the floor this round's verdicts clear (round_floor) once its control is in, and say it."""
+    run.floor = round_floor(run)
+    run.on_event("floor", target=run.target.name, floor=run.floor)
+    return run.floor
 
 
 def timing_gate(stages: list[StageResult]) -> Optional[str]:

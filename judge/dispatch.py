@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Optional
 
 from .core_blocks import block_size, claim_block, release
+from .target_files import target_files, write_target
 from .errors import JudgeError
 from .stages.job import Job
 from .stages.progress import Progress, quiet
@@ -137,15 +138,21 @@ class LocalDispatch:
         if self.run.gate is None:
             self.run.warm()
 
-    def evaluate(self, jobs: Iterable[Job]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
-        """Each job's kernel stages: candidates checked as they come and timed together (judge.local_groups); a
-        control (it comes alone), or any job where the stages time no groups, one after another."""
+    @property
+    def groups(self) -> bool:
+        """Whether this round's candidates are timed together in process groups, the control with them."""
+        return self.run.settings.stages.groups and self.run.gate is None
+
+    def evaluate(self, jobs: Iterable[Job], control=None) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+        """Each job's kernel stages: candidates checked as they come and timed together, the round's `control`
+        (judge.control.ControlJob) in their first group, where given (judge.local_groups); a control that comes
+        alone, or any job where the stages time no groups, one after another."""
         run = self.run
         first = next(iter_jobs := iter(jobs), None)
         jobs = itertools.chain([first] if first else [], iter_jobs)
-        if first and run.settings.stages.groups and run.gate is None and not first.control:
+        if (first or control) and self.groups and not (first and first.control):
             from .local_groups import evaluate_in_groups
-            yield from evaluate_in_groups(run, jobs, progress_of)
+            yield from evaluate_in_groups(run, jobs, progress_of, control)
             return
         for job in jobs:
             if run.gate is not None:
@@ -201,6 +208,8 @@ class RayDispatch:
         self._closing = threading.Event()
         self._forwarder = threading.Thread(target=self._forward_until_closed, name="judge-progress", daemon=True)
         self._forwarder.start()
+
+    groups = False  # each candidate in pairs of its own, on whichever actor is idle; the control before them
 
     def gate(self) -> Optional[str]:
         gates = {p["gate"] for p in self.places}
@@ -316,31 +325,6 @@ def cpu_actors(ray, target, address: Optional[str]) -> tuple[dict, int]:
                          f"an evaluation of {target.name} needs {size} (its timed pair's {target.cores_for_timing} "
                          "and one for its oracle and spares)")
     return {"num_cpus": size}, count
-
-
-def target_files(target) -> dict[str, bytes]:
-    """A target as data for another machine: every file of its directory, and the files its task.yml takes from
-    beside it (GPU MODE's `../utils.py`), by their paths relative to the directory."""
-    from .targets import SUBMISSION
-
-    files = {p.relative_to(target.path).as_posix(): p.read_bytes() for p in sorted(target.path.rglob("*"))
-             if p.is_file() and "__pycache__" not in p.parts}
-    for _, source in target.files:
-        if source != SUBMISSION and source not in files:
-            files[source] = (target.path / source).read_bytes()
-    return files
-
-
-def write_target(files: dict[str, bytes], parent: Path, name: str) -> Path:
-    """Lay out `target_files` under parent/name (files from beside it land beside it); its directory."""
-    directory = parent / name
-    for relative, data in files.items():
-        path = Path(os.path.normpath(directory / relative))
-        if parent.resolve() not in path.resolve().parents:
-            raise JudgeError(f"target file {relative!r} would land outside {parent}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return directory
 
 
 class ProgressInbox:

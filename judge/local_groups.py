@@ -1,20 +1,26 @@
 """A local dispatch's candidates in process groups: each checked as its compile ends, and those that pass timed
 together once every candidate of the run is checked, the base's calls of each group serving every kernel in it
-(judge.stages.timing.group). A candidate that fails its check is recorded at once; a control is timed as before,
-alone, since its floor is what the others' verdicts clear."""
+(judge.stages.timing.group). A candidate that fails its check is recorded at once. The round's control, where it is
+timed in this run, is a kernel of the first group: it is recorded, and the floor the others' verdicts clear is read,
+as soon as its own comparison is done (judge.control.record_control), before any candidate's verdict."""
 
 from __future__ import annotations
 
 import time
 from typing import Iterable, Iterator, Optional
 
+from .control import ControlJob, announce_floor, record_control
+from .ledger import now
 from .stages.job import Job
 from .stages.result import StageResult
+from .stages.timing.group import GroupControl
 
 
-def evaluate_in_groups(run, jobs: Iterable[Job], progress_of) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+def evaluate_in_groups(run, jobs: Iterable[Job], progress_of,
+                       control: Optional[ControlJob] = None) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
     """Each job's kernel stages, in the order they end: a failed check's at once, the timed ones after their group.
-    `progress_of(on_event, name)` makes a job's progress (judge.dispatch.progress_of)."""
+    `progress_of(on_event, name)` makes a job's progress (judge.dispatch.progress_of); `control`, the round's control
+    to time in the first group (it is recorded here, not yielded)."""
     stages = run.settings.stages
     held: list[tuple[Job, StageResult, float]] = []
     for job in jobs:
@@ -26,29 +32,49 @@ def evaluate_in_groups(run, jobs: Iterable[Job], progress_of) -> Iterator[tuple[
             yield job, [checked], None
             continue
         held.append((job, checked, time.monotonic() - started))
-    if not held:
+    if not held and control is None:
         return
-    size = stages.group_size(run.open_evaluator(), len(held))
+    size = stages.group_size(run.open_evaluator(), len(held) + (control is not None))
+    words = timing_words(size, len(held) + (control is not None), control is not None)
     for job, _, _ in held:
-        run.on_event("stage", proposal=job.name, stage=timing_words(size, len(held)))
+        run.on_event("stage", proposal=job.name, stage=words)
     started = time.monotonic()
     timed = stages.time_group(run.open_evaluator(), [job.workspace for job, _, _ in held],
                               run.settings.timing_budget_s, run.floor,
-                              [progress_of(run.on_event, job.name) for job, _, _ in held])
+                              [progress_of(run.on_event, job.name) for job, _, _ in held],
+                              control and _group_control(run, control, progress_of))
     group_s = time.monotonic() - started
     for (job, checked, check_s), timing in zip(held, timed):
         run.on_event("evaluated", proposal=job.name, seconds=round(check_s + group_s, 1))
         yield job, [checked, timing], None
 
 
-def timing_words(size: int, kernels: int) -> str:
-    """What a held candidate's timing is, as its `stage` event says it: `kernels` timed in process groups of at most
-    `size` beside one base (the memory plan's room: group.group_size), or in pairs, saying why where there were
-    others to group."""
+def _group_control(run, control: ControlJob, progress_of) -> GroupControl:
+    """The round's control as a kernel of the candidates' first group: recorded, and the round's floor read and
+    announced, the moment its timing is final."""
+    control.started = now()
+    run.on_event("stage", proposal=control.job.name, stage="the base against an identical copy of itself, in the "
+                 "candidates' process group")
+    started = time.monotonic()
+
+    def floor_after(result: StageResult):
+        run.on_event("evaluated", proposal=control.job.name, seconds=round(time.monotonic() - started, 1))
+        record_control(run, control, [result])
+        return announce_floor(run)
+
+    return GroupControl(control.job.workspace, control.job.serves, floor_after, progress_of(run.on_event,
+                                                                                             control.job.name))
+
+
+def timing_words(size: int, kernels: int, control: bool = False) -> str:
+    """What a held candidate's timing is, as its `stage` event says it: `kernels` (the `control` among them) timed in
+    process groups of at most `size` beside one base (the memory plan's room: group.group_size), or in pairs, saying
+    why where there were others to group."""
+    among = " (the round's control among them)" if control else ""
     if kernels == 1:
         return "timing"
     if size >= kernels:
-        return f"timing, in one process group of {kernels} kernels beside the base"
+        return f"timing, in one process group of {kernels} kernels{among} beside the base"
     if size > 1:
-        return f"timing, {kernels} kernels in process groups of {size} beside the base"
+        return f"timing, {kernels} kernels{among} in process groups of {size} beside the base"
     return "timing, in process pairs (the device has room for no second kernel's runner beside the base's)"

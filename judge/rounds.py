@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from . import contain
 from .errors import JudgeError
@@ -21,14 +21,13 @@ from .ledger import Ledger, now, sha256
 from .ledger.rows import EvaluationRow, RoundRow
 from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ready_jobs
 from .devices import may_run
-from .control import ControlJob, control_job, evaluate_control, needs_control, round_floor
+from .control import ControlJob, announce_floor, control_job, evaluate_control, needs_control, round_floor
 from .noise import Floor, default_floor
-from .stages.patch import apply_patch
 from .peer import evaluate_peer
+from .prepare import Refused, prepare
 from .profiles import profile_round_base
 from .records import Outcome
-from .schedule import base_failure, base_for, base_words, kernels_to_run, require_runnable
-from .stages.screen.stage import screen_stage
+from .schedule import base_failure, base_for, kernels_to_run, require_runnable
 from .stages.details import CheckDetail, TimingDetail
 from .stages.result import StageResult, kernel_stages_not_run, not_run
 from .stage_calls import StageCalls
@@ -270,11 +269,15 @@ def _run_target_round(
         candidates.compile(run, early=True)  # during the base's check and the control (judge.stages.compile.pipeline)
         run.floor = round_floor(run)  # from the controls before this run: what the control itself is measured against
         early = _evaluate_base(run, compiled)
-        evaluate_control(run, early)
-        run.floor = round_floor(run)
-        on_event("floor", target=target.name, floor=run.floor)
-        evaluate_peer(run)
-        _evaluate_candidates(run, candidates, summary)
+        # Where the candidates are timed in process groups, the control is a kernel of their first group, and the
+        # peer (whose timing clears the floor the control sets) comes after them.
+        grouped = evaluate_control(run, early, beside=run.dispatch.groups and bool(candidates.pending))
+        if grouped is None:
+            announce_floor(run)
+            evaluate_peer(run)
+        _evaluate_candidates(run, candidates, summary, grouped)
+        if grouped is not None:
+            evaluate_peer(run)
         status = "finished"
     finally:
         if candidates is not None and candidates.pipeline is not None:
@@ -289,16 +292,6 @@ def _run_target_round(
     summary.winner = winner["proposal_id"] if winner else None
     summary.time = _time_spent(time.monotonic() - wall_start, run.spent, ledger.waited_s - waited_before)
     return summary
-
-
-class Refused(NamedTuple):
-    """A candidate whose patch did not apply or whose screen found a forbidden call: recorded with the round's other
-    verdicts (RoundRun.record's arguments), after its base."""
-
-    revision: dict
-    kernel_sha: Optional[str]
-    stages: list[StageResult]
-    started: str
 
 
 @dataclass
@@ -321,7 +314,7 @@ class RoundCandidates:
 
 
 def _candidates(run: RoundRun, revisions: list[dict], base_source: str) -> RoundCandidates:
-    """Every revision with a patch: its standing verdict, else patched and screened (judge.rounds._prepare)."""
+    """Every revision with a patch: its standing verdict, else patched and screened (judge.prepare)."""
     candidates = RoundCandidates([], [])
     for revision in revisions:
         previous = run.ledger.latest_evaluation(run.round_row["id"], revision["id"])
@@ -330,15 +323,17 @@ def _candidates(run: RoundRun, revisions: list[dict], base_source: str) -> Round
                                              previous["reason"], skipped=True, evaluation_id=previous["id"]))
             run.on_event("skip", proposal=revision["proposal_id"], outcome=previous["outcome"])
             continue
-        prepared = _prepare(run, revision, base_source)
+        prepared = prepare(run, revision, base_source)
         (candidates.pending if isinstance(prepared, PreparedCandidate) else candidates.listed).append(prepared)
     return candidates
 
 
-def _evaluate_candidates(run: RoundRun, candidates: RoundCandidates, summary: RoundSummary) -> None:
+def _evaluate_candidates(run: RoundRun, candidates: RoundCandidates, summary: RoundSummary,
+                         control: Optional[ControlJob] = None) -> None:
     """Every candidate without a standing verdict: compiled and checked statically on other cores while others run
     their GPU stages wherever the dispatch runs them (judge.stages.compile.pipeline); each verdict written once known,
-    listed as before: refusals, compile and static failures, then the rest, each in proposal order."""
+    listed as before: refusals, compile and static failures, then the rest, each in proposal order. A `control` is
+    timed with them (LocalDispatch.evaluate), and recorded as soon as it is done."""
     for item in candidates.listed:
         summary.verdicts.append(item if isinstance(item, Verdict) else run.record(*item))
     failed, judged = [], []
@@ -349,7 +344,7 @@ def _evaluate_candidates(run: RoundRun, candidates: RoundCandidates, summary: Ro
     if candidates.pending:
         run.on_event("gpu-start", total=len(candidates.pending))
     kernel_stages_of = (((job, kernel_stages_not_run(why_not), None) for job in jobs) if why_not
-                        else run.dispatch.evaluate(jobs))
+                        else run.dispatch.evaluate(jobs, control) if control else run.dispatch.evaluate(jobs))
     for job, kernel_stages, place in kernel_stages_of:
         revision, stages, started = job.key
         judged.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
@@ -362,29 +357,6 @@ def _time_spent(wall_s: float, spent: dict, ledger_wait_s: float = 0.0) -> dict:
     """The run's wall clock, seconds per stage, and how long its writes waited for another process's ledger lock."""
     return {"wall_s": round(wall_s, 3), "stages_s": {k: round(v, 3) for k, v in spent.items()},
             "ledger_wait_s": round(ledger_wait_s, 3)}
-
-
-def _prepare(run: RoundRun, revision: dict, base_source: str) -> Refused | PreparedCandidate:
-    """Patch the base into a fresh workspace; a patch that does not apply, or a forbidden call, is the verdict."""
-    started, t0 = now(), time.monotonic()
-    target = run.target
-    try:
-        source = apply_patch(base_source, revision["patch"], target.kernel_file,
-                             f"patch of {revision['proposal_id']} r{revision['revision']}")
-    except JudgeError as error:
-        row = run.round_row
-        words = base_words(target.name, row["round"], row["base_origin"], row["base_sha256"])
-        stage = StageResult("patch", "failed", f"{error}; {words}", time.monotonic() - t0)
-        return Refused(revision, None, [stage], started)
-    patch_stage = StageResult("patch", "passed", f"applied to {run.round_row['base_origin']}", time.monotonic() - t0)
-    screened = screen_stage(base_source, source, revision["patch"], target.forbidden, target.kernel_file)
-    if not screened.passed:  # a forbidden call: the verdict, before anything is compiled
-        return Refused(revision, sha256(source), [patch_stage, screened], started)
-    # Under candidates/: a proposal id is any slug, and 'base', 'control' or 'peer' beside them would be judge's own
-    # workspaces (a proposal 'base' replaced the kernel every candidate was timed against).
-    workspace = fresh(run.root / "candidates" / revision["proposal_id"])
-    target.assemble(workspace, source)
-    return PreparedCandidate(revision, source, workspace, [patch_stage, screened], started)
 
 
 def _compile_base(run: RoundRun) -> tuple[str, list[StageResult]]:

@@ -102,9 +102,12 @@ class StageCalls:
         return group_size(evaluator, wanted)
 
     def time_group(self, evaluator: Evaluator, workspaces: list[Path], budget_s: Optional[float],
-                   floor: Optional[Floor] = None, progress: Optional[list[Progress]] = None) -> list[StageResult]:
+                   floor: Optional[Floor] = None, progress: Optional[list[Progress]] = None,
+                   control=None) -> list[StageResult]:
         """The kernels in `workspaces` timed against the base together, in process groups, each against the noise
-        floor `floor`; one timing result per workspace."""
+        floor `floor` (the one its `control`, a stages.timing.group.GroupControl timed in the first group, answers);
+        one timing result per workspace."""
         from .stages.timing.group import measure_group
 
-        return measure_group(evaluator, workspaces, budget_s=budget_s, floor=floor, progress=progress)
+        return measure_group(evaluator, workspaces, budget_s=budget_s, floor=floor, progress=progress,
+                             control=control)

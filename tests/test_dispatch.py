@@ -108,10 +108,39 @@ def expected_blocks() -> list[str]:
 
 @pytest.fixture(scope="module")
 def sequential_round(tmp_path_factory):
-    """The same proposals judged on this machine, one after another, without Ray."""
+    """The same proposals judged on this machine without Ray (checked one after another, timed together): the
+    summary, the run's events and its ledger."""
+    from types import SimpleNamespace
+
     tmp_path = tmp_path_factory.mktemp("sequential")
-    [summary] = run_round(submit(tmp_path), 1, settings=settings_for(tmp_path, ray=False))
-    return summary
+    events, ledger = [], submit(tmp_path)
+    [summary] = run_round(ledger, 1, settings=settings_for(tmp_path, ray=False),
+                          on_event=lambda kind, **info: events.append((kind, info)))
+    return SimpleNamespace(summary=summary, events=events, ledger=ledger)
+
+
+def test_a_local_round_times_its_control_in_the_candidates_group_and_reads_the_floor_before_their_verdicts(
+        sequential_round):
+    events, ledger = sequential_round.events, sequential_round.ledger
+    said = [(info["proposal"], info["stage"]) for kind, info in events if kind == "stage"]
+    assert ("(control)", "the base against an identical copy of itself, in the candidates' process group") in said
+    grouped = "timing, in one process group of 3 kernels (the round's control among them) beside the base"
+    assert [stage for name, stage in said if name in ("ten-times", "identical") and stage != "correctness"] == [
+        grouped, grouped]
+    # the two that failed their checks are recorded at once, the control as soon as its own comparison is done
+    rows = ledger.query("select e.subject, r.proposal_id, s.detail_json from evaluations e left join revisions r "
+                        "on r.id = e.revision_id left join stage_results s on s.evaluation_id = e.id and "
+                        "s.stage = 'timing' order by e.id")
+    assert [r["subject"] for r in rows] == ["base", "candidate", "candidate", "control", "candidate", "candidate"]
+    assert sorted(r["proposal_id"] for r in rows[1:3]) == ["raises", "wrong-sign"]  # in the order they compiled
+    assert sorted(r["proposal_id"] for r in rows[4:]) == ["identical", "ten-times"]
+    # one floor, said after the control's evaluation and before any timed verdict, and cleared by both of them
+    order = [(kind, info.get("proposal")) for kind, info in events if kind in ("floor", "evaluated", "verdict")]
+    [floor_at] = [i for i, (kind, _) in enumerate(order) if kind == "floor"]
+    assert order[floor_at - 1] == ("evaluated", "(control)")
+    assert all(order.index(("verdict", name)) > floor_at for name in ("identical", "ten-times"))
+    [floor] = [info["floor"] for kind, info in events if kind == "floor"]
+    assert [json.loads(r["detail_json"])["floor"] for r in rows[4:]] == [floor.to_json()] * 2
 
 
 def test_cpu_actors_give_the_sequential_verdicts_lose_nothing_when_killed_and_say_where_they_ran(
@@ -135,7 +164,7 @@ def test_cpu_actors_give_the_sequential_verdicts_lose_nothing_when_killed_and_sa
 
     [summary] = run_round(ledger, 1, settings=settings_for(tmp_path, ray=True), on_event=on_event)
     assert killed[1:] == ["done"]
-    assert outcomes(sequential_round) == EXPECTED, reasons(sequential_round)
+    assert outcomes(sequential_round.summary) == EXPECTED, reasons(sequential_round.summary)
     assert outcomes(summary) == EXPECTED, reasons(summary)
     [(_, workers)] = [e for e in events if e[0] == "workers"]
     places = workers["places"]
@@ -300,7 +329,7 @@ def test_gpus_lists_and_all(monkeypatch):
 def test_a_target_travels_with_the_files_its_task_takes_from_beside_it(tmp_path):
     """GPU MODE's task.yml names `../utils.py`: an actor on another machine must get it too (on the two-H200
     machine the first Ray round failed in every actor with "source '../utils.py' of 'utils.py' not found")."""
-    from judge.dispatch import target_files, write_target
+    from judge.target_files import target_files, write_target
     from judge.targets import load_target
 
     target = load_target(ROOT / "tests" / "fixtures" / "gpumode" / "vecadd")
@@ -316,7 +345,8 @@ def test_a_target_travels_with_the_files_its_task_takes_from_beside_it(tmp_path)
 def test_an_actor_starts_its_oracle_and_spares_before_its_first_candidate(tmp_path):
     """`warm` runs while the driver compiles; without a GPU for a GPU target it starts nothing. No base runner is
     kept: each timed pair starts a fresh base and candidate runner. Closing the actor removes its files."""
-    from judge.dispatch import EvaluationActor, target_files
+    from judge.dispatch import EvaluationActor
+    from judge.target_files import target_files
     from judge.targets import load_target
 
     cpu = load_target(ROOT / "kernels" / "vecadd_cpu")

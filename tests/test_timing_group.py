@@ -96,3 +96,29 @@ def test_the_last_kernel_of_a_group_that_crashes_alone_is_not_timed_again(tmp_pa
     # the one that crashed beside a rival was timed again alone; the other crashed with no rival beside it
     assert len(started) == 3 and started[0] == ["first", "second"] and sorted(started[1] + started[2]) == [
         "first", "second"]
+
+
+def test_the_control_in_a_group_is_handed_over_once_done_and_its_floor_is_every_kernels(tmp_path, small_target):
+    from judge.noise import Floor
+
+    base = small_target.assemble(tmp_path / "base", small_target.kernel_source())
+    control = small_target.assemble(tmp_path / "control", small_target.kernel_source())
+    correct = (VARIANTS / "correct.py").read_text()
+    kernels = [small_target.assemble(tmp_path / name, correct) for name in ("first", "second")]
+    wide = Floor(effect=0.2, min_effect=0.01, source="controls", controls=1)  # under the 25% ceiling
+    handed = []
+
+    def floor_after(result):
+        handed.append(result)
+        return wide
+
+    with groups_recorded() as started, Evaluator(small_target, fresh(tmp_path / "oracle"), base_dir=base) as evaluator:
+        results = timing_group.measure_group(evaluator, kernels, budget_s=2, timeout_s=300,
+                                             control=timing_group.GroupControl(control, 2, floor_after))
+    [timed] = handed
+    assert timed.status == "passed" and timed.detail.pairs >= 3, timed.summary
+    assert started[0] == ["control", "first", "second"]
+    # no kernel left the groups by its statistics before the control did, and each cleared the floor it answered
+    assert all(r.status == "passed" and r.detail.pairs >= timed.detail.pairs for r in results), results
+    assert [(r.detail.floor, r.detail.decision) for r in results] == [(wide.to_json(), "unchanged")] * 2
+    assert timed.detail.floor["effect"] == 0.01  # its own verdict read against the floor it was timed with

@@ -37,7 +37,7 @@ MAX_WARM = 8
 
 @dataclass(frozen=True)
 class PreparedCandidate:
-    """A candidate patched and screened, ready to compile (judge.rounds._prepare makes it)."""
+    """A candidate patched and screened, ready to compile (judge.prepare makes it)."""
 
     revision: dict  # its ledger row
     source: str  # the patched kernel file
