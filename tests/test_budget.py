@@ -623,3 +623,39 @@ def test_a_benchmark_the_target_does_not_rank_by_is_neither_measured_nor_planned
     sizes, labels = budget.benchmark_sizes(target, bytes_of)
     assert measured == [2] and labels == ["size=1", "size=2", "size=3"]
     assert sizes[:2] == [budget.UNTIMED] * 2 and budget.need_of(sizes[:2], [BenchmarkPlan(8, 8)] * 2) == 0
+
+
+def test_a_round_plans_its_process_groups_runners_before_it_grows_copies_or_keeps_sets():
+    # small benchmarks: a group of six kernels and the pair's own plan fit together
+    small = [BenchmarkBytes(16 << 20, 16 << 20, 0, making_s=1.0)]
+    pair = budget.plan_round(H100, small, ["small"], keep=True)
+    group = budget.plan_round(H100, small, ["small"], keep=True, kernels=6)
+    assert (pair.runners, group.runners) == (2, 7)
+    assert (group.benchmarks, group.kept) == (pair.benchmarks, pair.kept) == ([BenchmarkPlan(2, 8)], (True,))
+    assert budget.kernels_per_group(group, small) == 6
+    # cholesky_py's n=32768 on an H100 (4 GiB in and out, 4 GiB of working memory): the pair's plan leaves no room
+    # for a second kernel's runner; planned for three kernels, the largest group that fits is two, at one copy, its
+    # sets made up front and kept
+    large = [BenchmarkBytes(4 * GIB, 4 * GIB, 4 * GIB, making_s=1.4)]
+    assert budget.kernels_per_group(budget.plan_round(H100, large, ["n=32768"], keep=True), large) == 1
+    grouped = budget.plan_round(H100, large, ["n=32768"], keep=True, kernels=3)
+    assert (grouped.runners, grouped.benchmarks, grouped.kept) == (3, [BenchmarkPlan(2, 1, True)], (True,))
+    assert grouped.need == 60 * GIB <= budget.growth_room(H100, 4)
+    assert budget.kernels_per_group(grouped, large) == 2
+
+
+def test_a_plan_short_of_its_group_gives_back_the_spares_first():
+    large = [BenchmarkBytes(4 * GIB, 4 * GIB, 4 * GIB, making_s=1.4)]
+    spares = [DeviceMemory("GPU", 80 * GIB, 71 * GIB), DeviceMemory("GPU", 80 * GIB, 79 * GIB)]  # 8 GiB of contexts
+    asked = []
+
+    def give_back():
+        asked.append(len(spares))
+        return len(spares) > 1 and bool(spares.pop(0))
+
+    plan = budget.plan_device(lambda: spares[0], give_back, large, ["n=32768"], True, kernels=2)
+    assert (plan.runners, asked) == (3, [2])
+    # where nothing more can be given back, the group the device holds
+    plan = budget.plan_device(lambda: DeviceMemory("GPU", 80 * GIB, 71 * GIB), lambda: False, large, ["n=32768"],
+                              True, kernels=2)
+    assert plan.runners == 2

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from ..boundary.kept_inputs import MIN_MAKING_S
 from ..boundary.memory import ran_out  # noqa: F401 (the stages ask budget.ran_out)
@@ -31,10 +32,11 @@ MIN_COPIES, MAX_COPIES, COPIES_CAP_BYTES = 2, 8, 2 << 30
 # Processes that hold a benchmark's output and working memory at once while it is timed: the pair's two runners and
 # the oracle computing an answer.
 HOLDERS = 3
-# Runners that hold a benchmark's copies, each in its own memory (judge.boundary.staging): the pair's two.
+# Runners that hold a benchmark's copies, each in its own memory (judge.boundary.staging): the pair's two. A process
+# group's runners are one more for each kernel past the first (MemoryPlan.runners), and so are its holders.
 COPY_HOLDERS = 2
 # The most kernels a process group times beside the base (judge.stages.timing.group); fewer where the device has no
-# room for their runners (kernels_per_group).
+# room for their runners (plan_group, kernels_per_group).
 MAX_GROUP = 6
 GIB = 1 << 30
 
@@ -70,10 +72,10 @@ class BenchmarkBytes:
     weights: int = 0  # the projections' weights of its outputs (int8), which every holder keeps for the benchmark
     making_s: float = 0.0  # seconds generate_input took for that input: what keeping its sets saves per set
 
-    def fixed(self) -> int:
+    def fixed(self, holders: int = HOLDERS) -> int:
         """What timing this benchmark holds whatever its sets and copies: one more input (the set an answer is
-        computed on), and output, working memory and weights in each of its holders."""
-        return self.input + HOLDERS * (self.output + self.work + self.weights)
+        computed on), and output, working memory and weights in each of its `holders` (the runners and the oracle)."""
+        return self.input + holders * (self.output + self.work + self.weights)
 
     def area(self, copies: int) -> int:
         """What a runner allocates for this benchmark: its copies of the input and its device outbox after them, which
@@ -85,14 +87,14 @@ class BenchmarkBytes:
         memory, and the weights it projects the answer with."""
         return self.input + self.output + self.work + self.weights
 
-    def peak(self, eager: bool) -> int:
+    def peak(self, eager: bool, holders: int = HOLDERS) -> int:
         """The fixed needs and the making of an input: made as a set is first used (while the runners hold their
         outputs) the two add up. Made and answered before the runners run the benchmark (`eager`), the largest of
         the making, the answering, and the calls: the runners' outputs, working memory and weights, and the weights
         the oracle checks their outputs with."""
         if not eager:
-            return self.fixed() + self.making
-        calls = (HOLDERS - 1) * (self.output + self.work + self.weights) + self.weights
+            return self.fixed(holders) + self.making
+        calls = (holders - 1) * (self.output + self.work + self.weights) + self.weights
         return max(calls, self.making, self.answering())
 
 
@@ -113,6 +115,7 @@ class MemoryPlan:
     benchmarks: list[BenchmarkPlan]
     need: int  # bytes the plan holds at its peak
     kept: tuple[bool, ...] = ()  # per benchmark: its sets held all round, kept from one pair to the next
+    runners: int = COPY_HOLDERS  # the timed runners it holds at once: the base's and one per kernel of a group
 
 
 def ran_out_line(error: Exception | str) -> str:
@@ -134,19 +137,20 @@ def gib(nbytes: int) -> str:
     return f"{nbytes / GIB:.1f} GiB"
 
 
-def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool | tuple[bool, ...] = False) -> int:
-    """The peak bytes of a plan: each of the pair's runners holds the copies and outbox of the largest benchmark it
+def need_of(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], kept: bool | tuple[bool, ...] = False,
+            runners: int = COPY_HOLDERS) -> int:
+    """The peak bytes of a plan for `runners` timed runners (a pair's two, or a group's): each runner holds the copies and outbox of the largest benchmark it
     has built (its memory grows, and is reused for smaller ones), while one benchmark at a time holds its fixed
     needs and its sets and warm-up set; a benchmark whose sets are `kept` (all, or per benchmark) from one pair to the
     next holds them all round, and the oracle the projection weights of their answers. trimul's oracle held
     18,002 MiB of tensors with every benchmark's sets kept (H200, 2026-11-29): by their shapes, 14,400 MiB of sets
     and 3,328 MiB of weights, which the plan had not counted."""
     keep = _per_benchmark(kept, len(sizes))
-    areas = COPY_HOLDERS * max((s.area(p.copies) for s, p in zip(sizes, plans)), default=0)
+    areas = runners * max((s.area(p.copies) for s, p in zip(sizes, plans)), default=0)
     sets = [(p.sets + 1) * s.input for s, p in zip(sizes, plans)]
     held = sum(n + s.weights for s, n, k in zip(sizes, sets, keep) if k)
     # at a kept benchmark's own peak its weights are already among its holders'
-    peaks = [s.peak(p.eager) + (-s.weights if k else n) for s, p, n, k in zip(sizes, plans, sets, keep)]
+    peaks = [s.peak(p.eager, runners + 1) + (-s.weights if k else n) for s, p, n, k in zip(sizes, plans, sets, keep)]
     return areas + held + max(peaks, default=0)
 
 
@@ -155,16 +159,16 @@ def _per_benchmark(kept: bool | tuple[bool, ...], count: int) -> tuple[bool, ...
 
 
 def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str],
-                kept: bool | tuple[bool, ...] = False) -> MemoryPlan:
+                kept: bool | tuple[bool, ...] = False, runners: int = COPY_HOLDERS) -> MemoryPlan:
     """Sets and copies per benchmark within `device.usable`: each at its floor (_floors), then grown in turn
     (copies, then sets, smallest benchmarks first) up to their caps while the plan leaves each of its HOLDERS the
     cache it may keep (growth_room: growth only buys time and averaging; cholesky_py's round, grown to the last
     byte, ran an H100 out). Sets grow only where making one is quick (under MIN_MAKING_S): trimul's seqlen-768 Cauchy
     inputs take 2.9 s each on an H200, and grown to eight sets they cost 22.6 s of every pair (2026-11-29). Raises
     JudgeError naming the first benchmark that cannot fit at its minimum, or the sum where they cannot fit
-    together."""
-    plans = _floors(device, sizes, labels, kept)
-    room = growth_room(device)
+    together. `runners`: the timed runners it holds at once (a group's, MemoryPlan.runners)."""
+    plans = _floors(device, sizes, labels, kept, runners)
+    room = growth_room(device, runners + 1)
     order = sorted(range(len(sizes)), key=lambda i: sizes[i].input)
     for field, cap_count, cap_bytes in (("copies", MAX_COPIES, COPIES_CAP_BYTES), ("sets", MAX_SETS, SETS_CAP_BYTES)):
         grown = True
@@ -180,9 +184,9 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
                     continue  # each set more is made again in every pair, or once a round where kept: seconds each
                 trial = list(plans)
                 trial[i] = BenchmarkPlan(**{**plans[i].__dict__, field: current + 1})
-                if need_of(sizes, trial, kept) <= room:
+                if need_of(sizes, trial, kept, runners) <= room:
                     plans, grown = trial, True
-    return MemoryPlan(device, plans, need_of(sizes, plans, kept), _per_benchmark(kept, len(sizes)))
+    return MemoryPlan(device, plans, need_of(sizes, plans, kept, runners), _per_benchmark(kept, len(sizes)), runners)
 
 
 # A benchmark's least sets and copies, in the order they are preferred: one copy where two do not fit (the calls then
@@ -194,27 +198,28 @@ FLOORS = (BenchmarkPlan(MIN_SETS, MIN_COPIES), BenchmarkPlan(MIN_SETS, 1), Bench
 
 
 def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str],
-            kept: bool | tuple[bool, ...]) -> list[BenchmarkPlan]:
+            kept: bool | tuple[bool, ...], runners: int = COPY_HOLDERS) -> list[BenchmarkPlan]:
     """Each benchmark's first floor that fits it alone; then, while the benchmarks do not fit together (every one's
     copies stay allocated while a pair runs), the largest step down first, each to its first floor that makes
     them fit, else to its floor that needs least itself. JudgeError where one cannot fit alone, or all not together."""
-    usable, room = device.usable, growth_room(device)
+    usable, room = device.usable, growth_room(device, runners + 1)
     plans = []
     for index, size in enumerate(sizes):  # a floor that leaves each holder its cache, else one that fits at all
-        floor = next((p for limit in (room, usable) for p in FLOORS if need_of([size], [p]) <= limit), None)
+        floor = next((p for limit in (room, usable) for p in FLOORS if need_of([size], [p], False, runners) <= limit),
+                     None)
         if floor is None:
             raise _cannot_fit(index, labels[index], size, device,
                               f"{gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less {gib(device.in_use)} in use)")
         plans.append(floor)
     for i in sorted(range(len(sizes)), key=lambda i: -sizes[i].input):
-        if need_of(sizes, plans, kept) <= usable:
+        if need_of(sizes, plans, kept, runners) <= usable:
             break
         lower = FLOORS[FLOORS.index(plans[i]):]
-        plans[i] = next((f for f in lower if need_of(sizes, plans[:i] + [f] + plans[i + 1:], kept) <= usable),
-                        min(lower, key=lambda f: need_of([sizes[i]], [f])))
-    if need_of(sizes, plans, kept) > usable:
+        plans[i] = next((f for f in lower if need_of(sizes, plans[:i] + [f] + plans[i + 1:], kept, runners) <= usable),
+                        min(lower, key=lambda f: need_of([sizes[i]], [f], False, runners)))
+    if need_of(sizes, plans, kept, runners) > usable:
         raise JudgeError(
-            f"the benchmarks need {gib(need_of(sizes, plans, kept))} of device memory together to be timed; "
+            f"the benchmarks need {gib(need_of(sizes, plans, kept, runners))} of device memory together to be timed; "
             f"{device.name} has {gib(device.total)}, of which judge may use {gib(max(usable, 0))}")
     return plans
 
@@ -249,37 +254,74 @@ def _cannot_fit(index: int, label: str, size: BenchmarkBytes, device: DeviceMemo
 
 
 def kernels_per_group(plan: MemoryPlan, sizes: list[BenchmarkBytes]) -> int:
-    """How many kernels one process group may time beside the base: the pair's one, and one more for each further
-    runner the plan's growth room holds past the plan's own need. A runner holds the copies and outbox of the largest
-    benchmark it builds, the largest output, working memory and weights of a call, and the cache it may keep;
-    at most MAX_GROUP."""
+    """How many kernels one process group may time beside the base: those the plan was made for (plan_round), and
+    one more for each further runner its growth room holds past the plan's own need. A runner holds the copies and
+    outbox of the largest benchmark it builds, the largest output, working memory and weights of a call, and the
+    cache it may keep; at most MAX_GROUP."""
     if not sizes:
         return MAX_GROUP
     runner = (max(s.area(p.copies) for s, p in zip(sizes, plan.benchmarks)) +
               max(s.output + s.work + s.weights for s in sizes) + plan.device.cache)
-    room = growth_room(plan.device) - plan.need
-    return max(1, min(MAX_GROUP, 1 + room // max(1, runner)))
+    room = growth_room(plan.device, plan.runners + 1) - plan.need
+    return max(1, min(MAX_GROUP, plan.runners - 1 + room // max(1, runner)))
 
 
-def growth_room(device: DeviceMemory) -> int:
-    """What a plan may grow into past its floors, and sets be kept in: the usable memory less the cache each of the
-    HOLDERS may keep; only a plan's floors may use the rest."""
-    return device.usable - HOLDERS * device.cache
+def growth_room(device: DeviceMemory, holders: int = HOLDERS) -> int:
+    """What a plan may grow into past its floors, and sets be kept in: the usable memory less the cache each of its
+    `holders` (a pair's HOLDERS, or a group's runners and the oracle) may keep; only a plan's floors may use the
+    rest."""
+    return device.usable - holders * device.cache
 
 
-def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], keep: bool) -> MemoryPlan:
-    """A round's plan: where `keep`, every benchmark's sets kept across pairs where they all fit so, else those of
-    the benchmarks whose sets take longest to make, one at a time while the plan stays in the growth room, and the
-    others made again for every pair (the JudgeError of a benchmark that cannot fit even then). cholesky_py's
-    n=32768 sets, made again in every pair on an H200 (2026-11-28) because its 15 benchmarks' sets did not fit at
-    once, took a large part, not timed apart, of the 8 s that benchmark cost a pair."""
-    plan = plan_memory(device, sizes, labels)
+def plan_device(memory: Callable[[], DeviceMemory], give_back: Callable[[], bool], sizes: list[BenchmarkBytes],
+                labels: list[str], keep: bool, kernels: int = 1) -> MemoryPlan:
+    """A round's plan (plan_round) on the device as `memory()` finds it; where the device is short (no plan, one at
+    the floors' edge, or a smaller group than `kernels`), what `give_back()` frees goes first (the spares' contexts:
+    they only save time), while it frees anything."""
+    runners = min(kernels, MAX_GROUP) + 1
+    while True:
+        device = memory()
+        try:
+            plan = plan_round(device, sizes, labels, keep, kernels)
+        except JudgeError:
+            if not give_back():
+                raise
+            continue
+        if (plan.need <= growth_room(device, plan.runners + 1) and plan.runners >= runners) or not give_back():
+            return plan
+
+
+def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], keep: bool,
+               kernels: int = 1) -> MemoryPlan:
+    """A round's plan for the largest process group of up to `kernels` kernels beside the base whose plan fits the
+    growth room, else for a pair (the JudgeError of a benchmark that cannot fit even then). A group's runner spares
+    a whole pair's base calls, where sets kept or copies grown only spare making and average out where buffers land:
+    the group's runners are planned first. cholesky_py's plan, grown and kept for a pair first, left no H200 room
+    for a second kernel's runner (2026-11-30)."""
+    for group in range(min(kernels, MAX_GROUP), 1, -1):
+        try:
+            plan = _plan_kept(device, sizes, labels, keep, group + 1)
+        except JudgeError:
+            continue
+        if plan.need <= growth_room(device, group + 2):
+            return plan
+    return _plan_kept(device, sizes, labels, keep, COPY_HOLDERS)
+
+
+def _plan_kept(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], keep: bool,
+               runners: int) -> MemoryPlan:
+    """A plan for `runners` timed runners: where `keep`, every benchmark's sets kept across pairs where they all fit
+    so, else those of the benchmarks whose sets take longest to make, one at a time while the plan stays in the
+    growth room, and the others made again for every pair. cholesky_py's n=32768 sets, made again in every pair on
+    an H200 (2026-11-28) because its 15 benchmarks' sets did not fit at once, took a large part, not timed apart, of
+    the 8 s that benchmark cost a pair."""
+    plan = plan_memory(device, sizes, labels, runners=runners)
     if not keep:
         return plan
-    room = growth_room(device)  # kept sets only save time: never at the floors' edge
+    room = growth_room(device, runners + 1)  # kept sets only save time: never at the floors' edge
     for index in sorted(range(len(sizes)), key=lambda i: -sizes[i].making_s):
         try:
-            trial = plan_memory(device, sizes, labels, kept=plan.kept[:index] + (True,) + plan.kept[index + 1:])
+            trial = plan_memory(device, sizes, labels, plan.kept[:index] + (True,) + plan.kept[index + 1:], runners)
         except JudgeError:
             continue
         if trial.need <= room:

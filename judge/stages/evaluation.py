@@ -135,23 +135,15 @@ class Evaluator(RoundSeeds):
             self._plans[case.key] = self.ask("plan", spec=case.spec, distribution=case.distribution)
         return self._plans[case.key]
 
-    def memory_plan(self) -> budget.MemoryPlan:
-        """Each benchmark's timing sets and copies, sized once per round from the benchmarks' measured bytes and
-        the device's memory as the oracle finds it (judge.stages.budget); sets are kept from one pair to the next
-        where `keep_sets` and they fit. A benchmark that cannot fit is the round's JudgeError, before any timing."""
+    def memory_plan(self, kernels: int = 1) -> budget.MemoryPlan:
+        """Each benchmark's timing sets and copies, sized once per round (the first call's `kernels`: the most a
+        process group of the round times beside the base) from the benchmarks' measured bytes and the device's
+        memory as the oracle finds it (judge.stages.budget); sets are kept from one pair to the next where
+        `keep_sets` and they fit. A benchmark that cannot fit is the round's JudgeError, before any timing."""
         if self._memory_plan is None:
             sizes, labels = budget.benchmark_sizes(self.target, self.bytes_of)
-            while True:  # where the device is short, the spares' contexts go first: they only save time
-                device = budget.DeviceMemory(**self.ask("memory"))
-                try:
-                    plan = budget.plan_round(device, sizes, labels, bool(self.keep_sets))
-                except JudgeError:
-                    if not self.give_back_spares():
-                        raise
-                    continue
-                if plan.need <= budget.growth_room(device) or not self.give_back_spares():
-                    break
-            self._memory_plan = plan
+            self._memory_plan = budget.plan_device(lambda: budget.DeviceMemory(**self.ask("memory")),
+                                                   self.give_back_spares, sizes, labels, bool(self.keep_sets), kernels)
         return self._memory_plan
 
     def give_back_spares(self) -> bool:

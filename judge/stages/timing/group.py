@@ -114,12 +114,13 @@ def _measure_batch(evaluator: Evaluator, workspaces: list[Path], progress: list[
 
 
 def group_size(evaluator: Evaluator, wanted: int) -> int:
-    """How many of `wanted` kernels one group times: as many as the memory plan has room for (budget.kernels_per_group);
-    one where the plan cannot be made (the pair's stage then says why)."""
+    """How many of `wanted` kernels one group times: as many as the memory plan has room for (budget.kernels_per_group;
+    a plan made here is made for groups of `wanted`); one where the plan cannot be made (the pair's stage then says
+    why)."""
     if wanted == 1:
         return 1
     try:
-        plan = evaluator.memory_plan()
+        plan = evaluator.memory_plan(wanted)
     except JudgeError:
         return 1
     sizes, _ = budget.benchmark_sizes(evaluator.target, evaluator.bytes_of)

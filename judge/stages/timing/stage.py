@@ -217,7 +217,8 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
                              projection_seed=evaluator.projection_seed(index, nonce, pair), copies=copies,
                              runners=list(pids.values()), shift=evaluator.shift(nonce, pair, index),
                              flush=not target.on_cpu, keep=evaluator.kept_name(index), hold=evaluator.held_name(index),
-                             reserve=budget.need_of([evaluator.bytes_of(index)], [planned]), eager=planned.eager)
+                             reserve=budget.need_of([evaluator.bytes_of(index)], [planned], False, len(runners)),
+                             eager=planned.eager)
     except JudgeError as error:
         raise out_of_memory(error, index) from None
     current = list(runners)[-1]
