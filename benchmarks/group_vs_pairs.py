@@ -63,11 +63,12 @@ def main() -> None:
             checked = StageCalls().check_base(evaluator, base)
             if not checked.passed:
                 sys.exit(f"the base failed its check: {checked.summary}")
+            sizes, _ = budget.benchmark_sizes(target, evaluator.bytes_of)
+            # the plan a round makes for its groups, which the pairs then run on too (the same sets and copies)
+            size = budget.kernels_per_group(evaluator.memory_plan(len(made)), sizes)
             began = time.monotonic()
             paired = [measure(evaluator, path) for _, path in made]
             pairs_s = time.monotonic() - began
-            sizes, _ = budget.benchmark_sizes(target, evaluator.bytes_of)
-            size = budget.kernels_per_group(evaluator.memory_plan(), sizes)
             began = time.monotonic()
             grouped = measure_group(evaluator, [path for _, path in made])
             group_s = time.monotonic() - began
