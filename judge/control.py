@@ -13,7 +13,7 @@ from .stages.result import StageResult
 from .workspaces import fresh
 from .ledger import now, sha256
 from .ledger.noise import CONTROL
-from .noise import Floor, controls_floor, device_name, kept_words, target_minimum
+from .noise import MIN_PAIRS, Floor, controls_floor, device_name, floor_from, kept_words, target_minimum
 from .records import Outcome
 from .verdicts import decide
 
@@ -111,6 +111,13 @@ def timing_gate(stages: list[StageResult]) -> Optional[str]:
         if stage.stage == "timing" and isinstance(stage.detail, TimingDetail) and stage.detail.gate:
             return stage.detail.gate
     return None
+
+
+def floor_with(run, logs: list[float]) -> Floor:
+    """The floor round_floor will read once this round's control, with these per-pair geomean log ratios, is in."""
+    device = device_name(run.device)
+    return floor_from(run.ledger.control_samples(run.target.name, device) + [logs], target_minimum(run.target),
+                      MIN_PAIRS, device)
 
 
 def round_floor(run) -> Floor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Iterable, Iterator, Optional
 
-from .control import ControlJob, announce_floor, record_control
+from .control import ControlJob, announce_floor, floor_with, record_control
 from .ledger import now
 from .stages.job import Job
 from .stages.result import StageResult
@@ -62,8 +62,8 @@ def _group_control(run, control: ControlJob, progress_of) -> GroupControl:
         record_control(run, control, [result])
         return announce_floor(run)
 
-    return GroupControl(control.job.workspace, control.job.serves, floor_after, progress_of(run.on_event,
-                                                                                             control.job.name))
+    return GroupControl(control.job.workspace, control.job.serves, floor_after,
+                        progress_of(run.on_event, control.job.name), lambda logs: floor_with(run, logs))
 
 
 def timing_words(size: int, kernels: int, control: bool = False) -> str:

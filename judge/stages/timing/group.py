@@ -25,7 +25,7 @@ from typing import Callable
 
 from .. import budget
 from ...errors import JudgeError
-from ...noise import MAX_PAIRS, Floor, default_floor, enough_pairs
+from ...noise import MAX_PAIRS, MIN_PAIRS, Floor, default_floor, enough_pairs, floor_from
 from ..evaluation import Evaluator
 from ..progress import Progress, quiet
 from ..result import StageResult, not_run
@@ -40,12 +40,14 @@ class GroupControl:
     """The round's A/A control, timed in the first of the candidates' groups: the base assembled in `workspace`,
     stopped by the controls' rule for the `serves` verdicts its floor serves (noise.enough_pairs). `floor_after` takes
     its timing result as soon as it is final (the caller records it) and answers the floor the others' verdicts
-    clear."""
+    clear; `preview`, where given, says what that floor would be from the control's pairs so far: once every other
+    kernel is decided against it, the control stops too (its further pairs would buy no verdict)."""
 
     workspace: Path
     serves: int
     floor_after: Callable[[StageResult], Floor]
     progress: Progress = quiet
+    preview: Callable[[list[float]], Floor] | None = None  # the floor its pairs' log ratios so far would set
 
 
 def measure_group(evaluator: Evaluator, workspaces: list[Path], *, budget_s: float | None = None,
@@ -213,11 +215,26 @@ class _GroupRun:
             longest = max(pair.seconds for pair in pairs) / self.share
             stops = bool(last.failure or last.findings or last.base_findings)
             if who == CONTROL:
-                if stops or enough_pairs(logs, self.floor, elapsed, budget, True, limit, longest, self.control.serves):
+                if stops or enough_pairs(logs, self.floor, elapsed, budget, True, limit, longest, self.control.serves) \
+                        or self._others_decided(logs, elapsed, budget, limit):
                     self._finish(who)
             elif stops or (CONTROL not in self.active and enough_pairs(logs, self.floor, elapsed, budget, False,
                                                                        limit, longest)):
                 del self.active[who]
+
+    def _others_decided(self, logs: list[float], elapsed: float, budget: float, limit: float) -> bool:
+        """Whether every other active kernel is decided against the floor the control's pairs so far would set (from
+        MIN_PAIRS on, neither that floor nor the control's own past the ceiling): the control's rule buys its further
+        pairs for the verdicts its floor serves, and there are none left to serve, while every further pair of it is
+        a group of them all."""
+        if self.control.preview is None or len(logs) < MIN_PAIRS:
+            return False
+        floor = self.control.preview(logs)
+        if floor.too_wide or floor_from([logs], floor.min_effect, MIN_PAIRS).too_wide:
+            return False
+        target = self.evaluator.target
+        return all(enough_pairs(pair_geomeans(self.pairs[who], target), floor, elapsed, budget, False, limit)
+                   for who in self.active if who != CONTROL)
 
     def _finish(self, who: str) -> None:
         """`who`'s verdict from its pairs now (the control's floor then read: settle_control)."""
