@@ -268,16 +268,7 @@ def _run_target_round(
         run.candidates = len(candidates.pending)
         candidates.compile(run, early=True)  # during the base's check and the control (judge.stages.compile.pipeline)
         run.floor = round_floor(run)  # from the controls before this run: what the control itself is measured against
-        early = _evaluate_base(run, compiled)
-        # Where the candidates are timed in process groups, the control is a kernel of their first group, and the
-        # peer (whose timing clears the floor the control sets) comes after them.
-        grouped = evaluate_control(run, early, beside=run.dispatch.groups and bool(candidates.pending))
-        if grouped is None:
-            announce_floor(run)
-            evaluate_peer(run)
-        _evaluate_candidates(run, candidates, summary, grouped)
-        if grouped is not None:
-            evaluate_peer(run)
+        _evaluate_after_base(run, _evaluate_base(run, compiled), candidates, summary)
         status = "finished"
     finally:
         if candidates is not None and candidates.pipeline is not None:
@@ -326,6 +317,20 @@ def _candidates(run: RoundRun, revisions: list[dict], base_source: str) -> Round
         prepared = prepare(run, revision, base_source)
         (candidates.pending if isinstance(prepared, PreparedCandidate) else candidates.listed).append(prepared)
     return candidates
+
+
+def _evaluate_after_base(run: RoundRun, early: Optional[ControlJob], candidates: RoundCandidates,
+                         summary: RoundSummary) -> None:
+    """The control, the floor, the peer and the candidates. Where the candidates are timed in process groups, the
+    control is a kernel of their first group, and the peer (whose timing clears the floor the control sets) comes
+    after them."""
+    grouped = evaluate_control(run, early, beside=run.dispatch.groups and bool(candidates.pending))
+    if grouped is None:
+        announce_floor(run)
+        evaluate_peer(run)
+    _evaluate_candidates(run, candidates, summary, grouped)
+    if grouped is not None:
+        evaluate_peer(run)
 
 
 def _evaluate_candidates(run: RoundRun, candidates: RoundCandidates, summary: RoundSummary,

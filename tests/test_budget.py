@@ -644,7 +644,7 @@ def test_a_round_plans_its_process_groups_runners_before_it_grows_copies_or_keep
     assert budget.kernels_per_group(grouped, large) == 2
 
 
-def test_a_plan_short_of_its_group_gives_back_the_spares_first():
+def test_a_plan_gives_back_the_spares_where_the_device_is_short_never_for_a_larger_group():
     large = [BenchmarkBytes(4 * GIB, 4 * GIB, 4 * GIB, making_s=1.4)]
     spares = [DeviceMemory("GPU", 80 * GIB, 71 * GIB), DeviceMemory("GPU", 80 * GIB, 79 * GIB)]  # 8 GiB of contexts
     asked = []
@@ -653,9 +653,11 @@ def test_a_plan_short_of_its_group_gives_back_the_spares_first():
         asked.append(len(spares))
         return len(spares) > 1 and bool(spares.pop(0))
 
+    # beside the spares a pair's plan fits, a group's does not: the pair, and the spares kept
     plan = budget.plan_device(lambda: spares[0], give_back, large, ["n=32768"], True, kernels=2)
-    assert (plan.runners, asked) == (3, [2])
-    # where nothing more can be given back, the group the device holds
-    plan = budget.plan_device(lambda: DeviceMemory("GPU", 80 * GIB, 71 * GIB), lambda: False, large, ["n=32768"],
+    assert (plan.runners, asked) == (2, [])
+    # a device too short even for the pair's plan gives the spares back
+    short = [DeviceMemory("GPU", 80 * GIB, 30 * GIB), DeviceMemory("GPU", 80 * GIB, 79 * GIB)]
+    plan = budget.plan_device(lambda: short[0], lambda: len(short) > 1 and bool(short.pop(0)), large, ["n=32768"],
                               True, kernels=2)
-    assert plan.runners == 2
+    assert plan.runners == 3 and len(short) == 1

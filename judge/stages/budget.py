@@ -275,10 +275,11 @@ def growth_room(device: DeviceMemory, holders: int = HOLDERS) -> int:
 
 def plan_device(memory: Callable[[], DeviceMemory], give_back: Callable[[], bool], sizes: list[BenchmarkBytes],
                 labels: list[str], keep: bool, kernels: int = 1) -> MemoryPlan:
-    """A round's plan (plan_round) on the device as `memory()` finds it; where the device is short (no plan, one at
-    the floors' edge, or a smaller group than `kernels`), what `give_back()` frees goes first (the spares' contexts:
-    they only save time), while it frees anything."""
-    runners = min(kernels, MAX_GROUP) + 1
+    """A round's plan (plan_round) on the device as `memory()` finds it; where the device is short (no plan, or one at
+    the floors' edge), what `give_back()` frees goes first (the spares' contexts: they only save time), while it
+    frees anything. Never for a larger group: a group's runners start from the spares, and cholesky_py's groups of
+    five runners started without them took 35-47 s each to their first call, where fp8-mm's took about 1 s (H200,
+    2026-11-30)."""
     while True:
         device = memory()
         try:
@@ -287,7 +288,7 @@ def plan_device(memory: Callable[[], DeviceMemory], give_back: Callable[[], bool
             if not give_back():
                 raise
             continue
-        if (plan.need <= growth_room(device, plan.runners + 1) and plan.runners >= runners) or not give_back():
+        if plan.need <= growth_room(device, plan.runners + 1) or not give_back():
             return plan
 
 
