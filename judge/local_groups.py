@@ -42,19 +42,20 @@ def evaluate_in_groups(run, jobs: Iterable[Job], progress_of,
     timed = stages.time_group(run.open_evaluator(), [job.workspace for job, _, _ in held],
                               run.settings.timing_budget_s, run.floor,
                               [progress_of(run.on_event, job.name) for job, _, _ in held],
-                              control and _group_control(run, control, progress_of))
+                              control and _group_control(run, control, progress_of, size > 1))
     group_s = time.monotonic() - started
     for (job, checked, check_s), timing in zip(held, timed):
         run.on_event("evaluated", proposal=job.name, seconds=round(check_s + group_s, 1))
         yield job, [checked, timing], None
 
 
-def _group_control(run, control: ControlJob, progress_of) -> GroupControl:
-    """The round's control as a kernel of the candidates' first group: recorded, and the round's floor read and
-    announced, the moment its timing is final."""
+def _group_control(run, control: ControlJob, progress_of, grouped: bool = True) -> GroupControl:
+    """The round's control as a kernel of the candidates' first group (`grouped`; else timed alone before them, the
+    device having room for no second kernel's runner): recorded, and the round's floor read and announced, the
+    moment its timing is final."""
     control.started = now()
-    run.on_event("stage", proposal=control.job.name, stage="the base against an identical copy of itself, in the "
-                 "candidates' process group")
+    run.on_event("stage", proposal=control.job.name, stage="the base against an identical copy of itself, " + (
+        "in the candidates' process group" if grouped else "before the candidates"))
     started = time.monotonic()
 
     def floor_after(result: StageResult):

@@ -84,6 +84,9 @@ def test_a_candidates_timing_says_how_it_is_grouped():
         "timing, in one process group of 3 kernels beside the base",
         "timing, 5 kernels in process groups of 2 beside the base",
         "timing, in process pairs (the device has room for no second kernel's runner beside the base's)"]
+    assert [timing_words(size, 4, True) for size in (4, 3)] == [
+        "timing, in one process group of 4 kernels (the round's control among them) beside the base",
+        "timing, 4 kernels (the round's control among them) in process groups of 3 beside the base"]
 
 
 def test_the_last_kernel_of_a_group_that_crashes_alone_is_not_timed_again(tmp_path, small_target):
