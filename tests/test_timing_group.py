@@ -128,3 +128,29 @@ def test_the_control_in_a_group_is_handed_over_once_done_and_its_floor_is_every_
     assert [(r.status, r.detail.pairs, r.detail.floor, r.detail.decision) for r in results] == [
         ("passed", 3, wide.to_json(), "unchanged")] * 2
     assert timed.detail.floor["effect"] == 0.01  # its own verdict read against the floor it was timed with
+
+
+def test_a_control_whose_runner_stops_beside_rivals_is_timed_alone_at_once_and_the_others_go_on(tmp_path,
+                                                                                                 small_target):
+    from judge.noise import Floor
+
+    base = small_target.assemble(tmp_path / "base", small_target.kernel_source())
+    control = small_target.assemble(tmp_path / "control", (VARIANTS / "faults.py").read_text())  # stands for a crash
+    correct = (VARIANTS / "correct.py").read_text()
+    kernels = [small_target.assemble(tmp_path / name, correct) for name in ("first", "second")]
+    handed, floor = [], Floor(effect=0.2, min_effect=0.01, source="controls", controls=1)
+
+    def floor_after(result):
+        handed.append((result, len(started)))
+        return floor
+
+    grouped = timing_group.GroupControl(control, 2, floor_after)
+    with groups_recorded() as started, Evaluator(small_target, fresh(tmp_path / "oracle"), base_dir=base) as evaluator:
+        results = timing_group.measure_group(evaluator, kernels, budget_s=2, timeout_s=300, control=grouped)
+    # the first group stopped on the control's runner; the control was timed alone right then (its failure then
+    # counted) and handed over before the kernels' next group, which cleared the floor it answered
+    [(timed, at)] = handed
+    assert timed.status == "crashed" and timed.summary.startswith("crashed: IndexError"), timed.summary
+    assert started[:2] == [["control", "first", "second"], ["control"]] and at == 2
+    assert all(names == ["first", "second"] for names in started[2:])
+    assert [(r.status, r.detail.floor) for r in results] == [("passed", floor.to_json())] * 2
