@@ -13,7 +13,7 @@ from .stages.result import StageResult
 from .workspaces import fresh
 from .ledger import now, sha256
 from .ledger.noise import CONTROL
-from .noise import MIN_PAIRS, Floor, controls_floor, device_name, floor_from, kept_words, target_minimum
+from .noise import Floor, controls_floor, device_name, kept_words, target_minimum
 from .records import Outcome
 from .verdicts import decide
 
@@ -115,9 +115,7 @@ def timing_gate(stages: list[StageResult]) -> Optional[str]:
 
 def floor_with(run, logs: list[float]) -> Floor:
     """The floor round_floor will read once this round's control, with these per-pair geomean log ratios, is in."""
-    device = device_name(run.device)
-    return floor_from(run.ledger.control_samples(run.target.name, device) + [logs], target_minimum(run.target),
-                      MIN_PAIRS, device)
+    return controls_floor(run.ledger, run.target.name, target_minimum(run.target), device_name(run.device), (logs,))
 
 
 def round_floor(run) -> Floor:

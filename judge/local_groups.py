@@ -34,8 +34,9 @@ def evaluate_in_groups(run, jobs: Iterable[Job], progress_of,
         held.append((job, checked, time.monotonic() - started))
     if not held and control is None:
         return
-    size = stages.group_size(run.open_evaluator(), len(held) + (control is not None))
-    words = timing_words(size, len(held) + (control is not None), control is not None)
+    kernels = len(held) + (control is not None)
+    size = stages.group_size(run.open_evaluator(), kernels)
+    words = timing_words(size, kernels, control is not None)
     for job, _, _ in held:
         run.on_event("stage", proposal=job.name, stage=words)
     started = time.monotonic()

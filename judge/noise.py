@@ -235,11 +235,12 @@ def cpu_model() -> str:
 # ---- the floor a verdict will use ---------------------------------------------------------------------------
 
 
-def controls_floor(ledger, target_name: str, minimum: float, device: str) -> Floor:
+def controls_floor(ledger, target_name: str, minimum: float, device: str, more: tuple[list[float], ...] = ()) -> Floor:
     """The floor that every A/A control and calibration of `target_name` on `device` in the ledger sets: what a
     round's verdicts clear once its own control is in (judge.control.round_floor), and what the next round's will
-    clear as far as the ledger can tell before that control has run."""
-    return floor_from(ledger.control_samples(target_name, device), minimum, MIN_PAIRS, device)
+    clear as far as the ledger can tell before that control has run; with `more`, the per-pair log ratios of
+    controls not yet recorded (a control still timing: judge.control.floor_with)."""
+    return floor_from(ledger.control_samples(target_name, device) + list(more), minimum, MIN_PAIRS, device)
 
 
 def next_floor(ledger, target_name: str, minimum: float) -> Floor:

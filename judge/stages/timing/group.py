@@ -240,7 +240,7 @@ class _GroupRun:
         """`who`'s verdict from its pairs now (the control's floor then read: settle_control)."""
         self.done[who] = stage.finish(self.evaluator, self.pairs[who], self.floor, self.facts,
                                       time.monotonic() - self.started)
-        del self.active[who]
+        self.active.pop(who, None)
         if who == CONTROL:
             self.settle_control()
 
@@ -250,8 +250,7 @@ class _GroupRun:
         if self.control is None:
             return
         if CONTROL not in self.done:
-            self.done[CONTROL] = stage.finish(self.evaluator, self.pairs[CONTROL], self.floor, self.facts,
-                                              time.monotonic() - self.started)
-            self.active.pop(CONTROL, None)
+            self._finish(CONTROL)  # which hands it over
+            return
         control, self.control = self.control, None
         self.floor = control.floor_after(self.done[CONTROL])
