@@ -1,5 +1,5 @@
 """Which of a host's cores an evaluation's timed pairs take (a block per GPU) and which its oracle, spares and
-compiles use; and blocks of cores for evaluations that share a host: Ray's CPU actors (judge.dispatch) of a CPU
+compiles use; and blocks of cores for evaluations that share a host: Ray's CPU actors (judge.ray_dispatch) of a CPU
 target.
 
 Ray counts a node's CPUs but gives an actor no particular cores, so two actors on one host would both pin their

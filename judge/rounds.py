@@ -35,8 +35,9 @@ from .targets import Target, find_target
 from .verdicts import decide
 from .warm import WarmStart
 
-if TYPE_CHECKING:  # the names alone: judge.dispatch and the evaluator's module are imported where they are used
-    from .dispatch import LocalDispatch, RayDispatch
+if TYPE_CHECKING:  # the names alone: the dispatches and the evaluator's module are imported where they are used
+    from .dispatch import LocalDispatch
+    from .ray_dispatch import RayDispatch
     from .stages.evaluation import Evaluator
 
 EventSink = Callable[..., None]
@@ -83,7 +84,7 @@ class Settings:
     fork_spares: Optional[bool] = None
     again: bool = False
     stages: StageCalls = field(default_factory=StageCalls)
-    # Ray (judge.dispatch): the GPU stages on actors that each hold one GPU (or, for a CPU target, a block of
+    # Ray (judge.ray_dispatch): the GPU stages on actors that each hold one GPU (or, for a CPU target, a block of
     # cores); off unless one of these is set.
     ray: bool = False
     ray_address: Optional[str] = None
@@ -144,7 +145,7 @@ class RoundRun:
     device: Optional[dict]
     evaluator: Optional[Evaluator] = None  # opened by the first kernel stage that runs here (open_evaluator)
     warming: Optional[WarmStart] = None  # the thread that started the evaluator (warm), kept until close
-    dispatch: Union[LocalDispatch, RayDispatch, None] = None  # judge.dispatch: where correctness and timing run
+    dispatch: Union[LocalDispatch, RayDispatch, None] = None  # judge.dispatch, judge.ray_dispatch: where the kernels run
     floor: Optional[Floor] = None  # the effect faster and slower must clear in this run
     timing_gate: Optional[str] = None  # why no candidate is timed in this run: its control ran out of time
     candidates: int = 0  # how many this run may time: the verdicts its control's floor serves (noise.enough_pairs)
@@ -324,7 +325,7 @@ def _evaluate_after_base(run: RoundRun, early: Optional[ControlJob], candidates:
     """The control, the floor, the peer and the candidates. Where the candidates are timed in process groups, the
     control is a kernel of their first group, and the peer (whose timing clears the floor the control sets) comes
     after them."""
-    grouped = evaluate_control(run, early, beside=run.dispatch.groups and bool(candidates.pending))
+    grouped = evaluate_control(run, early, beside=run.dispatch.control_in_groups and bool(candidates.pending))
     if grouped is None:
         announce_floor(run)
         evaluate_peer(run)
@@ -349,7 +350,7 @@ def _evaluate_candidates(run: RoundRun, candidates: RoundCandidates, summary: Ro
     if candidates.pending:
         run.on_event("gpu-start", total=len(candidates.pending))
     kernel_stages_of = (((job, kernel_stages_not_run(why_not), None) for job in jobs) if why_not
-                        else run.dispatch.evaluate(jobs, control) if control else run.dispatch.evaluate(jobs))
+                        else run.dispatch.evaluate(jobs, control))
     for job, kernel_stages, place in kernel_stages_of:
         revision, stages, started = job.key
         judged.append(run.record(revision, sha256(job.source), stages + kernel_stages, started, place=place))
@@ -420,7 +421,8 @@ def _static_stages(run: RoundRun, workspace: Path, compile_stage: StageResult, p
 
 def _dispatch(run: RoundRun) -> Union[LocalDispatch, RayDispatch]:
     """Where correctness and timing run: Ray actors when the settings ask for them, else this machine."""
-    from .dispatch import LocalDispatch, RayDispatch
+    from .dispatch import LocalDispatch
+    from .ray_dispatch import RayDispatch
 
     settings = run.settings
     return RayDispatch(run, settings.ray_address, settings.gpus) if settings.on_ray else LocalDispatch(run)

@@ -150,6 +150,7 @@ def test_cpu_actors_give_the_sequential_verdicts_lose_nothing_when_killed_and_sa
     import signal
 
     from judge.dispatch import describe_place
+    from judge.local_groups import timing_words
 
     ledger = submit(tmp_path)
     events, killed = [], []
@@ -179,6 +180,14 @@ def test_cpu_actors_give_the_sequential_verdicts_lose_nothing_when_killed_and_sa
     assert sorted(r["proposal_id"] for r in rows[2:]) == sorted(KERNELS)
     devices = [json.loads(r["device_json"]) for r in rows]
     assert all(d["cpus"] in expected_blocks() and d["gpus"] == "" and d["host"] for d in devices)
+    # the two that passed their checks were timed together on the actor that checked them, after every check
+    timed = {r["proposal_id"]: json.loads(r["device_json"])["cpus"] for r in rows[2:]
+             if r["proposal_id"] in ("ten-times", "identical")}
+    said = [(info["proposal"], info["stage"]) for kind, info in events if kind == "stage"]
+    for name, cpus in timed.items():
+        beside = sum(1 for other in timed.values() if other == cpus)
+        assert (name, timing_words(beside, beside)) in said, said
+    assert [stage for name, stage in said if name == "raises"] == ["correctness (sent to Ray)"]
     assert ledger.query("select status from runs")[0]["status"] == "finished"
     # the actors' progress reaches the driver: each case and timed benchmark as it started, before the evaluation's
     # `evaluated` and its verdict (a resent evaluation's progress comes again)
@@ -260,7 +269,7 @@ class FakeRay:
 
 
 def test_a_cpu_target_gets_an_actor_per_block_of_each_live_nodes_cpus():
-    from judge.dispatch import cpu_actors, gpu_actors
+    from judge.ray_dispatch import cpu_actors, gpu_actors
     from judge.targets import load_target
 
     cpu = load_target(ROOT / "kernels" / "vecadd_cpu")
@@ -345,7 +354,7 @@ def test_a_target_travels_with_the_files_its_task_takes_from_beside_it(tmp_path)
 def test_an_actor_starts_its_oracle_and_spares_before_its_first_candidate(tmp_path):
     """`warm` runs while the driver compiles; without a GPU for a GPU target it starts nothing. No base runner is
     kept: each timed pair starts a fresh base and candidate runner. Closing the actor removes its files."""
-    from judge.dispatch import EvaluationActor
+    from judge.ray_dispatch import EvaluationActor
     from judge.target_files import target_files
     from judge.targets import load_target
 
@@ -383,22 +392,111 @@ def test_a_round_says_its_control_is_timed_only():
     assert kernel_stage_words(Job(None, "a-fast", "", Path("."))) == "correctness and timing"
 
 
-def test_every_job_carries_the_rounds_timing_gate_to_its_actor():
-    """The control that ran out of time on one GPU's actor leaves every candidate untimed on every actor: the
-    driver sends the gate its detail holds (judge.control.timing_gate) with each job."""
+class Answered:
+    """A fake Ray object reference to a call already answered."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class FakeActors:
+    """Ray's actors, pool and `ray.get`/`ray.wait` as a driver sees them, each call answered at once: the pool gives
+    the jobs to the actors in turn. Each actor's calls are noted, by actor, as (method, args)."""
+
+    def __init__(self, count: int, failing: set[str]):
+        from types import SimpleNamespace
+
+        self.calls: list[tuple[int, str, tuple]] = []
+        self.failing = failing
+        self.actors = [SimpleNamespace(**{method: SimpleNamespace(remote=self._method(i, method)) for method in (
+            "expect", "check", "evaluate", "group_size", "time_group")}) for i in range(count)]
+        self.queue, self.turn = [], 0
+
+    def _method(self, index: int, method: str):
+        from judge.stages.result import StageResult
+
+        def call(*args):
+            self.calls.append((index, method, args))
+            return Answered(answer(*args))
+
+        def answer(*args):
+            place = {"actor": index}
+            if method == "check":
+                key, name, _ = args
+                status = "failed" if name in self.failing else "passed"
+                return key, [StageResult("correctness", status, f"{name} {status}", 1.0)], place
+            if method == "evaluate":
+                return args[0], [StageResult("timing", "passed", "the control", 2.0)], place
+            if method == "group_size":
+                return min(args[0], 2)
+            if method == "time_group":
+                return [(key, StageResult("timing", "passed", f"{name} timed by actor {index}", 3.0), place)
+                        for key, name, _ in args[0]]
+            return None
+
+        return call
+
+    # ray
+    def get(self, refs):
+        return [ref.value for ref in refs] if isinstance(refs, list) else refs.value
+
+    def wait(self, refs, num_returns):
+        return refs[:num_returns], refs[num_returns:]
+
+    # ActorPool
+    def submit(self, fn, value):
+        self.queue.append(fn(self.actors[self.turn % len(self.actors)], value).value)
+        self.turn += 1
+
+    def has_next(self):
+        return bool(self.queue)
+
+    def get_next_unordered(self, timeout=None):
+        return self.queue.pop(0)
+
+
+def test_a_ray_round_checks_each_candidate_where_idle_and_times_those_that_pass_in_groups_where_checked():
+    """The driver's side of a Ray round: a failed check comes back at once; the others wait on the actor that
+    checked them and, once every job is checked, are timed there together (EvaluationActor.time_group), each actor
+    sent the round's floor and its timing gate (the control that ran out of time on another actor leaves every
+    candidate untimed: judge.control.timing_gate), and each candidate's `stage` says how it is timed."""
     from types import SimpleNamespace
 
-    from judge.dispatch import RayDispatch
+    from judge.noise import Floor
+    from judge.ray_dispatch import RayDispatch
     from judge.stages.job import Job
 
-    sent = []
-    actor = SimpleNamespace(evaluate=SimpleNamespace(remote=lambda *args: sent.append(args)))
+    fake = FakeActors(2, failing={"wrong"})
+    events = []
     dispatch = object.__new__(RayDispatch)
-    dispatch.run = SimpleNamespace(floor=None, timing_gate="the round's A/A control ran out of its 600 s")
-    dispatch._send(actor, ("3", Job(None, "a-fast", "source", Path("."))))
-    dispatch._send(actor, ("control", Job(None, "(control)", "source", Path("."), control=True, serves=4)))
-    assert sent == [("3", "a-fast", "source", None, False, "the round's A/A control ran out of its 600 s", 0),
-                    ("control", "(control)", "source", None, True, "the round's A/A control ran out of its 600 s", 4)]
+    floor = Floor(effect=0.05, min_effect=0.01, source="controls", controls=1)
+    dispatch.run = SimpleNamespace(floor=floor, timing_gate="the round's A/A control ran out of its 600 s",
+                                   candidates=5, on_event=lambda kind, **info: events.append((kind, info)))
+    dispatch.ray, dispatch.pool, dispatch.actors, dispatch._checked_on = fake, fake, fake.actors, {}
+    dispatch._evaluated = lambda name, stages: events.append(("evaluated", {"proposal": name}))
+    names = ["a", "wrong", "b", "c", "d"]
+    came = [(job.name, [s.summary for s in stages], place) for job, stages, place in dispatch.evaluate(
+        Job(None, name, f"source of {name}", Path(".")) for name in names)]
+    # actor 0 checked a, b and d; actor 1 wrong and c: wrong first, at once, then each actor's group
+    assert came == [("wrong", ["wrong failed"], {"actor": 1}),
+                    ("a", ["a passed", "a timed by actor 0"], {"actor": 0}),
+                    ("b", ["b passed", "b timed by actor 0"], {"actor": 0}),
+                    ("d", ["d passed", "d timed by actor 0"], {"actor": 0}),
+                    ("c", ["c passed", "c timed by actor 1"], {"actor": 1})]
+    gate = "the round's A/A control ran out of its 600 s"
+    assert [(i, method, args) for i, method, args in fake.calls if method in ("group_size", "time_group")] == [
+        (0, "group_size", (3,)), (1, "group_size", (1,)),
+        (0, "time_group", ([("0", "a", "source of a"), ("2", "b", "source of b"), ("4", "d", "source of d")],
+                           floor.to_json(), gate)),
+        (1, "time_group", ([("3", "c", "source of c")], floor.to_json(), gate))]
+    said = [(info["proposal"], info["stage"]) for kind, info in events if kind == "stage"]
+    assert said == [(name, "correctness (sent to Ray)") for name in names] + [
+        (name, "timing, 3 kernels in process groups of 2 beside the base") for name in "abd"] + [("c", "timing")]
+    # a control goes to an actor with its floor and gate, timed by the controls' rule for the verdicts it serves
+    control = Job(None, "(control)", "source", Path("."), control=True, serves=4)
+    [(job, stages, _)] = dispatch.evaluate([control])
+    assert job is control and [s.summary for s in stages] == ["the control"]
+    assert fake.calls[-1] == (1, "evaluate", ("0", "(control)", "source", floor.to_json(), True, gate, 4))
 
 
 def test_a_control_that_ran_out_of_time_is_timed_again_by_the_next_run(tmp_path):

@@ -250,10 +250,10 @@ def two_workers(monkeypatch, base_fails: bool = False) -> list:
                                                          self.run.floor, control=control.control), second)
             return BaseCheck(result, first, ran)
 
-        def evaluate(self, jobs):
+        def evaluate(self, jobs, control=None):
             for job in jobs:
                 handed.append(job.name)
-                yield from super().evaluate([job])
+                yield from super().evaluate([job], control)
 
     monkeypatch.setattr(judge.rounds, "_dispatch", TwoWorkers)
     return handed

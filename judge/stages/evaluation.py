@@ -54,6 +54,7 @@ class Evaluator(RoundSeeds):
     keep_sets: bool | None = None  # keep timing sets across pairs where they fit (None: where runners_leave_nothing)
     base_calls: dict[int, float] = field(default_factory=dict)  # the base's warm-up calls (timing.stage.known_calls)
     timing_gate: str | None = None  # why no candidate is timed in this round (timing.stage.measure: the control's)
+    group_hint: int = 1  # the kernels a group may time, where known before the plan (a Ray actor's: its `expect`)
 
     def __post_init__(self):
         self.root = Path(self.root).resolve()
@@ -143,7 +144,8 @@ class Evaluator(RoundSeeds):
         if self._memory_plan is None:
             sizes, labels = budget.benchmark_sizes(self.target, self.bytes_of)
             self._memory_plan = budget.plan_device(lambda: budget.DeviceMemory(**self.ask("memory")),
-                                                   self.give_back_spares, sizes, labels, bool(self.keep_sets), kernels)
+                                                   self.give_back_spares, sizes, labels, bool(self.keep_sets),
+                                                   max(kernels, self.group_hint))
         return self._memory_plan
 
     def give_back_spares(self) -> bool:
