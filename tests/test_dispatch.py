@@ -364,8 +364,16 @@ def test_an_actor_starts_its_oracle_and_spares_before_its_first_candidate(tmp_pa
         actor.warm()
         assert actor.evaluator._oracle is not None and actor.evaluator._oracle.is_ready()
         assert len(actor.evaluator._pool) == actor.evaluator.spares == 2  # its spares load torch meanwhile
+        actor.expect(2)  # its groups may time two candidates: the first timing here plans for them
         key, stages, _ = actor.evaluate("0", "same", cpu.kernel_source())
         assert [s.status for s in stages] == ["passed", "passed"]
+        assert actor.evaluator.memory_plan().runners == 3  # the base's and two kernels'
+        # a candidate checked here and one it never checked (an actor Ray started again after that check) are timed
+        # together, in one group beside the base
+        _, [checked], _ = actor.check("2", "checked", cpu.kernel_source())
+        assert checked.status == "passed" and actor.group_size(2) == 2
+        timed = actor.time_group([("2", "checked", cpu.kernel_source()), ("3", "elsewhere", cpu.kernel_source())])
+        assert [(key, result.status) for key, result, _ in timed] == [("2", "passed"), ("3", "passed")]
         gate = "the round's A/A control ran out of its 5 s of timing in pair 1 (on another actor)"
         _, gated, _ = actor.evaluate("1", "gated", cpu.kernel_source(), timing_gate=gate)
         assert [(s.status, s.summary) for s in gated][1:] == [("not-run", f"not run: {gate}")]
