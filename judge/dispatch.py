@@ -129,11 +129,12 @@ class LocalDispatch:
         (judge.control.ControlJob) in their first group, where given (judge.local_groups); a control that comes
         alone, or any job where the stages time no groups, one after another."""
         run = self.run
+        wait_next = getattr(jobs, "wait_next", None)  # a round's compiles (ReadyJobs): whether another comes soon
         first = next(iter_jobs := iter(jobs), None)
         jobs = itertools.chain([first] if first else [], iter_jobs)
         if (first or control) and self.control_in_groups and not (first and first.control):
             from .local_groups import evaluate_in_groups
-            yield from evaluate_in_groups(run, jobs, progress_of, control)
+            yield from evaluate_in_groups(run, jobs, progress_of, control, wait_next)
             return
         for job in jobs:
             if run.gate is not None:

@@ -1,39 +1,54 @@
 """A local dispatch's candidates in process groups: each checked as its compile ends, and those that pass timed
-together once every candidate of the run is checked, the base's calls of each group serving every kernel in it
-(judge.stages.timing.group). A candidate that fails its check is recorded at once. The round's control, where it is
+together once every candidate of the run is checked (or once the next compile keeps them waiting longer than a
+group of its own would cost), the base's calls of each group serving every kernel in it (judge.stages.timing.group). A candidate that fails its check is recorded at once. The round's control, where it is
 timed in this run, is a kernel of the first group: it is recorded, and the floor the others' verdicts clear is read,
 as soon as its own comparison is done (judge.control.record_control), before any candidate's verdict."""
 
 from __future__ import annotations
 
 import time
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from .control import ControlJob, announce_floor, floor_with, record_control
 from .ledger import now
+from .noise import MIN_PAIRS
 from .stages.job import Job
 from .stages.result import StageResult
 from .stages.timing.group import GroupControl
 
 
-def evaluate_in_groups(run, jobs: Iterable[Job], progress_of,
-                       control: Optional[ControlJob] = None) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+def evaluate_in_groups(run, jobs: Iterable[Job], progress_of, control: Optional[ControlJob] = None,
+                       wait_next: Optional[Callable[[float], bool]] = None
+                       ) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
     """Each job's kernel stages, in the order they end: a failed check's at once, the timed ones after their group.
     `progress_of(on_event, name)` makes a job's progress (judge.dispatch.progress_of); `control`, the round's control
-    to time in the first group (it is recorded here, not yielded)."""
-    stages = run.settings.stages
+    to time in the first group (it is recorded here, not yielded). `wait_next(seconds)`, where given, says whether
+    another job comes within that long (judge.stages.compile.pipeline.ReadyJobs): the candidates checked so far wait
+    for the next one, and are timed together at once where it does not come in time, later ones in groups of their
+    own, so that a slow compile (31 s of one vectoradd_py solution's `load_inline`) leaves no device idle. They wait
+    MIN_PAIRS checks' time (their checks' mean): a kernel timed in a group of its own costs at least MIN_PAIRS pairs,
+    each at least one call of every benchmark in two runners, so the wait never costs more than the group it saves."""
     held: list[tuple[Job, StageResult, float]] = []
     for job in jobs:
         run.on_event("stage", proposal=job.name, stage="correctness")
         started = time.monotonic()
-        checked = stages.check(run.open_evaluator(), job.workspace, progress_of(run.on_event, job.name))
+        checked = run.settings.stages.check(run.open_evaluator(), job.workspace, progress_of(run.on_event, job.name))
         if not checked.passed:
             run.on_event("evaluated", proposal=job.name, seconds=round(time.monotonic() - started, 1))
             yield job, [checked], None
             continue
         held.append((job, checked, time.monotonic() - started))
-    if not held and control is None:
-        return
+        if wait_next is not None and not wait_next(MIN_PAIRS * sum(check_s for _, _, check_s in held) / len(held)):
+            yield from _time_held(run, held, progress_of, control)
+            held, control = [], None
+    if held or control is not None:
+        yield from _time_held(run, held, progress_of, control)
+
+
+def _time_held(run, held: list[tuple[Job, StageResult, float]], progress_of, control: Optional[ControlJob]
+               ) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+    """The checked candidates `held` timed together in process groups, the `control` in the first one, where given."""
+    stages = run.settings.stages
     kernels = len(held) + (control is not None)
     size = stages.group_size(run.open_evaluator(), kernels)
     words = timing_words(size, kernels, control is not None)

@@ -19,7 +19,7 @@ from .errors import JudgeError
 from .workspaces import fresh
 from .ledger import Ledger, now, sha256
 from .ledger.rows import EvaluationRow, RoundRow
-from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ready_jobs
+from .stages.compile.pipeline import CompilePipeline, PreparedCandidate, ReadyJobs
 from .devices import may_run
 from .control import ControlJob, announce_floor, control_job, evaluate_control, needs_control, round_floor
 from .noise import Floor, default_floor
@@ -346,7 +346,7 @@ def _evaluate_candidates(run: RoundRun, candidates: RoundCandidates, summary: Ro
     why_not = base_failure(run.ledger, run.round_row["id"])  # a failed base leaves nothing to time against
     if why_not and candidates.pending:
         run.on_event("base-failed", proposal="(base)", reason=why_not)  # read by every contestant, as the base is
-    jobs = ready_jobs(run, candidates.compile(run), failed)
+    jobs = ReadyJobs(run, candidates.compile(run), failed)
     if candidates.pending:
         run.on_event("gpu-start", total=len(candidates.pending))
     kernel_stages_of = (((job, kernel_stages_not_run(why_not), None) for job in jobs) if why_not

@@ -128,6 +128,33 @@ def test_in_ready_order_takes_the_first_ended_in_proposal_order_and_waits_for_an
     assert [name for name, _ in in_ready_order(list(both.items()))] == ["x", "y"]  # both ended: proposal order
 
 
+def test_ready_jobs_wait_for_a_compile_that_lets_its_kernel_run_and_no_longer_than_asked():
+    """ReadyJobs.wait_next: a compile that ended failed brings no job; one still running is waited for only as long
+    as asked; one that ended and passed is a job at once; none left to wait for is none at once."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from judge.stages.compile.pipeline import CompilePipeline, ReadyJobs
+    from judge.stages.result import StageResult
+
+    def prepared(name):
+        return SimpleNamespace(name=name, early=[])
+
+    pipeline = object.__new__(CompilePipeline)
+    pipeline.pending = [prepared("broken"), prepared("slow")]
+    pipeline.futures = [Future(), Future()]
+    pipeline.futures[0].set_result([StageResult("compile", "failed", "error: no such intrinsic", 0.1)])
+    jobs = ReadyJobs(None, pipeline, [])
+    started = time.monotonic()
+    assert jobs.wait_next(0.2) is False  # the broken one is no job, and the slow one had not ended
+    assert 0.2 <= time.monotonic() - started < 5
+    threading.Timer(0.1, pipeline.futures[1].set_result, ([StageResult("compile", "passed", "", 30.0)],)).start()
+    assert jobs.wait_next(10.0) is True  # ended within the wait, passed
+    pipeline._untaken = []  # every compile taken by the round
+    started = time.monotonic()
+    assert jobs.wait_next(10.0) is False and time.monotonic() - started < 1
+
+
 class LoggedStages(FakeStages):
     """Fake stages that note when each candidate's compile ends and its kernel stages begin; every compile but the
     first takes 0.3 s, so that an overlapped round would judge the first candidate before the others compile."""

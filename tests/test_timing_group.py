@@ -161,3 +161,57 @@ def test_a_control_whose_runner_stops_beside_rivals_is_timed_alone_at_once_and_t
     assert started[:2] == [["control", "first", "second"], ["control"]] and at == 2
     assert all(names == ["first", "second"] for names in started[2:])
     assert [(r.status, r.detail.floor) for r in results] == [("passed", floor.to_json())] * 2
+
+
+def test_checked_candidates_are_timed_at_once_where_the_next_compile_keeps_them_waiting_longer_than_their_checks(
+        monkeypatch):
+    """judge.local_groups: after each check, the candidates checked so far wait for the next compile MIN_PAIRS times
+    their mean check; where it does not end by then they are timed together (the control in their group), and those
+    that come later in groups of their own, against the floor the control set."""
+    import time
+    from types import SimpleNamespace
+
+    from judge import local_groups
+    from judge.local_groups import timing_words
+    from judge.stages.job import Job
+    from judge.stages.result import StageResult
+
+    calls, waits = [], []
+
+    class Stages:
+        def check(self, evaluator, workspace, progress):
+            calls.append(("check", workspace.name))
+            time.sleep(0.05)
+            return StageResult("correctness", "failed" if workspace.name == "wrong" else "passed", "", 2.0)
+
+        def group_size(self, evaluator, kernels):
+            return kernels
+
+        def time_group(self, evaluator, workspaces, budget_s, floor, progress, control):
+            calls.append(("group", [w.name for w in workspaces], floor, control is not None))
+            if control is not None:
+                run.floor = "the control's floor"
+            return [StageResult("timing", "passed", w.name, 3.0) for w in workspaces]
+
+    events = []
+    run = SimpleNamespace(settings=SimpleNamespace(stages=Stages(), timing_budget_s=1.0), floor="before",
+                          open_evaluator=lambda: None, on_event=lambda kind, **info: events.append((kind, info)))
+    monkeypatch.setattr(local_groups, "_group_control", lambda run, control, progress_of, grouped: control)
+    jobs = [Job(None, name, "", Path(name)) for name in ("first", "wrong", "second", "late")]
+
+    def wait_next(seconds):  # "late" compiles long after "second" is checked; "wrong" and "second" come at once
+        waits.append(seconds)
+        return len(waits) < 2
+
+    came = [(job.name, [s.status for s in stages]) for job, stages, _ in local_groups.evaluate_in_groups(
+        run, iter(jobs), lambda on_event, name: None, control="the control", wait_next=wait_next)]
+    assert calls == [("check", "first"), ("check", "wrong"), ("check", "second"),
+                     ("group", ["first", "second"], "before", True),
+                     ("check", "late"), ("group", ["late"], "the control's floor", False)]
+    # each wait MIN_PAIRS (3) times the held candidates' mean check (0.05 s and a little more each)
+    assert len(waits) == 3 and all(3 * 0.05 <= wait < 3 * 0.05 + 1.0 for wait in waits), waits
+    assert came == [("wrong", ["failed"]), ("first", ["passed", "passed"]), ("second", ["passed", "passed"]),
+                    ("late", ["passed", "passed"])]
+    said = [(info["proposal"], info["stage"]) for kind, info in events
+            if kind == "stage" and info["stage"] != "correctness"]
+    assert said == [("first", timing_words(3, 3, True)), ("second", timing_words(3, 3, True)), ("late", "timing")]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,10 +63,10 @@ def compile_cores(target, gpus: list[int] | None) -> list[int] | None:
     return left or None
 
 
-def in_ready_order(items: list[tuple[PreparedCandidate, Future]]) -> Iterator[tuple[PreparedCandidate, list]]:
+def in_ready_order(waiting: list[tuple[PreparedCandidate, Future]]) -> Iterator[tuple[PreparedCandidate, list]]:
     """Each candidate with its compile's result, once that compile has ended: of those ended, the first in proposal
-    order; where none has, whichever ends first. One compile thread gives proposal order."""
-    waiting = list(items)
+    order; where none has, whichever ends first. One compile thread gives proposal order. `waiting` is emptied as
+    they are taken (what is left: CompilePipeline.wait_next)."""
     while waiting:
         ended = next((i for i, (_, future) in enumerate(waiting) if future.done()), None)
         if ended is None:
@@ -99,7 +100,23 @@ class CompilePipeline:
     def __iter__(self) -> Iterator[tuple[PreparedCandidate, list[StageResult]]]:
         if not self.overlap:
             wait(self.futures)
-        yield from in_ready_order(list(zip(self.pending, self.futures)))
+        self._untaken = list(zip(self.pending, self.futures))
+        yield from in_ready_order(self._untaken)
+
+    def wait_next(self, timeout_s: float, usable=lambda prepared, stages: True) -> bool:
+        """Whether a compile the round has not taken yet ends, `usable`, within `timeout_s` (False once none is left
+        to wait for): a round that times its checked candidates together waits this long for one more."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            untaken = list(getattr(self, "_untaken", zip(self.pending, self.futures)))
+            ended = [(p, f) for p, f in untaken if f.done()]
+            if any(f.exception() is None and usable(p, f.result()) for p, f in ended):
+                return True
+            running = [f for _, f in untaken if not f.done()]
+            left = deadline - time.monotonic()
+            if not running or left <= 0:
+                return False
+            wait(running, timeout=left, return_when=FIRST_COMPLETED)
 
     def close(self) -> None:
         """Drop the compiles not started, end the running ones and the spares: nothing outlives the round."""
@@ -126,15 +143,32 @@ class CompilePipeline:
         return stages
 
 
-def ready_jobs(run, pipeline: CompilePipeline, failed: list) -> Iterator[Job]:
+class ReadyJobs:
     """The candidates whose compile and static stages passed (or could not run), as the dispatch's jobs, each as it
     is ready (CompilePipeline); a candidate that failed one is recorded at once, its verdict in `failed`."""
+
+    def __init__(self, run, pipeline: CompilePipeline, failed: list):
+        self.run, self.pipeline, self.failed = run, pipeline, failed
+
+    def __iter__(self) -> Iterator[Job]:
+        return _ready_jobs(self.run, self.pipeline, self.failed)
+
+    def wait_next(self, timeout_s: float) -> bool:
+        """Whether another job is ready within `timeout_s` (CompilePipeline.wait_next): a failed compile is none."""
+        return self.pipeline.wait_next(timeout_s, _is_job)
+
+
+def _is_job(prepared: PreparedCandidate, stages: list[StageResult]) -> bool:
+    """Whether a candidate's compile and static stages let its kernel run: passed, or could not run here."""
+    return stages[-1].passed or stages[len(prepared.early)].status == "not-run"
+
+
+def _ready_jobs(run, pipeline: CompilePipeline, failed: list) -> Iterator[Job]:
     for prepared, stages in pipeline:
         revision, early = prepared.revision, prepared.early
-        compiled = stages[len(early)]
         if len(stages) > len(early) + 1:
             run.on_event("stage", proposal=revision["proposal_id"], stage="static")
-        if stages[-1].passed or compiled.status == "not-run":
+        if _is_job(prepared, stages):
             yield Job((revision, stages, prepared.started), revision["proposal_id"], prepared.source,
                       prepared.workspace)
         else:
