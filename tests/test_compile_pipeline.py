@@ -288,3 +288,53 @@ def test_no_evaluator_of_a_host_puts_spares_or_compiles_on_another_gpus_timed_co
     monkeypatch.setattr(core_blocks, "host_gpu_count", lambda: 2)
     assert compile_cores(gpu, None) == list(range(12))  # this machine's GPU is judged, the other's block kept free
     assert compile_cores(gpu, [0, 1]) == list(range(12))
+
+
+class GroupedStages(FakeStages):
+    """Fake stages that time checked candidates together in groups (as the real ones do), the control in the first
+    group handed over through its floor_after; one compile, c-slow's, takes 3 s."""
+
+    groups = True
+
+    def __init__(self):
+        super().__init__()
+        self.log: list[str] = []
+
+    def compile_one(self, target, workspace, *, cache_dir, workers):
+        if workspace.name == "c-slow":
+            time.sleep(3.0)
+        result = super().compile_one(target, workspace, cache_dir=cache_dir, workers=workers)
+        self.log.append(f"compiled {workspace.name}")
+        return result
+
+    def check(self, evaluator, workspace, progress=None):
+        return self.correctness(evaluator.target, workspace, progress)
+
+    def group_size(self, evaluator, wanted):
+        return wanted
+
+    def time_group(self, evaluator, workspaces, budget_s, floor=None, progress=None, control=None):
+        names = sorted(w.name for w in workspaces) + (["control"] if control is not None else [])
+        self.log.append(f"grouped {' '.join(names)}")
+        if control is not None:
+            control.floor_after(self.timing(evaluator.target, control.workspace, evaluator.base_dir, budget_s))
+        return [self.timing(evaluator.target, w, evaluator.base_dir, budget_s) for w in workspaces]
+
+
+def test_a_round_times_its_checked_candidates_and_control_without_waiting_for_a_slow_compile(tmp_path):
+    """Three compiles at once; two end at once and are checked, c-slow's takes 3 s, far longer than a group of its
+    own would cost: the two are timed with the control meanwhile, and c-slow in a group of its own after."""
+    stages = GroupedStages()
+    candidates = [proposal(pid, verdict) for pid, verdict in [
+        ("a-fast", "speedup 1.25"), ("c-slow", "speedup 0.8"), ("f-same", "speedup 1.0")]]
+    ledger, summary, events = a_round(tmp_path, "round", stages, candidates, workers=3)
+    assert [v.outcome for v in summary.verdicts] == ["faster", "slower", "unchanged"]
+    log = stages.log
+    assert log.index("grouped a-fast f-same control") < log.index("compiled c-slow") < log.index("grouped c-slow")
+    said = {(info["proposal"], info["stage"]) for kind, info in events if kind == "stage"}
+    assert ("c-slow", "timing") in said
+    assert ("a-fast", "timing, in one process group of 3 kernels (the round's control among them) beside the base") \
+        in said
+    # the control recorded before any candidate's verdict, every verdict against its floor
+    subjects = [r["subject"] for r in ledger.query("select subject from evaluations order by id")]
+    assert subjects == ["base", "control", "candidate", "candidate", "candidate"]
