@@ -518,6 +518,7 @@ class _Round:
 
     def __init__(self, spares: int):
         self.spares, self.closed, self._memory_plan, self.keep_sets = spares, 0, None, False
+        self.group_hint = 1  # no group announced before the plan (a Ray actor's `expect`)
         self.target = type("T", (), {"benchmarks": [{}], "ranked_benchmarks": [0], "benchmark_label": lambda self, i: "n=32768"})()
 
     def bytes_of(self, index):
