@@ -29,6 +29,7 @@ def evaluate_in_groups(run, jobs: Iterable[Job], progress_of, control: Optional[
     MIN_PAIRS checks' time (their checks' mean): a kernel timed in a group of its own costs at least MIN_PAIRS pairs,
     each at least one call of every benchmark in two runners, so the wait never costs more than the group it saves."""
     held: list[tuple[Job, StageResult, float]] = []
+    later = False  # whether a group of this round was timed already: the later ones' `stage` says why they wait
     for job in jobs:
         run.on_event("stage", proposal=job.name, stage="correctness")
         started = time.monotonic()
@@ -39,19 +40,21 @@ def evaluate_in_groups(run, jobs: Iterable[Job], progress_of, control: Optional[
             continue
         held.append((job, checked, time.monotonic() - started))
         if wait_next is not None and not wait_next(MIN_PAIRS * sum(check_s for _, _, check_s in held) / len(held)):
-            yield from _time_held(run, held, progress_of, control)
-            held, control = [], None
+            yield from _time_held(run, held, progress_of, control, later)
+            held, control, later = [], None, True
     if held or control is not None:
-        yield from _time_held(run, held, progress_of, control)
+        yield from _time_held(run, held, progress_of, control, later)
 
 
-def _time_held(run, held: list[tuple[Job, StageResult, float]], progress_of, control: Optional[ControlJob]
-               ) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
-    """The checked candidates `held` timed together in process groups, the `control` in the first one, where given."""
+def _time_held(run, held: list[tuple[Job, StageResult, float]], progress_of, control: Optional[ControlJob],
+               later: bool = False) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+    """The checked candidates `held` timed together in process groups, the `control` in the first one, where given;
+    `later`: after others of the round, whose compiles ended first."""
     stages = run.settings.stages
     kernels = len(held) + (control is not None)
     size = stages.group_size(run.open_evaluator(), kernels)
-    words = timing_words(size, kernels, control is not None)
+    words = timing_words(size, kernels, control is not None) + (
+        ", after the candidates whose compiles ended first" if later else "")
     for job, _, _ in held:
         run.on_event("stage", proposal=job.name, stage=words)
     started = time.monotonic()

@@ -214,4 +214,4 @@ def test_checked_candidates_are_timed_at_once_where_the_next_compile_keeps_them_
                     ("late", ["passed", "passed"])]
     said = [(info["proposal"], info["stage"]) for kind, info in events
             if kind == "stage" and info["stage"] != "correctness"]
-    assert said == [("first", timing_words(3, 3, True)), ("second", timing_words(3, 3, True)), ("late", "timing")]
+    assert said == [("first", timing_words(3, 3, True)), ("second", timing_words(3, 3, True)), ("late", "timing, after the candidates whose compiles ended first")]
