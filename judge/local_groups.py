@@ -1,7 +1,8 @@
 """A local dispatch's candidates in process groups: each checked as its compile ends, and those that pass timed
 together once every candidate of the run is checked (or once the next compile keeps them waiting longer than a
-group of its own would cost), the base's calls of each group serving every kernel in it (judge.stages.timing.group). A candidate that fails its check is recorded at once. The round's control, where it is
-timed in this run, is a kernel of the first group: it is recorded, and the floor the others' verdicts clear is read,
+group of its own would cost), the base's calls of each group serving every kernel in it (judge.stages.timing.group).
+A candidate that fails its check is recorded at once. The round's control, where it is timed in this run, is a
+kernel of the first group: it is recorded, and the floor the others' verdicts clear is read,
 as soon as its own comparison is done (judge.control.record_control), before any candidate's verdict."""
 
 from __future__ import annotations

@@ -96,11 +96,7 @@ class RayDispatch:
     def check_base(self, control: Optional[Job] = None) -> BaseCheck:
         """The base's correctness on the first actor; with `control` and a second actor, the control's kernel
         stages on that one at the same time (the round drops them if the base fails): a round on two GPUs
-        does not wait twice before its first candidate. Each actor first hears how many candidates its groups may
-        time (EvaluationActor.expect), so that a control timed before them plans its memory for them too."""
-        per_actor = math.ceil(self.run.candidates / len(self.actors))
-        for actor in self.actors:
-            actor.expect.remote(per_actor)
+        does not wait twice before its first candidate."""
         checking = self.actors[0].check_base.remote()
         beside = None
         if control is not None and len(self.actors) > 1:
@@ -196,11 +192,14 @@ class RayDispatch:
     def _send(self, actor, item: tuple[str, Job]):
         """`actor` takes one job (its key, the job): a candidate's check, noting which actor holds it; the control's
         kernel stages, against the round's floor and untimed where the round's control ran out of time on another
-        actor before (judge.control.timing_gate). The pool's call, and the control's."""
+        actor before (judge.control.timing_gate). The pool's call, and the control's. The control's actor first hears
+        how many candidates its groups may time (EvaluationActor.expect): the control's timing, its first, makes the
+        memory plan its groups use, and would make it for one kernel."""
         key, job = item
         if not job.control:
             self._checked_on[key] = next(i for i, held in enumerate(self.actors) if held is actor)
             return actor.check.remote(key, job.name, job.source)
+        actor.expect.remote(math.ceil(self.run.candidates / len(self.actors)))
         floor = self.run.floor.to_json() if self.run.floor else None
         return actor.evaluate.remote(key, job.name, job.source, floor, True, self.run.timing_gate, job.serves)
 

@@ -144,6 +144,7 @@ def test_ready_jobs_wait_for_a_compile_that_lets_its_kernel_run_and_no_longer_th
     pipeline.pending = [prepared("broken"), prepared("slow")]
     pipeline.futures = [Future(), Future()]
     pipeline.futures[0].set_result([StageResult("compile", "failed", "error: no such intrinsic", 0.1)])
+    pipeline._untaken = list(zip(pipeline.pending, pipeline.futures))  # none taken by the round yet
     jobs = ReadyJobs(None, pipeline, [])
     started = time.monotonic()
     assert jobs.wait_next(0.2) is False  # the broken one is no job, and the slow one had not ended

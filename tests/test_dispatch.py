@@ -504,7 +504,9 @@ def test_a_ray_round_checks_each_candidate_where_idle_and_times_those_that_pass_
     control = Job(None, "(control)", "source", Path("."), control=True, serves=4)
     [(job, stages, _)] = dispatch.evaluate([control])
     assert job is control and [s.summary for s in stages] == ["the control"]
-    assert fake.calls[-1] == (1, "evaluate", ("0", "(control)", "source", floor.to_json(), True, gate, 4))
+    # its actor told first how many candidates its groups may time (5 over 2 actors), for the plan its timing makes
+    assert fake.calls[-2:] == [(1, "expect", (3,)),
+                               (1, "evaluate", ("0", "(control)", "source", floor.to_json(), True, gate, 4))]
 
 
 def test_a_control_that_ran_out_of_time_is_timed_again_by_the_next_run(tmp_path):

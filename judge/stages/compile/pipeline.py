@@ -96,11 +96,11 @@ class CompilePipeline:
         if pending:
             run.on_event("compile-start", total=len(pending))
         self.futures = [self._pool.submit(self._one, p) for p in pending]
+        self._untaken = list(zip(pending, self.futures))  # emptied as the round takes them (in_ready_order)
 
     def __iter__(self) -> Iterator[tuple[PreparedCandidate, list[StageResult]]]:
         if not self.overlap:
             wait(self.futures)
-        self._untaken = list(zip(self.pending, self.futures))
         yield from in_ready_order(self._untaken)
 
     def wait_next(self, timeout_s: float, usable=lambda prepared, stages: True) -> bool:
@@ -108,11 +108,9 @@ class CompilePipeline:
         to wait for): a round that times its checked candidates together waits this long for one more."""
         deadline = time.monotonic() + max(0.0, timeout_s)
         while True:
-            untaken = list(getattr(self, "_untaken", zip(self.pending, self.futures)))
-            ended = [(p, f) for p, f in untaken if f.done()]
-            if any(f.exception() is None and usable(p, f.result()) for p, f in ended):
+            if any(f.done() and f.exception() is None and usable(p, f.result()) for p, f in self._untaken):
                 return True
-            running = [f for _, f in untaken if not f.done()]
+            running = [f for _, f in self._untaken if not f.done()]
             left = deadline - time.monotonic()
             if not running or left <= 0:
                 return False
