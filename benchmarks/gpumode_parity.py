@@ -47,6 +47,7 @@ import os
 import re
 import shutil
 import signal
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -698,7 +699,7 @@ VERDICT_EVENT = '"kind": "verdict"'
 
 
 def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: float, memory: GpuMemory,
-              dry_run: bool, timing_budget: Optional[float]) -> dict:
+              dry_run: bool, timing_budget: Optional[float], run_args: tuple[str, ...] = ()) -> dict:
     """The submissions as proposals in a scratch contest, then one `judge run` of round 1 on the problem."""
     ledger, kernels, env = scratch / "ledger.db", problem.parent, judge_env()
     base = normalized((problem / KERNEL_FILE).read_text())
@@ -714,6 +715,7 @@ def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: f
             "--cache-dir", str(scratch / "cache"), "--out", str(scratch / "reports")]
     if timing_budget:
         args += ["--timing-budget", str(timing_budget)]
+    args += list(run_args)
     ran = run_process(judge_argv(ledger, kernels, *args), cwd=scratch, env=env, timeout_s=timeout_s, memory=memory,
                       log_path=scratch / "run.log", interrupt_first=True, marks=(VERDICT_EVENT,))
     out |= {"rc": ran.rc, "seconds": ran.seconds, "memory": ran.memory,
@@ -815,7 +817,8 @@ def parity(problem: Path, rel: str, args, memory: GpuMemory, scratch_root: Path,
         if args.no_judge:
             result["judge"] = {"error": "not run (--no-judge)"}
         else:
-            result["judge"] = run_judge(problem, subs, scratch, limit, memory, args.dry_run, args.timing_budget)
+            result["judge"] = run_judge(problem, subs, scratch, limit, memory, args.dry_run, args.timing_budget,
+                                        tuple(shlex.split(args.run_args)))
     except Exception as error:
         result["judge"] = {"error": f"{type(error).__name__}: {error}"}
     if args.out:
@@ -1088,6 +1091,8 @@ def parse_args(argv: Optional[list[str]] = None):
     parser.add_argument("--slow-variant", type=float, default=0.0, metavar="F",
                         help="also a copy slowed by F of its own time per call (0.1: 10%%), which must be found slower")
     parser.add_argument("--timing-budget", type=float, help="judge run --timing-budget")
+    parser.add_argument("--run-args", default="", metavar="ARGS",
+                        help="more arguments for `judge run`, one string (e.g. '--gpus all' for a Ray round)")
     parser.add_argument("--gpu", type=int, help="the GPU whose memory is sampled (NVML index; default: the one "
                                                 "CUDA_VISIBLE_DEVICES names first, else 0)")
     parser.add_argument("--as-card-mib", type=float,
