@@ -197,19 +197,20 @@ def test_checked_candidates_are_timed_at_once_where_the_next_compile_keeps_them_
     run = SimpleNamespace(settings=SimpleNamespace(stages=Stages(), timing_budget_s=1.0), floor="before",
                           open_evaluator=lambda: None, on_event=lambda kind, **info: events.append((kind, info)))
     monkeypatch.setattr(local_groups, "_group_control", lambda run, control, progress_of, grouped: control)
-    jobs = [Job(None, name, "", Path(name)) for name in ("first", "wrong", "second", "late")]
+    jobs = [Job(None, name, "", Path(name)) for name in ("first", "second", "wrong", "late")]
 
-    def wait_next(seconds):  # "late" compiles long after "second" is checked; "wrong" and "second" come at once
+    def wait_next(seconds):  # "second" and "wrong" come at once; "late" compiles long after "wrong" is checked
         waits.append(seconds)
-        return len(waits) < 2
+        return len(waits) < 3
 
     came = [(job.name, [s.status for s in stages]) for job, stages, _ in local_groups.evaluate_in_groups(
         run, iter(jobs), lambda on_event, name: None, control="the control", wait_next=wait_next)]
-    assert calls == [("check", "first"), ("check", "wrong"), ("check", "second"),
+    # the wait after the failed check, the last before the slow compile, is what times "first" and "second" now
+    assert calls == [("check", "first"), ("check", "second"), ("check", "wrong"),
                      ("group", ["first", "second"], "before", True),
                      ("check", "late"), ("group", ["late"], "the control's floor", False)]
     # each wait MIN_PAIRS (3) times the held candidates' mean check (0.05 s and a little more each)
-    assert len(waits) == 3 and all(3 * 0.05 <= wait < 3 * 0.05 + 1.0 for wait in waits), waits
+    assert len(waits) == 4 and all(3 * 0.05 <= wait < 3 * 0.05 + 1.0 for wait in waits), waits
     assert came == [("wrong", ["failed"]), ("first", ["passed", "passed"]), ("second", ["passed", "passed"]),
                     ("late", ["passed", "passed"])]
     said = [(info["proposal"], info["stage"]) for kind, info in events
