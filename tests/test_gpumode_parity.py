@@ -476,3 +476,34 @@ def test_the_gpu_sampled_is_the_one_the_rounds_run_on(monkeypatch, capsys):
     assert parity.parse_args([]).gpu == 2 and parity.parse_args(["--gpu", "3"]).gpu == 3
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert parity.parse_args([]).gpu == 0
+
+
+def test_the_machine_is_warmed_before_either_side_and_the_header_says_so(monkeypatch):
+    """On a fresh machine the first Python to use torch reads its libraries from disk; judge's round ran first and
+    paid it (amd/fp8-mm on an H200, 2026-12-01). The warm-up runs before both, and the report's header says what it
+    took, or that it failed."""
+    monkeypatch.setattr(parity, "WARM_CODE", "import time; time.sleep(0.2)")
+    words = parity.warm_machine()
+    seconds = float(words.split("(")[1].split(" s:")[0])
+    assert 0.2 <= seconds < 30 and words == (
+        f"machine warmed first ({seconds:.1f} s: torch imported, a CUDA context made, in a child of its own)")
+    monkeypatch.setattr(parity, "WARM_CODE", "raise SystemExit('no GPU driver')")
+    assert parity.warm_machine().endswith(": no GPU driver")
+    header = {"started": "2026-12-01 00:00 UTC", "device": "NVIDIA H200", "memory_how": "memory: nvml",
+              "python": "3.12.3", "eval_modes": ["leaderboard"], "warm": words}
+    assert parity.report_markdown([], header, []).splitlines()[2].endswith(" · modes leaderboard · " + words)
+    assert parity.parse_args([]).warm_machine and not parity.parse_args(["--no-warm-machine"]).warm_machine
+
+
+def test_more_arguments_for_judge_run_go_after_the_round_s_own(monkeypatch, problem, tmp_path):
+    """`--run-args '--gpus all'`: a Ray round of the same contest (amd/fp8-mm on two H200s, 2026-11-30)."""
+    seen = []
+    monkeypatch.setattr(parity, "submit", lambda *a: {"submitted": 1, "accepted": ["identical"], "refused": {}})
+    monkeypatch.setattr(parity, "run_process", lambda argv, **kw: seen.append(argv) or parity.Ran(
+        rc=1, seconds=0.1, stdout="", stderr_tail=""))
+    monkeypatch.setattr(parity, "ledger_evaluations", lambda ledger: {})
+    args = parity.parse_args(["--run-args=--gpus all"])
+    subs = [parity.Submission("identical", "identical", "submission.py", "")]
+    parity.run_judge(problem, subs, tmp_path, 60, parity.GpuMemory(probe=False), False, None,
+                     tuple(parity.shlex.split(args.run_args)))
+    assert seen[0][-2:] == ["--gpus", "all"] and "--round" in seen[0]
