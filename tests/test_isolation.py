@@ -147,3 +147,34 @@ def test_a_window_that_cuts_into_long_lines_says_so(tmp_path):
     assert first == "(134538 more bytes before)"  # 10 lines of 20,001 bytes, less the 65,472 read
     assert rest[0] == "G" * 5468 and [line[0] for line in rest[1:-1]] == ["H", "I", "J"] and rest[-1] == ""
     assert len(text) <= 64 << 10
+
+
+def test_strays_of_several_sessions_come_from_one_walk_of_proc(tmp_path):
+    """judge.sandbox.isolation.session_strays: per session, the live processes that left its leader's group, which a
+    stop of that group does not reach; a group's runners are looked at together after every benchmark."""
+    import subprocess
+    import sys
+
+    from judge.sandbox.isolation import session_strays
+
+    code = ("import os, subprocess, sys, time\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import os, time; os.setpgid(0, 0); time.sleep(30)'])\n"
+            "print(child.pid, flush=True)\n"
+            "time.sleep(30)\n")
+    straying = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    staying = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        stray = int(straying.stdout.readline())
+        deadline = time.monotonic() + 10
+        while (found := session_strays([straying.pid, staying.pid]))[straying.pid] != [stray]:
+            assert time.monotonic() < deadline, found  # the grandchild's setpgid may not have run yet
+            time.sleep(0.05)
+        assert found == {straying.pid: [stray], staying.pid: []}
+    finally:
+        for process in (straying, staying):
+            os.killpg(process.pid, 9)
+        try:
+            os.kill(stray, 9)
+        except (ProcessLookupError, UnboundLocalError):
+            pass
+        straying.wait(), staying.wait()

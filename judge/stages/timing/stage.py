@@ -45,6 +45,7 @@ from ..result import StageResult, not_run
 from ...targets import Target
 from .summary import GroupResult, PairBenchmark, PairResult, pair_geomeans, summarise
 from .turns import PairTurns, clocks_for, reps_for, steady_reps_for
+from ...sandbox.isolation import session_strays
 from ...sandbox.worker import CommandFailed, Worker, WorkerError, time_left
 
 STAGE = "timing"
@@ -246,7 +247,8 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
         raise _stopped(error, current) from None
     finally:
         evaluator.ask("release", key=key)
-    strays_of = {who: w.strays() for who, w in runners.items()}
+    found = session_strays([w.process.pid for w in runners.values()])  # one walk of /proc for the group's runners
+    strays_of = {who: found[w.process.pid] for who, w in runners.items()}
     strays = sorted(pid for found in strays_of.values() for pid in found)
     return PairBenchmark(index=index, series=turns.series, spin_us=round(spin["us"], 1), sets=sets, copies=copies,
                          placement="separate", measuring_s=measuring_s, strays=strays, analysed=turns.analysed_clock(),
