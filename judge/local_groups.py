@@ -18,6 +18,10 @@ from .stages.result import StageResult
 from .stages.timing.group import GroupControl
 
 
+# A group's `stage` words where an earlier group of the round began before its candidates were checked.
+LATER_WORDS = ", after the candidates whose compiles ended first"
+
+
 def evaluate_in_groups(run, jobs: Iterable[Job], progress_of, control: Optional[ControlJob] = None,
                        wait_next: Optional[Callable[[float], bool]] = None
                        ) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
@@ -57,8 +61,7 @@ def _time_held(run, held: list[tuple[Job, StageResult, float]], progress_of, con
     stages = run.settings.stages
     kernels = len(held) + (control is not None)
     size = stages.group_size(run.open_evaluator(), kernels)
-    words = timing_words(size, kernels, control is not None) + (
-        ", after the candidates whose compiles ended first" if later else "")
+    words = timing_words(size, kernels, control is not None) + (LATER_WORDS if later else "")
     for job, _, _ in held:
         run.on_event("stage", proposal=job.name, stage=words)
     started = time.monotonic()

@@ -5,31 +5,30 @@ Ray schedules; judge never does. Each actor holds its own round state (judge.sta
 base runner, warm spares) for the GPU or cores it holds, so a candidate is always timed against the base by the
 same actor, and one GPU (or core) never times two things at once. A candidate is checked on whichever actor is idle
 as its compile ends; those that pass wait on the actor that checked them, and once every candidate of the run is
-checked each actor times those it holds together, in process groups (judge.stages.timing.group), as a local round
-does. The round's control is timed before them (beside the base's check where there is a second actor), so that its
-floor is read before any actor's groups start. Only the driver writes the ledger: results come back to it as they
-finish and are recorded at once, so a killed driver resumes as a local run does.
+checked (or once the next compile keeps them waiting longer than a group of their own would cost) each actor times
+those it holds together, in process groups (judge.stages.timing.group), as a local round does (judge.local_groups);
+while it times it takes no check, and a later candidate is checked on another actor or after its groups. The
+round's control is timed before them (beside the base's check where there is a second actor), so that its floor is
+read before any actor's groups start. Only the driver writes the ledger: results come back to it as they finish and
+are recorded at once, so a killed driver resumes as a local run does. The actors themselves: judge.ray_actor.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import shutil
-import socket
-import tempfile
 import threading
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional
 
-from .core_blocks import block_size, claim_block, release
-from .dispatch import BaseCheck, kernel_stage_words, kernel_stages
+from .dispatch import BaseCheck, kernel_stage_words
 from .errors import JudgeError
-from .local_groups import timing_words
+from .local_groups import LATER_WORDS, timing_words
+from .noise import MIN_PAIRS
+from .ray_actor import EvaluationActor, ProgressInbox, cpu_actors, gpu_actors
 from .stages.job import Job
-from .stages.progress import Progress, quiet
-from .stages.result import StageResult, kernel_stages_not_run, not_run
-from .target_files import target_files, write_target
+from .stages.result import StageResult
+from .target_files import target_files
 
 # How many times Ray starts a dead evaluation actor again (and resends the evaluation it held) before the round
 # stops with the error; what was recorded stays, and `judge run` again resumes.
@@ -113,27 +112,60 @@ class RayDispatch:
                  ) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
         """Each job goes to the pool as soon as the driver has it (its compile ended): a control's stages, or a
         candidate's check, on the next idle actor (Ray's ActorPool). What fails its check comes back at once; what
-        passes waits on the actor that checked it until every job is in, and is then timed there (_time_held).
+        passes waits on the actor that checked it and is timed there (_start_groups) once no check is out and every
+        job is in, or the next compile does not end within MIN_PAIRS times the held candidates' mean check (jobs'
+        `wait_next`, judge.stages.compile.pipeline.ReadyJobs), as a local round waits (judge.local_groups).
         `control` is never given here: the control is timed before the candidates (control_in_groups)."""
         assert control is None, "a Ray round times its control before the candidates"
-        by_key: dict[str, Job] = {}
-        held: dict[int, dict[str, StageResult]] = {}
-        for job in jobs:
-            key = str(len(by_key))
-            by_key[key] = job
+        flight, wait_next, pending = _Flight(), getattr(jobs, "wait_next", None), iter(jobs)
+        while True:
+            yield from self._meanwhile(flight, wait_next)
+            job = next(pending, None)
+            if job is None:
+                break
+            key = flight.sent(job)
             words = kernel_stage_words(job) if job.control else "correctness"
             self.run.on_event("stage", proposal=job.name, stage=f"{words} (sent to Ray)")
             self.pool.submit(self._send, (key, job))
-            while self.pool.has_next():  # what has come back meanwhile, so that its actor takes the next job
-                try:
-                    done = self.pool.get_next_unordered(timeout=0)
-                except TimeoutError:
-                    break
-                yield from self._came_back(by_key[done[0]], held, *done)
+            yield from self._collect(flight, 0)
+        while flight.checks or flight.held or flight.timing:
+            if not flight.checks:
+                self._start_groups(flight)
+            yield from self._collect(flight, PROGRESS_POLL_S)
+
+    def _meanwhile(self, flight: "_Flight", wait_next) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+        """Until the next job is ready (or none is left to wait for): what comes back, and the held candidates'
+        groups started where no check is out and the next compile does not end within MIN_PAIRS times their mean
+        check. Without `wait_next` (jobs that are not a round's compiles) the driver waits for the next job."""
+        while wait_next is not None and (flight.checks or flight.held or flight.timing) and not wait_next(0):
+            if flight.held and not flight.checks:
+                seconds = [r.seconds or 0.0 for held in flight.held.values() for r in held.values()]
+                if wait_next(MIN_PAIRS * sum(seconds) / len(seconds)) or self._start_groups(flight):
+                    continue  # the next job is ready, or the held candidates' groups began
+            yield from self._collect(flight, PROGRESS_POLL_S)
+
+    def _collect(self, flight: "_Flight", timeout_s: float) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
+        """What came back within `timeout_s`: checks (final ones yielded, passed ones held on their actor) and groups
+        (their verdicts yielded, their actor back in the pool to take the next check)."""
+        came = []
         while self.pool.has_next():
-            done = self.pool.get_next_unordered()
-            yield from self._came_back(by_key[done[0]], held, *done)
-        yield from self._time_held(by_key, held)
+            try:
+                came.append(self.pool.get_next_unordered(timeout=0 if came or flight.timing else timeout_s))
+            except TimeoutError:
+                break
+        for key, stages, place in came:
+            flight.checks -= 1
+            yield from self._came_back(flight.by_key[key], flight.held, key, stages, place)
+        if not flight.timing:
+            return
+        done, _ = self.ray.wait(list(flight.timing), num_returns=len(flight.timing), timeout=0 if came else timeout_s)
+        for ref in done:
+            index, checked = flight.timing.pop(ref)
+            for key, result, place in self.ray.get(ref):
+                stages = [checked[key], result]
+                self._evaluated(flight.by_key[key].name, stages)
+                yield flight.by_key[key], stages, place
+            self.pool.push(self.actors[index])
 
     def _came_back(self, job: Job, held: dict[int, dict[str, StageResult]], key: str, stages: list[StageResult],
                    place: Optional[dict]) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
@@ -145,28 +177,29 @@ class RayDispatch:
             return
         held.setdefault(self._checked_on[key], {})[key] = stages[0]
 
-    def _time_held(self, by_key: dict[str, Job], held: dict[int, dict[str, StageResult]]
-                   ) -> Iterator[tuple[Job, list[StageResult], Optional[dict]]]:
-        """Every actor times the candidates it checked together, in process groups as large as its memory plan
-        holds (EvaluationActor.group_size), against the round's floor, or leaves them untimed where the round's
-        control ran out of time (judge.control.timing_gate); each actor's verdicts come back as its groups end."""
-        if not held:
-            return
+    def _start_groups(self, flight: "_Flight") -> int:
+        """Every idle actor that holds checked candidates times them together now, in process groups as large as its
+        memory plan holds (EvaluationActor.group_size), against the round's floor, or leaves them untimed where the
+        round's control ran out of time (judge.control.timing_gate); out of the pool until its groups end, so that no
+        check waits behind them. How many actors began."""
+        idle = []
+        while (actor := self.pool.pop_idle()) is not None:
+            idle.append(actor)
+        starting = [i for i, actor in enumerate(self.actors) if i in flight.held and any(actor is a for a in idle)]
+        for actor in idle:
+            if not any(actor is self.actors[i] for i in starting):
+                self.pool.push(actor)
         floor = self.run.floor.to_json() if self.run.floor else None
-        sizes = self.ray.get([self.actors[i].group_size.remote(len(checked)) for i, checked in held.items()])
-        timing: dict = {}
-        for (i, checked), size in zip(held.items(), sizes):
+        sizes = self.ray.get([self.actors[i].group_size.remote(len(flight.held[i])) for i in starting])
+        for i, size in zip(starting, sizes):
+            checked = flight.held.pop(i)
             for key in checked:
-                self.run.on_event("stage", proposal=by_key[key].name, stage=timing_words(size, len(checked)))
-            items = [(key, by_key[key].name, by_key[key].source) for key in checked]
-            timing[self.actors[i].time_group.remote(items, floor, self.run.timing_gate)] = checked
-        while timing:
-            [done], _ = self.ray.wait(list(timing), num_returns=1)
-            checked = timing.pop(done)
-            for key, result, place in self.ray.get(done):
-                stages = [checked[key], result]
-                self._evaluated(by_key[key].name, stages)
-                yield by_key[key], stages, place
+                self.run.on_event("stage", proposal=flight.by_key[key].name,
+                                  stage=timing_words(size, len(checked)) + (LATER_WORDS if flight.later else ""))
+            items = [(key, flight.by_key[key].name, flight.by_key[key].source) for key in checked]
+            flight.timing[self.actors[i].time_group.remote(items, floor, self.run.timing_gate)] = (i, checked)
+        flight.later = flight.later or bool(starting)
+        return len(starting)
 
     def _forward_until_closed(self) -> None:
         while not self._closing.wait(PROGRESS_POLL_S):
@@ -219,174 +252,20 @@ class RayDispatch:
         self.ray.kill(self.inbox)
 
 
-def gpu_actors(ray, target, address: Optional[str]) -> tuple[dict, int]:
-    """A GPU target's actors: one per GPU of the cluster, each holding it (and one CPU)."""
-    count = int(ray.cluster_resources().get("GPU", 0))
-    if count < 1:
-        raise JudgeError(f"the Ray cluster{' at ' + address if address else ''} has no GPU: nothing to run the "
-                         "kernels on (start its workers with GPUs, or run without --ray)")
-    return {"num_gpus": 1, "num_cpus": 1}, count
+@dataclass
+class _Flight:
+    """What a Ray round's driver has out: the jobs by key, the checks sent and not back (one sent while every actor
+    times waits in the pool), the passed candidates each actor holds (by its index), the groups timing (an object
+    ref: its actor's index and candidates), and whether a group of the round began already."""
 
+    by_key: dict[str, Job] = field(default_factory=dict)
+    checks: int = 0
+    held: dict[int, dict[str, StageResult]] = field(default_factory=dict)
+    timing: dict = field(default_factory=dict)
+    later: bool = False
 
-def cpu_actors(ray, target, address: Optional[str]) -> tuple[dict, int]:
-    """A CPU target's actors: each asks Ray for a block of CPUs (its timed pair's cores and one for its oracle and
-    spares, judge.core_blocks), and each live node gets as many as its CPUs hold blocks. Fewer would leave cores
-    idle; more would put two timed pairs on one core, or time a kernel beside another actor's oracle."""
-    size = block_size(target)
-    count = sum(int(node["Resources"].get("CPU", 0)) // size for node in ray.nodes() if node.get("Alive"))
-    if count < 1:
-        raise JudgeError(f"the Ray cluster{' at ' + address if address else ''} has no node with {size} CPUs: "
-                         f"an evaluation of {target.name} needs {size} (its timed pair's {target.cores_for_timing} "
-                         "and one for its oracle and spares)")
-    return {"num_cpus": size}, count
-
-
-class ProgressInbox:
-    """A Ray actor that holds the progress the evaluation actors' stages send (judge.stages.progress) until the
-    driver takes it: the actors send without waiting, the driver takes all there is while it waits on them."""
-
-    def __init__(self):
-        self.items: list[dict] = []
-
-    def put(self, item: dict) -> None:
-        self.items.append(item)
-
-    def take(self) -> list[dict]:
-        items, self.items = self.items, []
-        return items
-
-
-class EvaluationActor:
-    """One GPU's (or block of cores') share of a round on a Ray worker: its own copy of the target, base and
-    round state. A CPU target's actor claims a block of its host's cores first and holds it while it lives."""
-
-    def __init__(self, files: dict[str, bytes], name: str, base_source: str, budget_s: Optional[float],
-                 fork_spares: Optional[bool] = None, inbox=None):
-        from .devices import arch_gate, probed
-        from .machine import facts_dict, host_facts
-        from .stages.evaluation import Evaluator
-        from .targets import load_target
-
-        self.inbox = inbox  # the driver's ProgressInbox, where the stages' progress goes
-        self.root = Path(tempfile.mkdtemp(prefix="judge-ray-"))
-        self.target = load_target(write_target(files, self.root / "target", name))
-        self.base_dir = self.target.assemble(self.root / "base", base_source)
-        self.budget_s = budget_s
-        if self.target.on_cpu:  # as a local round: this host's CPU, no GPU looked for (StageCalls.machine)
-            self.facts, self.gate_reason = host_facts(), None
-        else:
-            facts = probed()
-            self.facts, self.gate_reason = facts_dict(facts), arch_gate(self.target.arch, facts)
-        self.core_block, self._block_locks = claim_block(self.target) if self.target.on_cpu else (None, [])
-        self.evaluator = Evaluator(self.target, self.root / ".judge-round", base_dir=self.base_dir,
-                                   core_block=self.core_block, fork_spares=fork_spares)
-
-    def where(self) -> dict:
-        place = {"host": socket.gethostname(), "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-                 "device": self.facts, "gate": self.gate_reason, "pid": os.getpid()}
-        if self.target.on_cpu:  # its cores, as taskset writes them: '' where it holds none
-            cores = self.evaluator.cores
-            place["cpus"] = ",".join(str(c) for c in cores["others"] + cores["timing"]) if cores else ""
-        return place
-
-    def warm(self) -> None:
-        """Start the oracle and spares every candidate here needs while the driver still compiles: Ray runs an
-        actor's calls in order, so the first candidate (or the control) waits only for what is left of them. No
-        base runner is kept (each timed pair starts fresh ones). A failure is met again, and recorded, by the
-        stage that needs it."""
-        if self.gate_reason:
-            return
-        try:
-            self.evaluator.start()
-        except Exception:  # noqa: BLE001 - judge's stages report it where it matters
-            pass
-
-    def check_base(self) -> tuple[StageResult, dict]:
-        from .stages.check import check_base
-
-        if self.gate_reason:
-            return not_run("correctness", self.gate_reason), self.where()
-        return check_base(self.evaluator, self.base_dir, progress=self._progress("(base)")), self.where()
-
-    def _progress(self, name: str) -> Progress:
-        """The stages' progress, named `name`, sent to the driver's inbox without waiting for it."""
-        if self.inbox is None:
-            return quiet
-
-        def send(**info) -> None:
-            try:
-                self.inbox.put.remote({"proposal": name, **info})
-            except Exception:  # noqa: BLE001 - progress is never a candidate's failure
-                pass
-
-        return send
-
-    def evaluate(self, key: str, name: str, source: str, floor: Optional[dict] = None, control: bool = False,
-                 timing_gate: Optional[str] = None, serves: int = 0) -> tuple[str, list[StageResult], dict]:
-        from .noise import Floor
-
-        if self.gate_reason:
-            return key, kernel_stages_not_run(self.gate_reason), self.where()
-        self.evaluator.timing_gate = self.evaluator.timing_gate or timing_gate
-        workspace = self._workspace(name, source)
-        stages = kernel_stages(self.evaluator, workspace, self.budget_s, Floor.from_json(floor), self._progress(name),
-                               control, serves)
-        return key, stages, self.where()
-
-    def expect(self, kernels: int) -> None:
-        """How many candidates this actor's process groups may time: the memory plan, made once per round by its
-        first timing (the control's, where it runs here), is made for groups of that many (Evaluator.group_hint)."""
-        self.evaluator.group_hint = max(1, kernels)
-
-    def check(self, key: str, name: str, source: str) -> tuple[str, list[StageResult], dict]:
-        """A candidate's correctness alone; its timing comes in this actor's process groups (time_group)."""
-        from .stages.check import check
-
-        if self.gate_reason:
-            return key, kernel_stages_not_run(self.gate_reason), self.where()
-        workspace = self._workspace(name, source)
-        return key, [check(self.evaluator, workspace, progress=self._progress(name))], self.where()
-
-    def group_size(self, kernels: int) -> int:
-        """How many of `kernels` one process group here times beside the base (the memory plan's room)."""
-        from .stages.timing.group import group_size
-
-        return group_size(self.evaluator, kernels)
-
-    def time_group(self, items: list[tuple[str, str, str]], floor: Optional[dict] = None,
-                   timing_gate: Optional[str] = None) -> list[tuple[str, StageResult, dict]]:
-        """The candidates `items` (key, name, kernel source) this actor checked, timed together against its base in
-        process groups, each against `floor`; untimed where the round's control ran out of time. An actor Ray
-        started again after its check assembles them again (the check's verdict stands: it came back already)."""
-        from .noise import Floor
-        from .stages.timing.group import measure_group
-
-        self.evaluator.timing_gate = self.evaluator.timing_gate or timing_gate
-        workspaces = [self._workspace(name, source, keep=True) for _, name, source in items]
-        timed = measure_group(self.evaluator, workspaces, budget_s=self.budget_s, floor=Floor.from_json(floor),
-                              progress=[self._progress(name) for _, name, _ in items])
-        place = self.where()
-        return [(key, result, place) for (key, _, _), result in zip(items, timed)]
-
-    def _workspace(self, name: str, source: str, keep: bool = False) -> Path:
-        """Where candidate `name` is assembled here: afresh, or (`keep`) as its check left it where it holds this
-        very source."""
-        from .workspaces import fresh
-
-        path = self.root / "candidates" / name
-        kernel = path / self.target.kernel_file
-        if keep and kernel.is_file() and kernel.read_text() == source:
-            return path
-        return self.target.assemble(fresh(path), source)
-
-    def close(self) -> dict[str, list]:
-        """End the actor's runners and oracle, free its cores, and drop its copy of the round (a round's spares and
-        workspaces came to 1.3 GB a round in /tmp, and 92 were left behind on a test machine). Returns the
-        seconds its runner commands took, by command (judge.sandbox.worker.COMMAND_SECONDS)."""
-        from .sandbox.worker import COMMAND_SECONDS
-
-        self.evaluator.close()
-        release(self._block_locks)  # its cores are free for the next actor on this host
-        self._block_locks = []
-        shutil.rmtree(self.root, ignore_errors=True)
-        return {name: list(entry) for name, entry in COMMAND_SECONDS.items()}
+    def sent(self, job: Job) -> str:
+        key = str(len(self.by_key))
+        self.by_key[key] = job
+        self.checks += 1
+        return key

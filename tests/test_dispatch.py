@@ -269,7 +269,7 @@ class FakeRay:
 
 
 def test_a_cpu_target_gets_an_actor_per_block_of_each_live_nodes_cpus():
-    from judge.ray_dispatch import cpu_actors, gpu_actors
+    from judge.ray_actor import cpu_actors, gpu_actors
     from judge.targets import load_target
 
     cpu = load_target(ROOT / "kernels" / "vecadd_cpu")
@@ -354,7 +354,7 @@ def test_a_target_travels_with_the_files_its_task_takes_from_beside_it(tmp_path)
 def test_an_actor_starts_its_oracle_and_spares_before_its_first_candidate(tmp_path):
     """`warm` runs while the driver compiles; without a GPU for a GPU target it starts nothing. No base runner is
     kept: each timed pair starts a fresh base and candidate runner. Closing the actor removes its files."""
-    from judge.ray_dispatch import EvaluationActor
+    from judge.ray_actor import EvaluationActor
     from judge.target_files import target_files
     from judge.targets import load_target
 
@@ -418,7 +418,7 @@ class FakeActors:
         self.failing = failing
         self.actors = [SimpleNamespace(**{method: SimpleNamespace(remote=self._method(i, method)) for method in (
             "expect", "check", "evaluate", "group_size", "time_group")}) for i in range(count)]
-        self.queue, self.turn = [], 0
+        self.queue, self.pending, self.idle = [], [], list(self.actors)
 
     def _method(self, index: int, method: str):
         from judge.stages.result import StageResult
@@ -448,19 +448,33 @@ class FakeActors:
     def get(self, refs):
         return [ref.value for ref in refs] if isinstance(refs, list) else refs.value
 
-    def wait(self, refs, num_returns):
+    def wait(self, refs, num_returns, timeout=None):
         return refs[:num_returns], refs[num_returns:]
 
-    # ActorPool
+    # ActorPool: an idle actor takes each job (the first idle one, an actor back at the end of the line); a job sent
+    # while none is idle waits for the next one pushed back
     def submit(self, fn, value):
-        self.queue.append(fn(self.actors[self.turn % len(self.actors)], value).value)
-        self.turn += 1
+        if not self.idle:
+            self.pending.append((fn, value))
+            return
+        actor = self.idle.pop(0)
+        self.queue.append((fn(actor, value).value, actor))
 
     def has_next(self):
         return bool(self.queue)
 
     def get_next_unordered(self, timeout=None):
-        return self.queue.pop(0)
+        value, actor = self.queue.pop(0)
+        self.push(actor)
+        return value
+
+    def pop_idle(self):
+        return self.idle.pop() if self.idle else None
+
+    def push(self, actor):
+        self.idle.append(actor)
+        if self.pending:
+            self.submit(*self.pending.pop(0))
 
 
 def test_a_ray_round_checks_each_candidate_where_idle_and_times_those_that_pass_in_groups_where_checked():
@@ -505,8 +519,51 @@ def test_a_ray_round_checks_each_candidate_where_idle_and_times_those_that_pass_
     [(job, stages, _)] = dispatch.evaluate([control])
     assert job is control and [s.summary for s in stages] == ["the control"]
     # its actor told first how many candidates its groups may time (5 over 2 actors), for the plan its timing makes
-    assert fake.calls[-2:] == [(1, "expect", (3,)),
-                               (1, "evaluate", ("0", "(control)", "source", floor.to_json(), True, gate, 4))]
+    assert fake.calls[-2:] == [(0, "expect", (3,)),
+                               (0, "evaluate", ("0", "(control)", "source", floor.to_json(), True, gate, 4))]
+
+
+def test_a_ray_round_times_the_checked_candidates_where_the_next_compile_keeps_them_waiting_and_checks_later_ones_beside():
+    """As a local round (judge.local_groups): with no check out, the candidates held wait for the next compile
+    MIN_PAIRS times their mean check; where it does not end by then each actor times those it holds, out of the pool,
+    and a later candidate is checked on the actor that is not timing, in a group after them. A failed check is the
+    last before the slow compile here, as on vectoradd_py's H200 round (2026-12-01)."""
+    from types import SimpleNamespace
+
+    from judge.noise import Floor
+    from judge.ray_dispatch import RayDispatch
+    from judge.stages.job import Job
+
+    fake, events, waits = FakeActors(2, failing={"wrong"}), [], []
+    dispatch = object.__new__(RayDispatch)
+    dispatch.run = SimpleNamespace(floor=Floor(effect=0.05, min_effect=0.01, source="controls", controls=1),
+                                   timing_gate=None, candidates=4,
+                                   on_event=lambda kind, **info: events.append((kind, info)))
+    dispatch.ray, dispatch.pool, dispatch.actors, dispatch._checked_on = fake, fake, fake.actors, {}
+    dispatch._evaluated = lambda name, stages: events.append(("evaluated", {"proposal": name}))
+
+    class Compiles:  # "a" and "wrong" compile at once; "late" after the held candidates' wait
+        def __init__(self):
+            self.jobs = [Job(None, name, f"source of {name}", Path(".")) for name in ("a", "wrong", "late")]
+
+        def __iter__(self):
+            return iter(self.jobs)
+
+        def wait_next(self, seconds):
+            waits.append(seconds)
+            return seconds == 0 and len(waits) != 2  # "late" is not ready, nor within the wait, after "wrong"
+
+    came = [(job.name, [s.summary for s in stages], place) for job, stages, place in dispatch.evaluate(Compiles())]
+    assert came == [("wrong", ["wrong failed"], {"actor": 1}),
+                    ("a", ["a passed", "a timed by actor 0"], {"actor": 0}),
+                    ("late", ["late passed", "late timed by actor 1"], {"actor": 1})]
+    assert waits[:3] == [0, 0, 3 * 1.0]  # the wait: MIN_PAIRS times a's one-second check
+    timed = [(i, method) for i, method, args in fake.calls if method in ("check", "time_group")]
+    assert timed == [(0, "check"), (1, "check"), (0, "time_group"), (1, "check"), (1, "time_group")]
+    said = [(info["proposal"], info["stage"]) for kind, info in events if kind == "stage"]
+    assert said == [("a", "correctness (sent to Ray)"), ("wrong", "correctness (sent to Ray)"), ("a", "timing"),
+                    ("late", "correctness (sent to Ray)"),
+                    ("late", "timing, after the candidates whose compiles ended first")]
 
 
 def test_a_control_that_ran_out_of_time_is_timed_again_by_the_next_run(tmp_path):
