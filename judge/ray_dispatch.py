@@ -129,7 +129,7 @@ class RayDispatch:
             self.pool.submit(self._send, (key, job))
             yield from self._collect(flight, 0)
         while flight.checks or flight.held or flight.timing:
-            if not flight.checks:
+            if flight.held and not flight.checks:
                 self._start_groups(flight)
             yield from self._collect(flight, PROGRESS_POLL_S)
 
