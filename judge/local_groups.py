@@ -46,12 +46,17 @@ def evaluate_in_groups(run, jobs: Iterable[Job], progress_of, control: Optional[
             yield job, [checked], None
         # after a failed check too: the next job may be the slow compile (a wrong variant checked last before a
         # vectoradd_py solution's 29 s load_inline held three checked candidates 15 s, H200, 2026-12-01)
-        if held and wait_next is not None and not wait_next(
-                MIN_PAIRS * sum(check_s for _, _, check_s in held) / len(held)):
+        if held and wait_next is not None and not wait_next(next_compile_wait_s([s for _, _, s in held])):
             yield from _time_held(run, held, progress_of, control, later)
             held, control, later = [], None, True
     if held or control is not None:
         yield from _time_held(run, held, progress_of, control, later)
+
+
+def next_compile_wait_s(check_seconds: list[float]) -> float:
+    """How long candidates checked in `check_seconds` wait for the next compile before they are timed without it:
+    MIN_PAIRS times their mean check (evaluate_in_groups says why; judge.ray_dispatch waits the same)."""
+    return MIN_PAIRS * sum(check_seconds) / len(check_seconds)
 
 
 def _time_held(run, held: list[tuple[Job, StageResult, float]], progress_of, control: Optional[ControlJob],

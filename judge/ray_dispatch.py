@@ -23,8 +23,7 @@ from typing import Iterable, Iterator, Optional
 
 from .dispatch import BaseCheck, kernel_stage_words
 from .errors import JudgeError
-from .local_groups import LATER_WORDS, timing_words
-from .noise import MIN_PAIRS
+from .local_groups import LATER_WORDS, next_compile_wait_s, timing_words
 from .ray_actor import EvaluationActor, ProgressInbox, cpu_actors, gpu_actors
 from .stages.job import Job
 from .stages.result import StageResult
@@ -140,7 +139,7 @@ class RayDispatch:
         while wait_next is not None and (flight.checks or flight.held or flight.timing) and not wait_next(0):
             if flight.held and not flight.checks:
                 seconds = [r.seconds or 0.0 for held in flight.held.values() for r in held.values()]
-                if wait_next(MIN_PAIRS * sum(seconds) / len(seconds)) or self._start_groups(flight):
+                if wait_next(next_compile_wait_s(seconds)) or self._start_groups(flight):
                     continue  # the next job is ready, or the held candidates' groups began
             yield from self._collect(flight, PROGRESS_POLL_S)
 
@@ -182,12 +181,10 @@ class RayDispatch:
         memory plan holds (EvaluationActor.group_size), against the round's floor, or leaves them untimed where the
         round's control ran out of time (judge.control.timing_gate); out of the pool until its groups end, so that no
         check waits behind them. How many actors began."""
-        idle = []
-        while (actor := self.pool.pop_idle()) is not None:
-            idle.append(actor)
-        starting = [i for i, actor in enumerate(self.actors) if i in flight.held and any(actor is a for a in idle)]
-        for actor in idle:
-            if not any(actor is self.actors[i] for i in starting):
+        idle = {id(actor) for actor in iter(self.pool.pop_idle, None)}
+        starting = [i for i, actor in enumerate(self.actors) if i in flight.held and id(actor) in idle]
+        for i, actor in enumerate(self.actors):
+            if id(actor) in idle and i not in starting:
                 self.pool.push(actor)
         floor = self.run.floor.to_json() if self.run.floor else None
         sizes = self.ray.get([self.actors[i].group_size.remote(len(flight.held[i])) for i in starting])

@@ -209,7 +209,8 @@ def sessions_members(sids: list[int]) -> dict[int, list[tuple[int, int]]]:
 
 def session_strays(sids: list[int]) -> dict[int, list[int]]:
     """Per session whose leader leads its own process group (a worker's): the live processes of the session in other
-    groups, which a stop of the leader's group does not reach; one walk of /proc for all (sessions_members)."""
+    groups, which a stop of the leader's group does not reach, so they must not run while another worker measures;
+    one walk of /proc for all (sessions_members)."""
     return {sid: sorted(pid for pid, group in found if group != sid) for sid, found in sessions_members(sids).items()}
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from . import bytecode
 from .child import REPLY_TAMPERED_EXIT
 from .forkserver import ForkServer
-from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, session_strays, tail
+from .isolation import DUMP_GRACE_S, JUDGE_ROOT, kill_group, tail
 
 MAX_REPLY_BYTES = 64 << 20
 # A child's error line is its own text: judge keeps this much of it (the log holds the rest).
@@ -307,11 +307,6 @@ class Worker:
     def thaw(self) -> None:
         self._signal(signal.SIGCONT)
         self.frozen = False
-
-    def strays(self) -> list[int]:
-        """Processes the worker started that left its process group and are still alive: a freeze does not
-        reach them, so they must not be running while another worker measures."""
-        return session_strays([self.process.pid])[self.process.pid]
 
     def close(self, wait: bool = True, grace_s: float = 2.0) -> None:
         """End the worker and everything it started. With `wait` False a runner that is done is killed at once
