@@ -248,6 +248,10 @@ def test_repetitions_follow_the_kernels_duration():
     # steady calls may stop at twenty up to 2.5 ms a call, then at as many as take 50 ms, never under eight
     assert [turns.steady_reps_for(us) for us in (0.0, 8.0, 2_500.0, 2_600.0, 5_300.0, 14_600.0, 1e6)] == \
         [20, 20, 20, 20, 10, 8, 8]
+    # a repetition costs its turn: the call and judge's step around it (4.4 ms a turn of amd/fp8-mm's calls on an
+    # H200), so short calls stop as soon as PRECISE_S of turns; a step not yet measured (0) or negative counts none
+    assert [turns.steady_reps_for(us, 3_400.0) for us in (8.0, 1_000.0, 2_500.0, 14_600.0)] == [15, 12, 9, 8]
+    assert turns.steady_reps_for(1_000.0, -500.0) == turns.steady_reps_for(1_000.0) == 20
 
 
 def test_a_runner_cannot_claim_longer_calls_than_its_warm_up_took_nor_a_number_that_is_none():

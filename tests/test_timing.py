@@ -350,6 +350,33 @@ def test_steady_calls_stop_at_twenty_once_every_set_of_the_clock_is_used_and_noi
     assert [len(pair.series[(w, c)]) for w in ("base", "cand") for c in ("gpu", "call")] == [32, 20, 32, 20]
 
 
+class _SlowRunner(_FakeRunner):
+    """A runner whose turns take `wait_s` of the parent's wall clock beyond the call it reports."""
+
+    def __init__(self, pid, wait_s):
+        super().__init__(pid, times=lambda call: 10.0)
+        self.wait_s = wait_s
+
+    def record(self, record_for, timeout_s, name="call"):
+        time.sleep(self.wait_s)
+        return super().record(record_for, timeout_s, name)
+
+
+def test_judge_s_step_around_a_call_is_measured_on_the_base_s_turns_alone():
+    # the base's turns take 3 ms beyond their 10 us calls; a candidate whose turns take 30 ms does not move it
+    runners = {"base": _SlowRunner(11, 0.003), "cand": _SlowRunner(22, 0.03)}
+    pair = turns.PairTurns(_FakeOracle(), "k", 0, runners, ["gpu", "call"], "gpu", 8, 2,
+                           {"us": 100.0, "cycles": {"spin": 1, "null": 1}}, random.Random(1), "base",
+                           time.monotonic() + 60, reps=10, steady=8)
+    pair.run()
+    # one step per base turn: its eight steady GPU-clock calls and one on the call clock
+    assert len(pair.base_steps_us) == len(pair.series[("base", "gpu")]) + len(pair.series[("base", "call")]) == 9
+    assert 2_990 < pair.base_step_us() < 30_000
+    empty = turns.PairTurns(_FakeOracle(), "k", 0, {"base": _FakeRunner(11), "cand": _FakeRunner(22)}, ["gpu"],
+                            "gpu", 8, 2, {"us": 0.0, "cycles": {"spin": 1, "null": 1}}, random.Random(1), "base", 0.0)
+    assert empty.base_step_us() == 0.0  # nothing measured yet: the call alone sizes the steady repetitions
+
+
 # ---------------------------------------------------------------------------------------------------------
 # On a GPU
 

@@ -178,11 +178,13 @@ def time_group(evaluator: Evaluator, workspaces: dict[str, Path], pair: int, non
         result.confinement = (runners[members[1]].hello or {}).get("confinement")
         evaluator.settle()
         first = members[pair % len(members)]
+        step_us = 0.0  # judge's step around a call, as the benchmark before measured it
         for index in evaluator.target.ranked_benchmarks:
             if benchmark_starts is not None:
                 benchmark_starts(pair, index)
             bench = _benchmark(evaluator, runners, index, pair, nonce, first, deadline, result,
-                               (known or {}).get(index, 0.0))
+                               (known or {}).get(index, 0.0), step_us)
+            step_us = bench.step_us or step_us
             result.benchmarks.append(bench)
             if bench.failure:
                 result.failure, result.failed_who = bench.failure, bench.failed_who
@@ -203,9 +205,10 @@ def time_group(evaluator: Evaluator, workspaces: dict[str, Path], pair: int, non
 
 
 def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pair: int, nonce: int, first: str,
-               deadline: float, result: GroupResult, known_us: float = 0.0) -> PairBenchmark:
+               deadline: float, result: GroupResult, known_us: float = 0.0, step_us: float = 0.0) -> PairBenchmark:
     """One benchmark in one pair or group: its sets made and laid out by the oracle, every runner built and warmed
-    up, then the turns (judge.stages.timing.turns)."""
+    up, then the turns (judge.stages.timing.turns), their steady repetitions sized by the call and judge's `step_us`
+    around it."""
     target = evaluator.target
     spec = target.benchmarks[index]
     planned = evaluator.memory_plan().benchmarks[index]
@@ -229,7 +232,7 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
         clocks, deciding = clocks_for(target.on_cpu, target.deciding_clock, call_us)
         turns = PairTurns(evaluator, key, index, runners, clocks, deciding, sets, copies, spin,
                           random.Random(evaluator.shift(nonce, pair, index + 1000)), first, deadline,
-                          reps=reps_for(call_us), steady=steady_reps_for(call_us))
+                          reps=reps_for(call_us), steady=steady_reps_for(call_us, step_us))
         measuring = time.monotonic()
         try:
             turns.run()
@@ -254,7 +257,8 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
                          placement="separate", measuring_s=measuring_s, strays=strays, analysed=turns.analysed_clock(),
                          strays_of=strays_of if len(runners) > 2 else None,
                          failure=turns.failure if turns.failure and turns.failure != "raised" else None,
-                         call_us=call_us, base_call_us=claimed["base"], failed_who=turns.failed_who)
+                         call_us=call_us, base_call_us=claimed["base"], failed_who=turns.failed_who,
+                         step_us=round(turns.base_step_us(), 1))
 
 
 def _leave_frame(worker: Worker, who: str, turns: PairTurns, serial: int, deadline: float) -> None:

@@ -33,6 +33,7 @@ class PairBenchmark:
     base_call_us: float = 0.0  # the base runner's own warm-up call, what later comparisons of the round may know
     failed_who: str | None = None  # in a group, the member whose call failed (PairTurns.failed_who)
     strays_of: dict[str, list[int]] | None = None  # in a group, each member's strays: a rival's are not its own
+    step_us: float = 0.0  # judge's typical step around one of the base's calls (PairTurns.base_step_us)
 
 
 @dataclass

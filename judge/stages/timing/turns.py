@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +37,14 @@ MIN_REPS = 1
 # the steady repetitions (steady_reps_for) on the analysed clock and its median is pinned to within PRECISION (half
 # the width of a 95% interval of the median, stats.median_half_width), the sets of that clock all used; else they go
 # on to `reps`. A pair's ratio is then known to about 0.7%, against control floors of 1.9-7.7% (H100 and H200,
-# 2026-11). The steady repetitions are PRECISE_REPS where twenty calls take PRECISE_S or less (every call under
-# 2.5 ms, the FP8 target's among them), else as many as take PRECISE_S, never fewer than FEWEST_STEADY: the
-# shortest series whose interval of the median leaves out its fastest and its slowest call, so that one wild call
-# on either side still cannot pin it. Twenty steady calls of cholesky_py's 3.6-14.6 ms kernels cost a pair 1.9 s
-# (H200, 2026-11-29), where their pairs' ratios moved together by up to 1% from process to process.
+# 2026-11). The steady repetitions are as many as take PRECISE_S of turns, at most PRECISE_REPS and never fewer than
+# FEWEST_STEADY: the shortest series whose interval of the median leaves out its fastest and its slowest call, so
+# that one wild call on either side still cannot pin it. A turn costs its call and judge's own step around it (the
+# oracle's check and next set, the record's round trip, the spin and syncs): 4.4 ms a turn for amd/fp8-mm's 0.02-1.4 ms
+# calls on an H200 (2026-11-30), so that twenty turns of those short calls were 88 ms of a pair's benchmark. The step
+# is the base runner's, measured on the benchmark before (stage._benchmark); before it is known, the call alone.
+# Twenty steady calls of cholesky_py's 3.6-14.6 ms kernels cost a pair 1.9 s (H200, 2026-11-29), where their pairs'
+# ratios moved together by up to 1% from process to process.
 PRECISE_REPS = 20
 PRECISE_S = 0.05
 FEWEST_STEADY = 8
@@ -92,6 +96,7 @@ class PairTurns:
         self.serials: dict[str, int] = {}
         self.failure: str | None = None
         self.failed_who: str | None = None  # whose call the failure was
+        self.base_steps_us: list[float] = []  # each base turn's seconds beyond its call: judge's own step
         self.last_who = self.members[-1]
 
     def run(self) -> None:
@@ -153,6 +158,13 @@ class PairTurns:
         """The members timed against the base."""
         return [who for who in self.members if who != "base"]
 
+    def base_step_us(self) -> float:
+        """The typical step judge takes around one of the base's calls (the oracle's check of the call before and the
+        next set, the record's round trip, the spin, the syncs). The base's turns: a candidate's own round trips never
+        size it, and an output slow to check brings the steady repetitions no lower than FEWEST_STEADY, which must
+        still pin each median to PRECISION."""
+        return stats.median(self.base_steps_us) if self.base_steps_us else 0.0
+
     def analysed_clock(self) -> str:
         """The clock whose samples decide: the call clock where side-stream work moved the GPU clock's there."""
         if self.other_every == SIDE_STREAM_OTHER_EVERY:
@@ -163,6 +175,7 @@ class PairTurns:
         """One timed call of `who` on `set_index`; False once the benchmark has failed."""
         worker = self.runners[who]
         self.last_who = who
+        began = time.perf_counter()
         copy = self.calls.get((who, clock), 0) % self.copies
         self.calls[(who, clock)] = self.calls.get((who, clock), 0) + 1
         stage = {"set": set_index, "copy": copy, "runners": [worker.pid], "flush": clock != "host"}
@@ -193,6 +206,8 @@ class PairTurns:
                "set": set_index, "wall_us": reply.wall_s * 1e6, "pid": worker.pid,
                "spin_us": self.spin["us"] if clock == "gpu" else 0.0, "others_cpu_us": out.get("others_cpu_us")}
         self.series[(who, clock)].append(rep)
+        if who == "base":
+            self.base_steps_us.append((time.perf_counter() - began) * 1e6 - out["us"])
         if out["status"] == callframe.BAD_OUTPUT:
             self.fail(who, clock, set_index, out["problem"])
             return False
@@ -307,12 +322,12 @@ def reps_for(call_us: float) -> int:
     return max(MIN_REPS, min(REPS_PER_PAIR, math.ceil(MEASURE_S * 1e6 / call_us)))
 
 
-def steady_reps_for(call_us: float) -> int:
-    """The calls per kernel after which a pair's steady turns on a benchmark of `call_us` calls may stop: PRECISE_REPS,
-    fewer (down to FEWEST_STEADY) where those would take more than PRECISE_S."""
+def steady_reps_for(call_us: float, step_us: float = 0.0) -> int:
+    """The calls per kernel after which a pair's steady turns on a benchmark of `call_us` calls may stop: as many as
+    take PRECISE_S of turns, each the call and judge's `step_us` around it, from FEWEST_STEADY to PRECISE_REPS."""
     if call_us <= 0:
         return PRECISE_REPS
-    return max(FEWEST_STEADY, min(PRECISE_REPS, math.ceil(PRECISE_S * 1e6 / call_us)))
+    return max(FEWEST_STEADY, min(PRECISE_REPS, math.ceil(PRECISE_S * 1e6 / (call_us + max(0.0, step_us)))))
 
 
 def first_uses(sets: int, clocks: list[str], deciding: str, every: int,
