@@ -574,7 +574,7 @@ def test_a_runner_warms_up_with_one_call_where_an_earlier_pair_found_its_calls_l
     runner = Runner.__new__(Runner)
     called = []
     runner.kernel = lambda data: (called.append(data), time.sleep(0.06))
-    runner.stretch, runner.cuda, runner.primed_us = {"datas": [0, 1, 2, 3], "remake": None}, False, None
+    runner.stretch, runner.cuda = {"datas": [0, 1, 2, 3], "remake": None}, False
     warm = runner.warm_up(known_us=60_000.0)
     assert warm["calls"] == 1 and called == [0] and warm["call_us"] >= 60_000.0
     called.clear()
@@ -583,31 +583,6 @@ def test_a_runner_warms_up_with_one_call_where_an_earlier_pair_found_its_calls_l
     assert timing.sizing_call_us([2_500_000.0, 310_000.0], 288_000.0) == 288_000.0  # the first call compiled
     assert timing.sizing_call_us([30_000.0, 31_000.0], 20_000.0) == 30_000.0  # not long: the warm-ups decide
     assert timing.sizing_call_us([0.0, 300_000.0], 288_000.0) == 0.0  # a reply without numbers: all repetitions
-
-
-def test_a_primed_runner_warms_up_with_fewer_calls_and_one_alone_where_its_first_calls_were_long():
-    """A group's runners make a benchmark's first calls at once (Runner.prime, one on each copy), then each warms up
-    alone: with nothing left to compile, WARMUP_CALLS calls size it, or one where the primed calls were long."""
-    from judge.boundary.runner import WARMUP_CALLS, Runner
-
-    runner = Runner.__new__(Runner)
-    called, pause = [], [0.001]
-    runner.kernel = lambda data: (called.append(data), time.sleep(pause[0]))
-    runner.stretch, runner.cuda, runner.primed_us = {"datas": [0, 1, 2, 3], "remake": None}, False, None
-    assert runner.prime() == {"calls": 4} and called == [0, 1, 2, 3]  # each copy once
-    called.clear()
-    warm = runner.warm_up()
-    assert WARMUP_CALLS <= warm["calls"] < 2 * WARMUP_CALLS and called[:3] == [0, 1, 2] and len(warm["host_us"]) == 4
-    assert runner.primed_us is None  # the next benchmark's warm-up is unprimed unless primed again
-    called.clear()
-    assert runner.warm_up()["calls"] >= 2 * WARMUP_CALLS and called[:4] == [0, 1, 2, 3]
-    pause[0] = 0.06  # long calls: the warm-up makes one
-    runner.prime()
-    called.clear()
-    warm = runner.warm_up()
-    assert warm["calls"] == 1 and called == [0] and warm["call_us"] >= 60_000.0
-    pause[0], runner.stretch["datas"] = 0.12, list(range(8))  # past WARMUP_MAX_S the prime stops
-    assert 3 <= runner.prime()["calls"] <= 4
 
 
 def test_a_comparisons_first_pair_starts_from_the_bases_own_calls_in_the_round_never_a_rivals():

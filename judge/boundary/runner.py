@@ -58,7 +58,6 @@ class Runner:
         self.host_maps: dict[str, host_area.MappedFile] = {}
         self.stretch: dict[str, Any] = {}
         self.threads_before: int | None = None  # Python threads alive when warm-up ended
-        self.primed_us: float | None = None  # the longest call of this benchmark's `prime`, until its warm-up
         self.prims = callframe.Primitives()
         if self.cuda:
             self.events = tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))
@@ -90,7 +89,7 @@ class Runner:
         outboxes) in memory this process holds: its own device memory for the device part and, after it, the device
         outbox (allocated here and exported, `device` in the reply: the oracle maps it, writes the inputs in and reads
         the outputs out) and its host files, mapped. The next `calls` stretch calls the kernel on them."""
-        self.stretch, self.primed_us = {}, None
+        self.stretch = {}
         if self.cuda:  # the last benchmark's cached outputs, which a larger benchmark cannot reuse, go back first
             self.torch.cuda.empty_cache()
         device = plan.get("device")
@@ -138,49 +137,29 @@ class Runner:
 
     # ---- calls -------------------------------------------------------------------------------------------
 
-    def prime(self) -> dict:
-        """A benchmark's first calls in this process, one on each copy of the warm-up set, made while the group's
-        other runners make theirs (judge.stages.timing.stage._enter_frames), none of them measured: what a fresh
-        process pays once per shape (a library's handles and heuristics, a compile, the allocator's first blocks)
-        and the first touch of each copy. Past WARMUP_MAX_S it stops after the call it is in. The warm-up after it
-        makes fewer calls, one alone where the longest call here was long."""
-        datas = self.stretch["datas"]
-        start, longest, calls = _perf(), 0.0, 0
-        while calls < len(datas) and (calls == 0 or _perf() - start <= WARMUP_MAX_S):
-            began = _perf()
-            self._launch_time(calls)
-            longest = max(longest, _perf() - began)
-            calls += 1
-        self.primed_us = longest * 1e6
-        return {"calls": calls}
-
     def warm_up(self, known_us: float = 0.0) -> dict:
         """Warm-up calls on every copy (the oracle wrote the warm-up set, never timed, into all of them); the
         host's launch times afterwards size the GPU spin, and the spin's cycles per microsecond are measured
         now, with the GPU's clocks up after the calls. Where an earlier pair found the calls long (`known_us`,
         LONG_CALL_US or more: the parent sizes repetitions from what it knows), one call warms the process up: a
-        second one of cholesky_py's 0.29 s calls cost 0.6 s of every 14 s pair (H200, 2026-11-29). After `prime`
-        every call is a later one: WARMUP_CALLS of them, or one where the primed calls were long."""
+        second one of cholesky_py's 0.29 s calls cost 0.6 s of every 14 s pair (H200, 2026-11-29)."""
         datas = self.stretch["datas"]
-        primed, self.primed_us = self.primed_us, None
         start = _perf()
         calls, launches, durations = 0, [], []
-        known_long = known_us >= LONG_CALL_US or (primed or 0.0) >= LONG_CALL_US
-        least = WARMUP_CALLS if primed is not None else max(2 * WARMUP_CALLS, len(datas))
-        while calls < least or _perf() - start < WARMUP_S:
+        known_long = known_us >= LONG_CALL_US
+        while calls < max(2 * WARMUP_CALLS, len(datas)) or _perf() - start < WARMUP_S:
             if calls >= (1 if known_long else 2) and (known_long or _perf() - start > WARMUP_MAX_S):
                 break
             began = _perf()
             launches.append(self._launch_time(calls % len(datas)))
             durations.append(_perf() - began)  # launch and GPU work: each call is synchronized after
             calls += 1
-        # unprimed, the first call may have compiled or loaded the kernel: the duration is the typical later one
-        first = 0 if primed is not None else 1
-        later = sorted(durations[first:]) or durations
+        # the first call may have compiled or loaded the kernel: the duration is the typical later one
+        later = sorted(durations[1:]) or durations
         call_us = later[len(later) // 2] * 1e6
         # The spin is sized from launches after the first: the warm-up's own last LAUNCH_SAMPLES where it made them
         # (a call of 44 ms made four more, 0.18 s a runner and benchmark in every pair), else that many more calls.
-        host = launches[first:][-LAUNCH_SAMPLES:]
+        host = launches[1:][-LAUNCH_SAMPLES:]
         if call_us <= LONG_CALL_US and len(host) < LAUNCH_SAMPLES:  # past it, the spin is at its cap anyway
             more = [self._launch_time(i % len(datas)) for i in range(LAUNCH_SAMPLES - len(host))]
             host, calls = host + more, calls + len(more)

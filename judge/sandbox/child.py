@@ -26,7 +26,7 @@ from . import bytecode
 
 # The exit code of a child whose reply channel was swapped in its own process (judge.sandbox.worker reads it).
 REPLY_TAMPERED_EXIT = 86
-RUNNER_OPS = {"load", "build", "prime", "warm_up", "calls", "audit", "profile"}
+RUNNER_OPS = {"load", "build", "warm_up", "calls", "audit", "profile"}
 ORACLE_OPS = {"plan", "memory", "attach", "detach", "bind", "case", "stage", "verify_case", "check_again",
               "benchmark", "turn", "release", "facts"}
 CALL_OPS = {"run"}

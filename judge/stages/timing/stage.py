@@ -315,8 +315,6 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
             worker.freeze()
         evaluator.ask("stage", key=key, name="warm", copies=list(range(copies)),
                       runners=[w.pid for w in runners.values()])
-        if known_us < LONG_CALL_US:  # long calls an earlier pair found are warmed up by one call each, as before
-            _prime(runners, deadline)
         warm, claimed = [], {}
         for who, worker in runners.items():
             current = who
@@ -334,24 +332,6 @@ def _enter_frames(evaluator: Evaluator, runners: dict[str, Worker], key: str, ma
     except (WorkerError, CommandFailed) as error:
         raise _stopped(error, current) from None
     return spin, serials, claimed
-
-
-def _prime(runners: dict[str, Worker], deadline: float) -> None:
-    """Every runner's first calls on the benchmark's shapes at once (Runner.prime), untimed: each fresh process pays
-    its once-per-shape costs beside the others' instead of after them (amd/fp8-mm's warm-ups, one runner at a time,
-    were 6.1 of a group's 36.2 s on an H200, 2026-11-30). A rival's work beside a runner's first calls moves nothing
-    measured: each runner's warm-up after it, which sizes the repetitions and the spin, is still made alone."""
-    current = next(iter(runners))
-    try:
-        for who, worker in runners.items():
-            current = who
-            worker.start("prime")
-        for who, worker in runners.items():
-            current = who
-            worker.finish(time_left(deadline))
-            worker.freeze()
-    except (WorkerError, CommandFailed) as error:
-        raise _stopped(error, current) from None
 
 
 def known_calls(pairs: list[PairResult], base_calls: dict[int, float]) -> dict[int, float]:
