@@ -125,15 +125,17 @@ def test_the_control_in_a_group_is_handed_over_once_done_and_its_floor_is_every_
     grouped = timing_group.GroupControl(control, 16, floor_after, preview=lambda logs: wide)
     with groups_recorded() as started, Evaluator(small_target, fresh(tmp_path / "oracle"), base_dir=base) as evaluator:
         results = timing_group.measure_group(evaluator, kernels, budget_s=60, timeout_s=300, control=grouped)
-    assert own_floors == [3]
     [timed] = handed
     assert timed.status == "passed", timed.summary
     assert started[0] == ["control", "first", "second"]
-    # both kernels decided against the floor the control's three pairs would set: the control stopped there, and
-    # each kernel cleared the floor it answered
-    assert timed.detail.pairs == 3 and len(started) == 3
-    assert [(r.status, r.detail.pairs, r.detail.floor, r.detail.decision) for r in results] == [
-        ("passed", 3, wide.to_json(), "unchanged")] * 2
+    # the control stopped with the pair in which the last kernel was decided against the floor its own pairs would
+    # set (the third, unless the CPU's noise kept a kernel undecided there: a loaded CI's did once), its own floor
+    # read at each pair from the third on, and each kernel cleared the floor it answered
+    last = max(r.detail.pairs for r in results)
+    assert timed.detail.pairs == last >= 3 and len(started) == last
+    assert own_floors == list(range(3, last + 1))
+    assert [(r.status, r.detail.floor, r.detail.decision) for r in results] == [
+        ("passed", wide.to_json(), "unchanged")] * 2
     assert timed.detail.floor["effect"] == 0.01  # its own verdict read against the floor it was timed with
 
 
