@@ -186,7 +186,7 @@ class RayDispatch:
         for i, actor in enumerate(self.actors):
             if id(actor) in idle and i not in starting:
                 self.pool.push(actor)
-        floor = self.run.floor.to_json() if self.run.floor else None
+        floor = self._floor_json()
         sizes = self.ray.get([self.actors[i].group_size.remote(len(flight.held[i])) for i in starting])
         for i, size in zip(starting, sizes):
             checked = flight.held.pop(i)
@@ -197,6 +197,10 @@ class RayDispatch:
             flight.timing[self.actors[i].time_group.remote(items, floor, self.run.timing_gate)] = (i, checked)
         flight.later = flight.later or bool(starting)
         return len(starting)
+
+    def _floor_json(self) -> Optional[dict]:
+        """The round's floor as the actors take it (a control's and a group's verdicts are read against it)."""
+        return self.run.floor.to_json() if self.run.floor else None
 
     def _forward_until_closed(self) -> None:
         while not self._closing.wait(PROGRESS_POLL_S):
@@ -230,8 +234,8 @@ class RayDispatch:
             self._checked_on[key] = next(i for i, held in enumerate(self.actors) if held is actor)
             return actor.check.remote(key, job.name, job.source)
         actor.expect.remote(math.ceil(self.run.candidates / len(self.actors)))
-        floor = self.run.floor.to_json() if self.run.floor else None
-        return actor.evaluate.remote(key, job.name, job.source, floor, True, self.run.timing_gate, job.serves)
+        return actor.evaluate.remote(key, job.name, job.source, self._floor_json(), True, self.run.timing_gate,
+                                     job.serves)
 
     def close(self) -> None:
         """Close every actor; what each one's runner commands cost goes out as a `worker-tallies` event first

@@ -250,8 +250,8 @@ def _benchmark(evaluator: Evaluator, runners: dict[str, Worker], index: int, pai
         raise _stopped(error, current) from None
     finally:
         evaluator.ask("release", key=key)
-    found = session_strays([w.process.pid for w in runners.values()])  # one walk of /proc for the group's runners
-    strays_of = {who: found[w.process.pid] for who, w in runners.items()}
+    by_session = session_strays([w.process.pid for w in runners.values()])  # one walk of /proc for the group's runners
+    strays_of = {who: by_session[w.process.pid] for who, w in runners.items()}
     strays = sorted(pid for found in strays_of.values() for pid in found)
     return PairBenchmark(index=index, series=turns.series, spin_us=round(spin["us"], 1), sets=sets, copies=copies,
                          placement="separate", measuring_s=measuring_s, strays=strays, analysed=turns.analysed_clock(),
