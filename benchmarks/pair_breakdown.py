@@ -121,9 +121,33 @@ def main() -> None:
     print("|---:|---:|---:|")
     for pair, wall in sorted(clocked.pairs.items()):
         print(f"| {pair} | {wall:.2f} | {per_pair[pair]:.2f} |")
+    print()
+    print("\n".join(turn_lines(worker_module.COMMAND_SECONDS)))
     print("\ncommands: seconds (count)")
     for name, (count, total) in sorted(worker_module.COMMAND_SECONDS.items(), key=lambda kv: -kv[1][1])[:TOP_COMMANDS]:
         print(f"- {name}: {total:.2f} s ({count})")
+
+
+# A timed call's round trip as the runner tells it (judge.boundary.callframe's `at` and `phases_us`), in order, and
+# the oracle's step between two calls (its `turn` command: the last output checked, the next set written).
+TURN_LEGS = ("to the worker", "before the call", "the call and its syncs", "the checks and the output copy", "the rest",
+             "back from the worker")
+
+
+def turn_lines(tallies: dict) -> list[str]:
+    """A table of a timed turn's parts, milliseconds per call and their share of the turn; none without timed calls."""
+    calls, wall = tallies.get("timed", (0, 0.0))
+    if not calls:
+        return []
+    step_count, step_s = tallies.get("turn", (0, 0.0))
+    rows = [(f"the record's round trip: {leg} (the runner's own account)",
+             tallies.get(f"timed.{leg} (its own account)", (0, 0.0))[1]) for leg in TURN_LEGS]
+    rows.append(("the oracle's step between calls (its `turn` command)", step_s))
+    total = wall + step_s
+    lines = [f"a timed turn: {calls} calls, {1e3 * total / calls:.2f} ms each ({step_count} oracle steps)",
+             "", "| part | ms per call | share |", "|---|---:|---:|"]
+    lines += [f"| {name} | {1e3 * seconds / calls:.3f} | {seconds / total:.0%} |" for name, seconds in rows]
+    return lines
 
 
 if __name__ == "__main__":

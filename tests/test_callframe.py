@@ -5,7 +5,9 @@ kernel's, and one judge does not take (a tensor subclass, a tuple or dict subcla
 refused; what it changed of torch or builtins is named by the audit.""" 
 
 import collections
+import importlib.util
 import json
+import math
 import os
 import re
 import shutil
@@ -14,11 +16,14 @@ from pathlib import Path
 import pytest
 
 from judge.boundary import callframe, output_copy
+from judge.sandbox import worker
 from judge.stages.check import check
 from judge.stages.evaluation import Evaluator
 from judge.targets import load_target
+from judge.stages.timing import turns
 from judge.stages.timing.stage import run_timing
 
+ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "gpumode" / "vecadd"
 BASE = (FIXTURE / "variants" / "correct.py").read_text()
 
@@ -85,6 +90,33 @@ def timed(tmp_path, mixin: str):
     base = target.assemble(tmp_path / "base", BASE)
     cand = target.assemble(tmp_path / "cand", BASE + "\n\n_rt_base = custom_kernel\n\n" + mixin)
     return run_timing(target, cand, base, budget_s=1, timeout_s=300)
+
+
+def test_a_timed_call_s_reply_says_when_it_arrived_and_what_its_parts_took(tmp_path):
+    """Each timed call's round trip, split by the runner's own account (on the clock both processes share) into the
+    way there, its parts and the way back, which add up to the parent's wall clock: tallied for
+    benchmarks/pair_breakdown.py, never read by a verdict."""
+    worker.COMMAND_SECONDS.clear()
+    result = timed(tmp_path, "def custom_kernel(data):\n    return _rt_base(data)\n")
+    assert result.status == "passed"
+    tally, calls = worker.COMMAND_SECONDS, worker.COMMAND_SECONDS["timed"][0]
+    legs = ["to the worker", "before the call", "the call and its syncs", "the checks and the output copy",
+            "the rest", "back from the worker"]
+    assert calls >= 2 * 3 * turns.FEWEST_STEADY  # two runners, three pairs at least
+    assert [tally[f"timed.{leg} (its own account)"][0] for leg in legs] == [calls] * len(legs)
+    assert math.isclose(sum(tally[f"timed.{leg} (its own account)"][1] for leg in legs), tally["timed"][1],
+                        rel_tol=1e-6)
+    lines = _pair_breakdown().turn_lines(tally)  # its table: one row per leg and the oracle's step
+    assert lines[0].startswith(f"a timed turn: {calls} calls, ") and len(lines) == 4 + len(legs) + 1
+    assert [line.split(" | ")[0] for line in lines[4:-1]] == \
+        [f"| the record's round trip: {leg} (the runner's own account)" for leg in legs]
+
+
+def _pair_breakdown():
+    spec = importlib.util.spec_from_file_location("pair_breakdown", ROOT / "benchmarks" / "pair_breakdown.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_a_thread_a_timed_call_starts_is_named(tmp_path):

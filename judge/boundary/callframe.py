@@ -283,6 +283,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
             if length(raw) != 28:
                 return {"calls": calls, "ended": "the command pipe closed"}
             magic, serial, op, clock, copy, spin, null_cycles = unpack(raw)
+            received = perf()  # the phases of the call, for the parent's tally: shown, never trusted
             if magic != b"JCAL" or op == 3:
                 return {"calls": calls, "ended": "stop" if op == 3 else "a record judge did not send"}
             if op == 2:
@@ -371,6 +372,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 h1 = perf()
                 us = (h1 - h0) * 1e6
                 swapped = builtins_replaced(dict_get, builtins_now, builtins_then, missing)
+            synced = perf()
             monitored = monitoring_off(mon_get, mon_set, mon_local, code, range_)
             calls += 1
             kept.append(out)
@@ -386,6 +388,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                         sync()
                 except base_exception as error:  # a fault of the kernel's GPU work that surfaced in the copy
                     raised = error
+            taken = perf()
             if raised is None and remake is not None:
                 try:
                     datas[copy] = remake(copy)
@@ -404,14 +407,18 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 kept_bytes = max_(kept_bytes, allocated() - held_before)
             threads, where = threads_now(frames, length, v["str"], workspace, code)
             others_mark = others_cpu(frames, own, clock_of, cpu_ns, base_exception, {})[1]
-            write(reply_fd, b'{"serial": %d, "ok": true, "value": {"status": %d, "us": %a, "tail_us": %a, '
-                  b'"host_us": %a, "null_tail_us": %a, "leaves": [%s], "structure": %s, "problem": %s, "modes": %d, '
-                  b'"hooks": %d, "monitoring": %d, "dispatch_changed": %d, "threads": %d, "thread_in_kernel": %s, '
-                  b'"others_cpu_us": %a, "release": %d, "builtins": [%s]}}\n'
-                  % (serial, 2 if problem else 0, us, tail, (h1 - h0) * 1e6, null, leaves, structure,
-                     json_str(problem).encode(), modes, hooks, monitored, digest != digest_before,
+            replied = perf()
+            write(reply_fd, b'{"serial": %d, "ok": true, "at": [%a, %a], "value": {"status": %d, "us": %a, '
+                  b'"tail_us": %a, "host_us": %a, "null_tail_us": %a, "leaves": [%s], "structure": %s, "problem": %s, '
+                  b'"modes": %d, "hooks": %d, "monitoring": %d, "dispatch_changed": %d, "threads": %d, '
+                  b'"thread_in_kernel": %s, "others_cpu_us": %a, "release": %d, "builtins": [%s], "phases_us": '
+                  b'{"before the call": %a, "the call and its syncs": %a, "the checks and the output copy": %a, '
+                  b'"the rest": %a}}}\n'
+                  % (serial, received, replied, 2 if problem else 0, us, tail, (h1 - h0) * 1e6, null, leaves,
+                     structure, json_str(problem).encode(), modes, hooks, monitored, digest != digest_before,
                      threads - threads_before if counted else 0, json_str(where).encode(), between / 1e3,
-                     kept_bytes > keep_limit, join([encode(json_str(name)) for name in swapped])))
+                     kept_bytes > keep_limit, join([encode(json_str(name)) for name in swapped]),
+                     (h0 - received) * 1e6, (synced - h0) * 1e6, (taken - synced) * 1e6, (replied - taken) * 1e6))
     finally:
         sigmask(sig_setmask, old_mask)
         if was_enabled:

@@ -74,6 +74,23 @@ def tally(name: str, seconds: float) -> None:
     entry[1] += seconds
 
 
+def _tally_reply(name: str, reply: "Reply", start: float, end: float) -> None:
+    """A reply's wall seconds from its send (`start`) to its arrival (`end`), set on it and tallied under `name`; where
+    the worker says when the command arrived and its reply left (`at`, on the clock both processes share) and what
+    its parts took (`phases_us`), those too: shown, never trusted (benchmarks/pair_breakdown.py prints them)."""
+    reply.wall_s = end - start
+    tally(name, reply.wall_s)
+    at = reply.at
+    if isinstance(at, list) and len(at) == 2 and all(isinstance(t, float) for t in at):
+        tally(f"{name}.to the worker (its own account)", at[0] - start)
+        tally(f"{name}.back from the worker (its own account)", end - at[1])
+    phases = reply.value.get("phases_us") if isinstance(reply.value, dict) else None
+    if isinstance(phases, dict):
+        for phase, us in phases.items():
+            if isinstance(us, (int, float)):
+                tally(f"{name}.{phase} (its own account)", us * 1e-6)
+
+
 def time_left(deadline: float) -> float:
     """Seconds until a stage's deadline (time.monotonic), for the next command's limit; past it, the stage
     has run out of time."""
@@ -231,18 +248,7 @@ class Worker:
         if self.frozen:  # after the send: a frozen worker wakes once, to a command already waiting for it
             self.thaw()
         reply = self._read(serial, timeout_s)
-        end = time.perf_counter()
-        reply.wall_s = end - start
-        tally(op, reply.wall_s)
-        at = reply.at
-        if isinstance(at, list) and len(at) == 2 and all(isinstance(t, float) for t in at):
-            tally(f"{op}.to the worker (its own account)", at[0] - start)  # shown, never trusted
-            tally(f"{op}.back from the worker (its own account)", end - at[1])
-        phases = reply.value.get("phases_us") if isinstance(reply.value, dict) else None
-        if isinstance(phases, dict):  # the worker's own account of its parts: shown, never trusted
-            for phase, us in phases.items():
-                if isinstance(us, (int, float)):
-                    tally(f"{op}.{phase} (its own account)", us * 1e-6)
+        _tally_reply(op, reply, start, time.perf_counter())
         return reply
 
     def enter(self, op: str, timeout_s: float, **args) -> tuple[int, Reply]:
@@ -268,8 +274,7 @@ class Worker:
         if self.frozen:
             self.thaw()
         reply = self._read(self._serial, timeout_s)
-        reply.wall_s = time.perf_counter() - start
-        tally(name, reply.wall_s)
+        _tally_reply(name, reply, start, time.perf_counter())
         return reply
 
     def leave(self, stop_record: bytes, serial: int, timeout_s: float) -> Reply:
