@@ -45,6 +45,20 @@ def test_a_reply_is_read_polled_or_not_and_both_legs_are_tallied(tmp_path, poll_
     assert 0 <= legs <= reply.wall_s == tally["load"][1]
 
 
+def test_a_reply_s_own_account_is_tallied_for_its_first_few_short_names_only():
+    """A kernel may write a reply line of its own: the parts of its account that judge tallies are the first
+    MAX_PHASES, each named in at most MAX_PHASE_CHARS characters, so no reply can grow judge's tally without bound."""
+    worker.COMMAND_SECONDS.clear()
+    phases = {"x" * (worker.MAX_PHASE_CHARS + 1): 5.0, **{f"part {i}": 1.0 for i in range(1000)}}
+    reply = worker.Reply({"phases_us": phases}, 0.0, [0.5, 0.75])
+    worker._tally_reply("timed", reply, 0.25, 1.0)
+    assert reply.wall_s == 0.75
+    assert worker.COMMAND_SECONDS == {
+        "timed": [1, 0.75], "timed.to the worker (its own account)": [1, 0.25],
+        "timed.back from the worker (its own account)": [1, 0.25],
+        **{f"timed.part {i} (its own account)": [1, 1e-6] for i in range(worker.MAX_PHASES - 1)}}
+
+
 def test_a_command_that_hangs_is_timed_out_while_the_parent_polls(tmp_path):
     target = load_target(TARGET)
     source = "import time\ntime.sleep(30)\n" + target.kernel_source()

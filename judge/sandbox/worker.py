@@ -39,6 +39,9 @@ FROZEN_SEND_BYTES = 16 << 10
 # The parent's wall seconds and count per command name (the op), over every worker of this process: where a
 # round's time goes, for judge's own benchmarks (benchmarks/judge_selfcheck.py); reset by whoever reads it.
 COMMAND_SECONDS: dict[str, list] = {}
+# The parts of a reply's own account that are tallied (a runner's code can write a reply line of its own): the first
+# few, with names no longer than this.
+MAX_PHASES, MAX_PHASE_CHARS = 8, 64
 
 
 class WorkerError(Exception):
@@ -85,9 +88,9 @@ def _tally_reply(name: str, reply: "Reply", start: float, end: float) -> None:
         tally(f"{name}.to the worker (its own account)", at[0] - start)
         tally(f"{name}.back from the worker (its own account)", end - at[1])
     phases = reply.value.get("phases_us") if isinstance(reply.value, dict) else None
-    if isinstance(phases, dict):
-        for phase, us in phases.items():
-            if isinstance(us, (int, float)):
+    if isinstance(phases, dict):  # a kernel may write its own reply line: a few short names, or none of them
+        for phase, us in list(phases.items())[:MAX_PHASES]:
+            if isinstance(us, (int, float)) and len(phase) <= MAX_PHASE_CHARS:
                 tally(f"{name}.{phase} (its own account)", us * 1e-6)
 
 
