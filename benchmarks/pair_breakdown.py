@@ -43,6 +43,9 @@ class Clocked:
         self.turns: dict[tuple[int, int], tuple[float, int]] = {}
         self.runners: list[float] = []
         self.pair = 0
+        # per benchmark, over its pairs: the tallies of its timed turns (worker_module.COMMAND_SECONDS' "timed*" and
+        # "turn" entries, as [count, seconds]) and its calls' own times ("call us": [count, microseconds])
+        self.legs: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(lambda: [0, 0.0]))
 
     def install(self) -> None:
         time_pair, benchmark, enter, run = stage.time_pair, stage._benchmark, stage._enter_frames, turns.PairTurns.run
@@ -72,12 +75,20 @@ class Clocked:
                 clocked.frames[(clocked.pair, index)] = time.perf_counter() - began
 
         def timed_run(self):
-            began = time.perf_counter()
+            began, before = time.perf_counter(), turn_tallies(worker_module.COMMAND_SECONDS)
             try:
                 return run(self)
             finally:
                 calls = len(self.series[("base", self.analysed_clock())])
                 clocked.turns[(clocked.pair, self.index)] = (time.perf_counter() - began, calls)
+                legs = clocked.legs[self.index]
+                for name, (count, seconds) in turn_tallies(worker_module.COMMAND_SECONDS).items():
+                    then = before.get(name, (0, 0.0))
+                    legs[name][0] += count - then[0]
+                    legs[name][1] += seconds - then[1]
+                reps = [rep["us"] for series in self.series.values() for rep in series]
+                legs["call us"][0] += len(reps)
+                legs["call us"][1] += sum(reps)
 
         def timed_acquire(lease, *args, **kwargs):
             began = time.perf_counter()
@@ -123,6 +134,8 @@ def main() -> None:
         print(f"| {pair} | {wall:.2f} | {per_pair[pair]:.2f} |")
     print()
     print("\n".join(turn_lines(worker_module.COMMAND_SECONDS)))
+    print()
+    print("\n".join(benchmark_turn_lines(clocked.legs)))
     print("\ncommands: seconds (count)")
     for name, (count, total) in sorted(worker_module.COMMAND_SECONDS.items(), key=lambda kv: -kv[1][1])[:TOP_COMMANDS]:
         print(f"- {name}: {total:.2f} s ({count})")
@@ -148,6 +161,37 @@ def turn_lines(tallies: dict) -> list[str]:
              "", "| part | ms per call | share |", "|---|---:|---:|"]
     lines += [f"| {name} | {1e3 * seconds / calls:.3f} | {seconds / total:.0%} |" for name, seconds in rows]
     return lines
+
+
+def turn_tallies(tallies: dict) -> dict[str, tuple[int, float]]:
+    """The tallies of the timed turns: the records' ("timed" and their legs) and the oracle's steps ("turn")."""
+    return {name: (entry[0], entry[1]) for name, entry in tallies.items()
+            if name in ("timed", "turn") or name.startswith("timed.")}
+
+
+def benchmark_turn_lines(legs: dict[int, dict[str, list]]) -> list[str]:
+    """Per benchmark, over its pairs and every runner: milliseconds per timed call of the kernel's own call (its
+    analysed and other clock alike), of the runner's parts of the round trip, of the oracle's step, and of the whole
+    turn; none without timed calls."""
+    rows = []
+    for index in sorted(legs):
+        tally = legs[index]
+        calls = tally["timed"][0]
+        if not calls:
+            continue
+        part = {leg: tally[f"timed.{leg} (its own account)"][1] for leg in TURN_LEGS}
+        on_the_way = part["to the worker"] + part["back from the worker"] + part["the rest"]
+        ms = [1e-3 * tally["call us"][1] / max(1, tally["call us"][0])] + \
+            [1e3 * seconds / calls for seconds in (part["before the call"], part["the call and its syncs"],
+                                                  part["the checks and the output copy"], on_the_way,
+                                                  tally["turn"][1], tally["timed"][1] + tally["turn"][1])]
+        rows.append(f"| {index} | {calls} | " + " | ".join(f"{v:.2f}" for v in ms) + " |")
+    if not rows:
+        return []
+    return ["per benchmark, ms per timed call (every runner, every pair)", "",
+            "| benchmark | calls | the kernel's call | before the call | the call, spin and syncs | checks and output copy "
+            "| to, back and the rest | the oracle's step | the turn |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"] + rows
 
 
 if __name__ == "__main__":

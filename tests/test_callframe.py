@@ -112,6 +112,18 @@ def test_a_timed_call_s_reply_says_when_it_arrived_and_what_its_parts_took(tmp_p
         [f"| the record's round trip: {leg} (the runner's own account)" for leg in legs]
 
 
+def test_pair_breakdown_splits_each_benchmark_s_turns_into_the_call_the_spin_and_judge_s_own_parts():
+    module = _pair_breakdown()
+    legs = {f"timed.{leg} (its own account)": [4, seconds] for leg, seconds in zip(
+        module.TURN_LEGS, (0.0004, 0.002, 0.012, 0.001, 0.0002, 0.0004))}
+    tally = {"timed": [4, 0.016], "turn": [5, 0.006], "call us": [4, 20_000.0], **legs}
+    assert module.benchmark_turn_lines({3: tally, 4: {"timed": [0, 0.0]}})[2:] == [
+        "| benchmark | calls | the kernel's call | before the call | the call, spin and syncs | checks and output copy "
+        "| to, back and the rest | the oracle's step | the turn |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| 3 | 4 | 5.00 | 0.50 | 3.00 | 0.25 | 0.25 | 1.50 | 5.50 |"]
+
+
 def _pair_breakdown():
     spec = importlib.util.spec_from_file_location("pair_breakdown", ROOT / "benchmarks" / "pair_breakdown.py")
     module = importlib.util.module_from_spec(spec)
