@@ -189,8 +189,8 @@ def benchmark_turn_lines(legs: dict[int, dict[str, list]]) -> list[str]:
     if not rows:
         return []
     return ["per benchmark, ms per timed call (every runner, every pair)", "",
-            "| benchmark | calls | the kernel's call | before the call | the call, spin and syncs | checks and output copy "
-            "| to, back and the rest | the oracle's step | the turn |",
+            "| benchmark | calls | the kernel's call | before the call | the call, spin and syncs "
+            "| checks and output copy | to, back and the rest | the oracle's step | the turn |",
             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"] + rows
 
 
