@@ -720,6 +720,7 @@ def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: f
                       log_path=scratch / "run.log", interrupt_first=True, marks=(VERDICT_EVENT,))
     out |= {"rc": ran.rc, "seconds": ran.seconds, "memory": ran.memory,
             "last_verdict_s": ran.marks.get(VERDICT_EVENT)}
+    out["parts_s"] = round_parts(scratch / "run.log")
     try:
         summaries = json.loads(ran.stdout)
     except json.JSONDecodeError:
@@ -745,6 +746,38 @@ def run_judge(problem: Path, subs: list[Submission], scratch: Path, timeout_s: f
         out["verdicts"] = {name: {"outcome": e["outcome"], "reason": e["reason"]} for name, e in evaluations.items()
                            if name in out["accepted"]}
     return out
+
+
+def round_parts(log_path: Path) -> Optional[dict]:
+    """Where a round's wall clock went up to its last verdict, from its event log (each line its second and a `judge
+    run --json` event): the start (probe, the base's compile), the base's check, the candidates' checks up to the
+    first timing, and the timing to the last verdict, each in seconds; None where the log does not show them."""
+    events = []
+    try:
+        for line in log_path.read_text(errors="replace").splitlines():
+            at, _, text = line.strip().partition(" ")
+            try:
+                events.append((float(at), json.loads(text)))
+            except ValueError:
+                continue
+    except OSError:
+        return None
+    first = {}
+    for at, event in events:
+        kind, who, stage = event.get("kind"), event.get("proposal"), str(event.get("stage", ""))
+        key = ("base check" if (kind, who, stage) == ("stage", "(base)", "correctness") else
+               "base done" if (kind, who) == ("evaluated", "(base)") else
+               "timing" if kind == "stage" and who != "(base)" and stage.startswith(("timing", "the base against"))
+               and "base done" in first else None)  # a control beside the base's check (two workers) is not yet
+        if key is not None:
+            first.setdefault(key, at)
+    verdicts = [at for at, event in events if event.get("kind") == "verdict"]
+    if not verdicts or not {"base check", "base done"} <= set(first):
+        return None
+    timing = first.get("timing", verdicts[-1])
+    return {"start": round(first["base check"], 1), "base check": round(first["base done"] - first["base check"], 1),
+            "candidates' checks": round(max(0.0, timing - first["base done"]), 1),
+            "timing": round(max(0.0, verdicts[-1] - timing), 1)}
 
 
 def submit(ledger: Path, kernels: Path, proposals: Path, ids: list[str], scratch: Path, timeout_s: float) -> dict:
@@ -1004,6 +1037,10 @@ def problem_markdown(result: dict, total_mib: Optional[float]) -> str:
         lines.append("judge's stages, summed over its evaluations: "
                      + ", ".join(f"{name} {value:.1f} s" for name, value in stages.items() if value)
                      + "".join(f"; the {who} {own[who]:.1f} s" for who in ("base", "control") if who in own))
+    parts = judge.get("parts_s")
+    if parts:
+        lines.append("judge's round to its last verdict, from its event log: " + ", ".join(
+            f"{name} {value:.1f} s" for name, value in parts.items()))
     lines += [f"note: {cell(n)}" for n in result.get("notes", [])]
     lines += ["", "| submission | kind | judge | judge s | eval.py leaderboard | lb s | benchmark s | eval.py peak MiB "
                   "| honest |", "|---|---|---|---:|---|---:|---:|---:|---|"]

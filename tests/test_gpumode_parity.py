@@ -315,6 +315,32 @@ def test_a_problems_table_states_the_ratio_the_peaks_and_each_rows_honesty():
         "| wrong-variant | variant | incorrect | 3.0 | fail: benchmark 0: mismatch | 30.0 | - | 2,000 | ok |"]
 
 
+def test_the_round_s_wall_clock_is_split_from_its_event_log_and_stated_under_the_judge_line(tmp_path):
+    """A local round's event log (each line its second, then the event): the start up to the base's check, the
+    check, the candidates' checks up to the first timing, the timing to the last verdict. A control run beside the
+    base's check (two workers) does not start the timing; a line that is not an event is passed over."""
+    log = tmp_path / "run.log"
+    log.write_text("\n".join([
+        '    0.80 {"kind": "stage", "proposal": "(base)", "stage": "compile"}',
+        '    3.40 {"kind": "stage", "proposal": "(base)", "stage": "correctness"}',
+        '    3.41 {"kind": "stage", "proposal": "(control)", "stage": "the base against an identical copy of itself, '
+        'beside the base\'s check"}',
+        '   15.30 {"kind": "evaluated", "proposal": "(base)", "seconds": 11.9}',
+        '   35.00 {"kind": "verdict", "proposal": "wrong", "outcome": "incorrect"}',
+        '   35.10 {"kind": "stage", "proposal": "identical", "stage": "timing, in one process group of 3 kernels"}',
+        "judge oracle: a line of the oracle's log appended after the events",
+        '  116.20 {"kind": "verdict", "proposal": "identical", "outcome": "unchanged"}',
+        '  117.30 {"kind": "stage", "proposal": "(base)", "stage": "profile"}']) + "\n")
+    parts = parity.round_parts(log)
+    assert parts == {"start": 3.4, "base check": 11.9, "candidates' checks": 19.8, "timing": 81.1}
+    assert parity.round_parts(tmp_path / "missing.log") is None
+    line = [l for l in parity.problem_markdown(
+        {"problem": "linalg/cholesky_py", "ranking_by": "geom", "benchmarks": 15, "notes": [], "submissions": [],
+         "judge": {"submitted": 4, "parts_s": parts}, "summary": {}}, 143771.0).splitlines() if "event log" in l]
+    assert line == ["judge's round to its last verdict, from its event log: start 3.4 s, base check 11.9 s, "
+                    "candidates' checks 19.8 s, timing 81.1 s"]
+
+
 def _judge_line(judge: dict, summary: dict) -> str:
     """The judge line of cholesky_py's table (15 benchmarks) on an H200."""
     return parity.problem_markdown({"problem": "linalg/cholesky_py", "ranking_by": "geom", "benchmarks": 15,
