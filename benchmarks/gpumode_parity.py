@@ -765,10 +765,12 @@ def round_parts(log_path: Path) -> Optional[dict]:
     first = {}
     for at, event in events:
         kind, who, stage = event.get("kind"), event.get("proposal"), str(event.get("stage", ""))
+        # the timing starts with the first timing stage after the base's check: a control started beside the check
+        # (a dispatch of two workers) does not start it
         key = ("base check" if (kind, who, stage) == ("stage", "(base)", "correctness") else
                "base done" if (kind, who) == ("evaluated", "(base)") else
                "timing" if kind == "stage" and who != "(base)" and stage.startswith(("timing", "the base against"))
-               and "base done" in first else None)  # a control beside the base's check (two workers) is not yet
+               and "base done" in first else None)
         if key is not None:
             first.setdefault(key, at)
     verdicts = [at for at, event in events if event.get("kind") == "verdict"]
