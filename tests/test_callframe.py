@@ -252,8 +252,9 @@ def test_the_frame_refuses_primitives_that_are_not_c_code():
     # os.write, not print: Ray's driver replaces builtins.print with a Python function (ray.experimental.tqdm_ray)
     values = {"read": len, "write": os.write, "perf": lambda: 0.0, "type": type, "mine": object}
     assert callframe.not_c_level(values) == ["perf"]
-    assert callframe.command(7, callframe.OP_CALL, "gpu", 3, 100, 5) == callframe.COMMAND.pack(
-        b"JCAL", 7, 1, 1, 3, 100, 5)
+    assert callframe.command(7, callframe.OP_CALL, "gpu", 3, 100, 5, 60) == callframe.COMMAND.pack(
+        b"JCAL", 7, 1, 1, 3, 100, 5, 60)
+    assert callframe.COMMAND.size == 36
 
 
 # ---- the frame's copy of an output, in this process -------------------------------------------------------

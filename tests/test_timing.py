@@ -253,15 +253,21 @@ def test_an_answer_kept_for_an_input_object_is_caught_in_timing(tmp_path, small_
                     r"far from the reference", result.summary), result.summary
 
 
-def test_every_runner_spins_the_cycles_the_base_runners_rate_gives():
+def test_every_runner_waits_the_cycles_the_base_runners_rate_gives_at_least_what_the_slowest_launch_needs():
     target = load_target(FIXTURE)
     warm_up = [("base", {"host_us": [20.0, 20.0, 21.0, 19.0, 20.0, 22.0, 20.0, 500.0], "cycles_per_us": 1980.0}),
                ("cand", {"host_us": [20.0, 20.0, 20.0, 20.0], "cycles_per_us": 1.0})]  # a candidate's rate is not used
-    assert timing._spin(target, warm_up) == {"us": 100.0, "cycles": {"spin": 198000, "null": 198000}}
+    # at most 40 + 3 x 20 us, at least 40 + 1.25 x 20 us; the null tail's spin is the least
+    assert timing._spin(target, warm_up) == {"us": 65.0, "most_us": 100.0,
+                                             "cycles": {"spin": 198000, "least": 128700, "null": 128700}}
     quick = [(name, {**reply, "host_us": [1.0] * 4}) for name, reply in warm_up]
-    assert timing._spin(target, quick) == {"us": 43.0, "cycles": {"spin": 85140, "null": 118800}}  # null: 60 us at least
+    assert timing._spin(target, quick) == {"us": 41.25, "most_us": 43.0,  # null: 60 us at least
+                                           "cycles": {"spin": 85140, "least": 81675, "null": 118800}}
+    heavy = [warm_up[0], ("cand", {"host_us": [200.0] * 8, "cycles_per_us": 1.0})]  # its launch sizes everyone's least
+    assert timing._spin(target, heavy) == {"us": 290.0, "most_us": 640.0,
+                                           "cycles": {"spin": 1267200, "least": 574200, "null": 574200}}
     target.arch = "cpu"
-    assert timing._spin(target, warm_up) == {"us": 0.0, "cycles": {"spin": 0, "null": 0}}
+    assert timing._spin(target, warm_up) == {"us": 0.0, "cycles": {"spin": 0, "least": 0, "null": 0}}
 
 
 class _FakeRunner:
@@ -271,8 +277,8 @@ class _FakeRunner:
         self.pid, self.sent, self.frozen, self.times, self.tail_us = pid, [], 0, times, tail_us
 
     def record(self, record_for, timeout_s, name="call"):
-        magic, serial, op, clock, copy, spin, null = callframe.COMMAND.unpack(record_for(len(self.sent) + 1))
-        self.sent.append({"op": op, "clock": clock, "copy": copy, "spin": spin, "null": null})
+        magic, serial, op, clock, copy, spin, null, least = callframe.COMMAND.unpack(record_for(len(self.sent) + 1))
+        self.sent.append({"op": op, "clock": clock, "copy": copy, "spin": spin, "null": null, "least": least})
         value = {"status": 0, "us": self.times(len(self.sent)), "tail_us": self.tail_us, "host_us": 3.0, "null_tail_us": 4.0 if null else -1.0,
                  "leaves": [["device", 0, 0, [4], [1]]], "problem": "", "modes": 0, "hooks": 0, "monitoring": 0,
                  "dispatch_changed": 0, "threads": 0, "thread_in_kernel": "", "release": 0}
@@ -295,14 +301,14 @@ class _FakeOracle:
 def test_a_pair_takes_turns_with_the_oracle_in_between_and_measures_the_null_tail_one_gpu_call_in_four():
     ev = _FakeOracle()
     runners = {"base": _FakeRunner(11), "cand": _FakeRunner(22)}
-    spin = {"us": 100.0, "cycles": {"spin": 198000, "null": 199000}}
+    spin = {"us": 100.0, "most_us": 200.0, "cycles": {"spin": 396000, "least": 198000, "null": 199000}}
     pair = turns.PairTurns(ev, "k", 0, runners, ["gpu", "call"], "gpu", 8, 2, spin, random.Random(1), "base",
                            time.monotonic() + 60)
     pair.run()
     gpu = [r for r in runners["base"].sent if r["clock"] == callframe.CLOCKS["gpu"]]
     assert len(gpu) == turns.REPS_PER_PAIR
     assert [r["null"] for r in gpu[:5]] == [199000, 0, 0, 0, 199000]
-    assert {r["spin"] for r in gpu} == {198000}
+    assert {(r["least"], r["spin"]) for r in gpu} == {(198000, 396000)}  # every call waits from its least to its most
     assert [r["copy"] for r in gpu[:4]] == [0, 1, 0, 1]  # each clock takes the copies in turn
     steps = [args for op, args in ev.asked if op == "turn"]
     assert steps[0]["verify"] is None and steps[0]["stage"]["runners"] == [11]
@@ -312,7 +318,7 @@ def test_a_pair_takes_turns_with_the_oracle_in_between_and_measures_the_null_tai
     assert first_two == [11, 22, 22, 11]  # who goes first alternates from round to round
     reps = pair.series[("base", "gpu")]
     assert [r["null_tail_us"] for r in reps[:5]] == [4.0, None, None, None, 4.0]
-    assert [r["spin_us"] for r in reps[:2]] == [100.0, 100.0]  # the parent's, not the runner's
+    assert [r["spin_us"] for r in reps[:2]] == [100.0, 100.0]  # the parent's, not the runner's: the wait's least
 
 
 def _pair_of(base_times, cand_times, reps=turns.REPS_PER_PAIR, cand_tail_us=5.0, steady=turns.PRECISE_REPS):

@@ -41,8 +41,8 @@ from json.encoder import c_encode_basestring_ascii as json_string  # C: a str as
 
 from .output_copy import output_objects, output_values, taker
 
-# Parent -> frame: magic, serial, op, clock, copy, spin cycles, null-tail cycles (28 bytes).
-COMMAND = struct.Struct("<4sIBBHqq")
+# Parent -> frame: magic, serial, op, clock, copy, the GPU wait's most cycles, null-tail cycles, its least (36 bytes).
+COMMAND = struct.Struct("<4sIBBHqqq")
 MAGIC = b"JCAL"
 OP_CALL, OP_RELEASE, OP_STOP = 1, 2, 3
 CLOCKS = {"none": 0, "gpu": 1, "call": 2, "host": 3}
@@ -63,9 +63,10 @@ _HEAP_TYPE = 1 << 9
 
 
 def command(serial: int, op: int, clock: str = "none", copy: int = 0, spin_cycles: int = 0,
-            null_cycles: int = 0) -> bytes:
-    """One record for the frame (the parent's side)."""
-    return COMMAND.pack(MAGIC, serial, op, CLOCKS[clock], copy, spin_cycles, null_cycles)
+            null_cycles: int = 0, least_cycles: int = 0) -> bytes:
+    """One record for the frame (the parent's side): a GPU-clock call waits `least_cycles` to `spin_cycles` behind
+    judge.boundary.gpu_wait's wait, or spins `spin_cycles` where the runner has none."""
+    return COMMAND.pack(MAGIC, serial, op, CLOCKS[clock], copy, spin_cycles, null_cycles, least_cycles)
 
 
 class Primitives:
@@ -128,6 +129,16 @@ class Primitives:
                                elapsed=event.elapsed_time, ev_sync=event.synchronize,
                                mem_stats=torch._C._cuda_memoryStats, get_device=torch._C._cuda_getDevice)
         self.digest = dispatch_digest(self.values["dump"])
+        self.wait = None
+
+    def bind_wait(self, wait) -> None:
+        """judge.boundary.gpu_wait's wait (or None), and the C-level reads the frame checks its objects by."""
+        from .gpu_wait import frame_primitives
+
+        self.wait = wait
+        values, objects = frame_primitives(wait) if wait is not None else ({}, {})
+        self.values.update(values)
+        self.objects.update(objects)
 
 
 def dispatch_digest(dump) -> int:
@@ -271,6 +282,11 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
             return mem_stats(device)["allocated_bytes"]["all"]["current"]
 
         held_before = allocated()
+    wait, wait_changed, record_size = prims.wait if cuda else None, 0, COMMAND.size
+    if wait is not None:  # judge.boundary.gpu_wait's: its ctypes objects as bound, the stream's as set for this stretch
+        c_call, tobytes, c_int, launch, page = v["c_call"], v["tobytes"], o["c_int"], o["wait_launch"], o["wait_page"]
+        errcheck_of, argtypes_of, restype_of, pins = v["errcheck_of"], v["argtypes_of"], v["restype_of"], o["wait_pins"]
+        wait_args, held = o["wait_args"], o["wait_held"][:2] + (tobytes(pins[2]),) + o["wait_held"][3:]
     json_str = v["json_str"]
     write(reply_fd, b'{"serial": %d, "ok": true, "value": {"entered": true, "found": [%s]}}\n'
           % (entered_serial, ", ".join(json_str(f) for f in found).encode()))
@@ -279,10 +295,10 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
     others_mark = others_cpu(frames, own, clock_of, cpu_ns, base_exception, {})[1]
     try:
         while True:
-            raw = read(cmd_fd, 28)
-            if length(raw) != 28:
+            raw = read(cmd_fd, record_size)
+            if length(raw) != record_size:
                 return {"calls": calls, "ended": "the command pipe closed"}
-            magic, serial, op, clock, copy, spin, null_cycles = unpack(raw)
+            magic, serial, op, clock, copy, spin, null_cycles, least = unpack(raw)
             received = perf()  # the phases of the call, for the parent's tally: shown, never trusted
             if magic != b"JCAL" or op == 3:
                 return {"calls": calls, "ended": "stop" if op == 3 else "a record judge did not send"}
@@ -294,7 +310,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 continue
             data = datas[copy]
             null, tail, raised = -1.0, 0.0, None
-            if clock == 1:  # gpu: the launch hidden behind a spin, events on the stream; the tail after a sync
+            if clock == 1:  # gpu: the launch hidden behind a wait, events on the stream; the tail after a sync
                 sync()
                 if null_cycles:
                     sleep(null_cycles)
@@ -303,7 +319,15 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                     record(end_ev, stream)
                     ev_sync(end_ev)
                     null = elapsed(stream_end_ev, end_ev) * 1e3
-                sleep(spin)
+                armed = wait is not None  # the wait, where nothing its launch reads was changed; else the spin
+                if armed:
+                    armed = tuple_([tobytes(pin) for pin in pins]) == held and errcheck_of(launch) is None and \
+                        argtypes_of(launch) is None and restype_of(launch) is c_int
+                    wait_changed |= not armed
+                    page[1], page[2], page[3] = serial, least, spin
+                    armed = armed and c_call(launch, *wait_args) == 0
+                if not armed:
+                    sleep(spin)
                 between = others_cpu(frames, own, clock_of, cpu_ns, base_exception, others_mark)[0]
                 record(start_ev, stream)
                 h0 = perf()
@@ -320,6 +344,8 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 swapped = builtins_replaced(dict_get, builtins_now, builtins_then, missing)
                 sigmask(sig_block, blocked)
                 handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
+                if wait is not None:  # the call's launches are in: the wait ends (it reads this word over the bus)
+                    page[0] = serial
                 try:
                     sync()
                     record(end_ev, stream)
@@ -411,13 +437,14 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
             write(reply_fd, b'{"serial": %d, "ok": true, "at": [%a, %a], "value": {"status": %d, "us": %a, '
                   b'"tail_us": %a, "host_us": %a, "null_tail_us": %a, "leaves": [%s], "structure": %s, "problem": %s, '
                   b'"modes": %d, "hooks": %d, "monitoring": %d, "dispatch_changed": %d, "threads": %d, '
-                  b'"thread_in_kernel": %s, "others_cpu_us": %a, "release": %d, "builtins": [%s], "phases_us": '
+                  b'"thread_in_kernel": %s, "others_cpu_us": %a, "release": %d, "builtins": [%s], "wait_changed": %d, '
+                  b'"phases_us": '
                   b'{"before the call": %a, "the call and its syncs": %a, "the checks and the output copy": %a, '
                   b'"the rest": %a}}}\n'
                   % (serial, received, replied, 2 if problem else 0, us, tail, (h1 - h0) * 1e6, null, leaves,
                      structure, json_str(problem).encode(), modes, hooks, monitored, digest != digest_before,
                      threads - threads_before if counted else 0, json_str(where).encode(), between / 1e3,
-                     kept_bytes > keep_limit, join([encode(json_str(name)) for name in swapped]),
+                     kept_bytes > keep_limit, join([encode(json_str(name)) for name in swapped]), wait_changed,
                      (h0 - received) * 1e6, (synced - h0) * 1e6, (taken - synced) * 1e6, (replied - taken) * 1e6))
     finally:
         sigmask(sig_setmask, old_mask)

@@ -243,14 +243,19 @@ def _import_heavy(role: str = "runner", preload: list[str] | tuple[str, ...] = (
         pass  # judge.sandbox.confine says so in the runner's confinement
 
 
-def _init_cuda() -> None:
-    """The CUDA context (a fraction of a second): only when the parent says, never while another runner is
-    timed."""
+def _init_cuda(runner: bool) -> None:
+    """The CUDA context (a fraction of a second) and, in a runner, the GPU clock's wait: only when the parent says,
+    never while another runner is timed."""
     import torch
 
-    if torch.cuda.is_available():
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
+    if not torch.cuda.is_available():
+        return
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    if runner:
+        from ..boundary import gpu_wait
+
+        gpu_wait.load()  # the driver compiles its PTX (87 ms on an H200): here, not while a candidate waits for a bind
 
 
 def _wait_for_bind(commands, send, setup: dict, phases: dict, cuda: bool = True) -> tuple[int, dict]:
@@ -263,14 +268,14 @@ def _wait_for_bind(commands, send, setup: dict, phases: dict, cuda: bool = True)
         if op == "exit":  # a spare closed unused
             os._exit(0)
         if op == "cuda":
-            _init_cuda()
+            _init_cuda(setup["role"] == "runner")
             send({"serial": message["serial"], "ok": True, "value": {"cuda": True}})
             continue
         if op != "bind":
             raise SystemExit(f"judge: a spare worker takes cuda, bind or exit, got {op!r}")
         started = _clock()
         if cuda:
-            _init_cuda()
+            _init_cuda(setup["role"] == "runner")
         phases["cuda"] = round((_clock() - started) * 1e6, 1)
         return _bind(message, setup)
 

@@ -37,7 +37,7 @@ from ..lease import RunnerLease
 from ..progress import Progress, quiet
 from ...noise import MAX_PAIRS, MIN_PAIRS, Floor, default_floor, enough_pairs
 from ...boundary import callframe
-from ...boundary.runner import LONG_CALL_US, spin_cycles, spin_for
+from ...boundary.runner import LONG_CALL_US, spin_cycles, spin_for, wait_least
 from ...errors import JudgeError
 from .. import budget
 from ..details import ABSENT, TimingDetail
@@ -377,13 +377,15 @@ def _claimed_call_us(reply) -> float:
 
 
 def _spin(target: Target, warm: list[tuple[str, dict]]) -> dict:
-    """The GPU clock's spin for a benchmark: sized from both runners' warm-up launches, converted to cycles at
-    the base runner's rate, the same cycles for both (a candidate's reported rate would set its own spin)."""
+    """The GPU clock's wait for a benchmark: sized from every member's warm-up launches (at least wait_least of
+    them, at most spin_for), converted to cycles at the base runner's rate, the same cycles for all (a candidate's
+    reported rate would set its own wait). `us` is its least, which every member's turn holds."""
     if target.on_cpu:
-        return {"us": 0.0, "cycles": {"spin": 0, "null": 0}}
-    spin_us = spin_for([us for _, reply in warm for us in reply["host_us"]])
+        return {"us": 0.0, "cycles": {"spin": 0, "least": 0, "null": 0}}
+    most_us = spin_for([us for _, reply in warm for us in reply["host_us"]])
+    least_us = min(most_us, wait_least([reply["host_us"] for _, reply in warm]))
     rate = stats.median([reply["cycles_per_us"] for who, reply in warm if who == "base"])
-    return {"us": spin_us, "cycles": spin_cycles(spin_us, rate)}
+    return {"us": least_us, "most_us": most_us, "cycles": spin_cycles(most_us, rate, least_us)}
 
 
 def _stopped(error: Exception, who: str) -> Stopped:

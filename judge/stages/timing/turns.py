@@ -181,16 +181,16 @@ class PairTurns:
         stage = {"set": set_index, "copy": copy, "runners": [worker.pid], "flush": clock != "host"}
         if not self.check_pending(stage):
             return False
-        spin = null = 0
+        spin = null = least = 0
         if clock == "gpu":
-            spin = self.spin["cycles"]["spin"]
+            spin, least = self.spin["cycles"]["spin"], self.spin["cycles"].get("least", 0)
             gpu_calls = len(self.series[(who, "gpu")])
             null = self.spin["cycles"]["null"] if gpu_calls % NULL_TAIL_EVERY == 0 else 0
         serial_box = []
 
         def record_for(serial: int) -> bytes:
             serial_box.append(serial)
-            return callframe.command(serial, callframe.OP_CALL, clock, copy, spin, null)
+            return callframe.command(serial, callframe.OP_CALL, clock, copy, spin, null, least)
 
         reply = worker.record(record_for, time_left(self.deadline), "timed")
         worker.freeze()
@@ -291,6 +291,8 @@ def frame_flags(out: dict[str, Any]) -> list[str]:
     if out.get("builtins"):
         names = [f"builtins.{name}" for name in out["builtins"]]
         flags.append(f"its call replaced {', '.join(names[:8])}" + (f" and {len(names) - 8} more" if names[8:] else ""))
+    if out.get("wait_changed"):
+        flags.append("its call changed what judge's GPU wait before each call is launched with")
     if out.get("thread_in_kernel"):
         flags.append(f"a thread ran the kernel's code after its call returned ({out['thread_in_kernel']})")
     return flags
