@@ -320,7 +320,7 @@ class TimedBenchmark(Detail):
     method: str = ABSENT  # stream or device-wide (gpu clock), else the clock
     clocks: dict[str, dict] = ABSENT  # per clock: base and candidate medians, speedup, reps
     audit: dict = ABSENT  # wall_excess_us, wall_overhead_us, replay_ratio
-    spin_us: float = ABSENT  # the GPU spin that hides the launch (gpu clock)
+    spin_us: float = ABSENT  # the GPU wait's least, which hides the launch (gpu clock)
     sets: int = ABSENT  # input sets the timed calls rotate through
     copies: int = ABSENT  # physical copies of the inputs the timed calls run on in turn (each set copied in)
     placement: str = ABSENT  # separate: each kernel's inputs in its runner's own memory; shared (older ledgers): one area

@@ -200,7 +200,7 @@ def _timed_benchmark(benches: list[PairBenchmark], target: Target, deciding: str
 _PAIRS = ("process pairs (a fresh base and candidate process each, on the same cores, neither having run the correctness "
           "cases), taking turns (order alternated), inputs written in by the oracle before each call")
 METHOD = {
-    "gpu": f"{_PAIRS} into the runner's own memory, L2 flushed, launch hidden behind a GPU spin, CUDA events; device-wide "
+    "gpu": f"{_PAIRS} into the runner's own memory, L2 flushed, launch hidden behind a GPU wait, CUDA events; device-wide "
            "span where a kernel leaves side-stream work; Student's t over the pairs",
     "call": f"{_PAIRS} into the runner's own memory, L2 flushed, GPU idle at the start, CUDA events around the whole call "
             "(launch included), device-wide; Student's t over the pairs",
