@@ -127,8 +127,8 @@ def _lengths(torch, rate: float, rounds: int) -> None:
                 time.sleep(0.002)
         cells = [_cell(times[w], times[REFERENCE_US], rng) for w in WAITS_US]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print(f"\nEach cell: the median, and its ratio to the median after {REFERENCE_US} us with a 95% bootstrap interval. "
-          "After 20 us the host's launch is not hidden: that column shows what a wait too short does.")
+    print(f"\nEach cell: the median, and its ratio to the median after {REFERENCE_US} us with a 95% bootstrap "
+          "interval. After 20 us the host's launch is not hidden: that column shows what a wait too short does.")
 
 
 def _cell(times: list[float], reference: list[float], rng: random.Random) -> str:

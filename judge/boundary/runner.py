@@ -299,8 +299,8 @@ def wait_least(host_us_by_member: list[list[float]]) -> float:
 def spin_cycles(spin_us: float, cycles_per_us: float, least_us: float | None = None) -> dict[str, int]:
     """The GPU clock's waits in cycles, the same numbers for every runner of a benchmark: at most `spin` and at
     least `least` (`least_us`, else all of it) before the timed call, and a spin of `null` before a null tail, which
-    only has to outlast the host's way into its sync. Each runner sizing its spin from its own rate (measured when its CUDA
-    context was made, sometimes with the GPU's clocks still low) gave spins 40-120 us apart on an H100, and
+    only has to outlast the host's way into its sync. Each runner sizing its spin from its own rate (measured when
+    its CUDA context was made, sometimes with the GPU's clocks still low) gave spins 40-120 us apart on an H100, and
     identical kernels measured 0.2-0.6% apart with them."""
     least = spin_us if least_us is None else min(least_us, spin_us)
     return {"spin": int(spin_us * cycles_per_us), "least": int(least * cycles_per_us),
