@@ -64,8 +64,7 @@ _HEAP_TYPE = 1 << 9
 
 def command(serial: int, op: int, clock: str = "none", copy: int = 0, spin_cycles: int = 0,
             null_cycles: int = 0, least_cycles: int = 0) -> bytes:
-    """One record for the frame (the parent's side): a GPU-clock call waits `least_cycles` to `spin_cycles` behind
-    judge.boundary.gpu_wait's wait, or spins `spin_cycles` where the runner has none."""
+    """One record for the frame (the parent's side): `least_cycles` to `spin_cycles` of judge.boundary.gpu_wait."""
     return COMMAND.pack(MAGIC, serial, op, CLOCKS[clock], copy, spin_cycles, null_cycles, least_cycles)
 
 
@@ -135,8 +134,7 @@ class Primitives:
         """judge.boundary.gpu_wait's wait (or None), and the C-level reads the frame checks its objects by."""
         from .gpu_wait import frame_primitives
 
-        self.wait = wait
-        values, objects = frame_primitives(wait) if wait is not None else ({}, {})
+        self.wait, (values, objects) = wait, frame_primitives(wait) if wait is not None else ({}, {})
         self.values.update(values)
         self.objects.update(objects)
 

@@ -31,10 +31,10 @@ TIMING_GPU = (
     "sets alternated, the idle ones stopped), each call after an L2 flush, on fresh input sets from secret seeds "
     "copied into inputs both kernels share on the device (inputs: shared) or each its own (separate); shown to 3 "
     "significant digits (whole us from 1000 us up). The deciding clock is the target's: gpu (the call queued "
-    "behind a GPU wait that ends once its launches are in, so the host's launch time is excluded) or call (the "
-    "GPU idle at the start, events around the whole call, launch included, as GPU MODE times). GPU targets "
-    "measure both GPU clocks, the one that does not decide on one round in eight; a kernel that leaves work on a "
-    "side stream is compared on the call clock, then measured every other round."
+    "behind a short GPU spin, so the host's launch time is excluded) or call (the GPU idle at the start, events "
+    "around the whole call, launch included, as GPU MODE times). GPU targets measure both GPU clocks, the one that "
+    "does not decide on one round in eight; a kernel that leaves work on a side stream is compared on the call "
+    "clock, then measured every other round."
 )
 
 TIMING_CPU = (
