@@ -322,7 +322,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                     armed = tuple_([tobytes(pin) for pin in pins]) == held and errcheck_of(launch) is None and \
                         argtypes_of(launch) is None and restype_of(launch) is c_int
                     wait_changed |= not armed
-                    page[1], page[2], page[3] = serial, least, spin
+                    page[1], page[2], page[3] = serial, least, spin  # gpu_wait's CODE, LEAST and MOST words
                     armed = armed and c_call(launch, *wait_args) == 0
                 if not armed:
                     sleep(spin)
@@ -342,7 +342,7 @@ def serve_calls(prims: Primitives, cmd_fd: int, reply_fd: int, kernel, datas: li
                 swapped = builtins_replaced(dict_get, builtins_now, builtins_then, missing)
                 sigmask(sig_block, blocked)
                 handlers_off(getsignal, setsignal, sig_ign, zip_, signals, handlers)
-                if wait is not None:  # the call's launches are in: the wait ends (it reads this word over the bus)
+                if wait is not None:  # the call's launches are in: the wait ends (gpu_wait's FLAG, read over the bus)
                     page[0] = serial
                 try:
                     sync()
