@@ -31,6 +31,8 @@ def test_the_frame_takes_the_waits_primitives_as_c_code_and_sees_a_changed_launc
     assert values["tobytes"](pins[1]) != objects["wait_held"][1]
     assert values["errcheck_of"](launch) is not None
     assert values["argtypes_of"](launch) is None and values["restype_of"](launch) is objects["c_int"]
+    # judge.boundary.callframe writes the page's words by number (it looks nothing up after entry)
+    assert (gpu_wait.FLAG, gpu_wait.CODE, gpu_wait.LEAST, gpu_wait.MOST) == (0, 1, 2, 3)
 
 
 @pytest.mark.gpu
