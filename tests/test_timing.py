@@ -258,14 +258,12 @@ def test_every_runner_waits_the_cycles_the_base_runners_rate_gives_at_least_what
     warm_up = [("base", {"host_us": [20.0, 20.0, 21.0, 19.0, 20.0, 22.0, 20.0, 500.0], "cycles_per_us": 1980.0}),
                ("cand", {"host_us": [20.0, 20.0, 20.0, 20.0], "cycles_per_us": 1.0})]  # a candidate's rate is not used
     # at most 40 + 3 x 20 us, at least 40 + 1.25 x 20 us; the null tail's spin is the least
-    assert timing._spin(target, warm_up) == {"us": 65.0, "most_us": 100.0,
-                                             "cycles": {"spin": 198000, "least": 128700, "null": 128700}}
+    assert timing._spin(target, warm_up) == {"us": 65.0, "cycles": {"spin": 198000, "least": 128700, "null": 128700}}
     quick = [(name, {**reply, "host_us": [1.0] * 4}) for name, reply in warm_up]
-    assert timing._spin(target, quick) == {"us": 41.25, "most_us": 43.0,  # null: 60 us at least
+    assert timing._spin(target, quick) == {"us": 41.25,  # null: 60 us at least
                                            "cycles": {"spin": 85140, "least": 81675, "null": 118800}}
     heavy = [warm_up[0], ("cand", {"host_us": [200.0] * 8, "cycles_per_us": 1.0})]  # its launch sizes everyone's least
-    assert timing._spin(target, heavy) == {"us": 290.0, "most_us": 640.0,
-                                           "cycles": {"spin": 1267200, "least": 574200, "null": 574200}}
+    assert timing._spin(target, heavy) == {"us": 290.0, "cycles": {"spin": 1267200, "least": 574200, "null": 574200}}
     target.arch = "cpu"
     assert timing._spin(target, warm_up) == {"us": 0.0, "cycles": {"spin": 0, "least": 0, "null": 0}}
 
@@ -301,7 +299,7 @@ class _FakeOracle:
 def test_a_pair_takes_turns_with_the_oracle_in_between_and_measures_the_null_tail_one_gpu_call_in_four():
     ev = _FakeOracle()
     runners = {"base": _FakeRunner(11), "cand": _FakeRunner(22)}
-    spin = {"us": 100.0, "most_us": 200.0, "cycles": {"spin": 396000, "least": 198000, "null": 199000}}
+    spin = {"us": 100.0, "cycles": {"spin": 396000, "least": 198000, "null": 199000}}
     pair = turns.PairTurns(ev, "k", 0, runners, ["gpu", "call"], "gpu", 8, 2, spin, random.Random(1), "base",
                            time.monotonic() + 60)
     pair.run()
@@ -324,7 +322,7 @@ def test_a_pair_takes_turns_with_the_oracle_in_between_and_measures_the_null_tai
 def _pair_of(base_times, cand_times, reps=turns.REPS_PER_PAIR, cand_tail_us=5.0, steady=turns.PRECISE_REPS):
     runners = {"base": _FakeRunner(11, base_times), "cand": _FakeRunner(22, cand_times, cand_tail_us)}
     pair = turns.PairTurns(_FakeOracle(), "k", 0, runners, ["gpu", "call"], "gpu", 8, 2,
-                           {"us": 100.0, "cycles": {"spin": 1, "null": 1}}, random.Random(1), "base",
+                           {"us": 100.0, "cycles": {"spin": 1, "least": 1, "null": 1}}, random.Random(1), "base",
                            time.monotonic() + 60, reps=reps, steady=steady)
     pair.run()
     return pair
@@ -372,14 +370,15 @@ def test_judge_s_step_around_a_call_is_measured_on_the_base_s_turns_alone():
     # the base's turns take 3 ms beyond their 10 us calls; a candidate whose turns take 30 ms does not move it
     runners = {"base": _SlowRunner(11, 0.003), "cand": _SlowRunner(22, 0.03)}
     pair = turns.PairTurns(_FakeOracle(), "k", 0, runners, ["gpu", "call"], "gpu", 8, 2,
-                           {"us": 100.0, "cycles": {"spin": 1, "null": 1}}, random.Random(1), "base",
+                           {"us": 100.0, "cycles": {"spin": 1, "least": 1, "null": 1}}, random.Random(1), "base",
                            time.monotonic() + 60, reps=10, steady=8)
     pair.run()
     # one step per base turn: its eight steady GPU-clock calls and one on the call clock
     assert len(pair.base_steps_us) == len(pair.series[("base", "gpu")]) + len(pair.series[("base", "call")]) == 9
     assert 2_990 < pair.base_step_us() < 30_000
     empty = turns.PairTurns(_FakeOracle(), "k", 0, {"base": _FakeRunner(11), "cand": _FakeRunner(22)}, ["gpu"],
-                            "gpu", 8, 2, {"us": 0.0, "cycles": {"spin": 1, "null": 1}}, random.Random(1), "base", 0.0)
+                            "gpu", 8, 2, {"us": 0.0, "cycles": {"spin": 1, "least": 1, "null": 1}}, random.Random(1),
+                            "base", 0.0)
     assert empty.base_step_us() == 0.0  # nothing measured yet: the call alone sizes the steady repetitions
 
 

@@ -284,16 +284,19 @@ def flush_bytes() -> int:
 def spin_for(host_us: list[float]) -> float:
     """A spin long enough to hide the launch: SPIN_FACTOR times the typical one, with margin, at most MAX_SPIN_US;
     a rare slower launch shows in its own sample, which the median leaves out."""
-    ordered = sorted(host_us)
-    typical = ordered[len(ordered) // 2] if ordered else 0.0
-    return min(MAX_SPIN_US, SPIN_MARGIN_US + SPIN_FACTOR * typical)
+    return min(MAX_SPIN_US, SPIN_MARGIN_US + SPIN_FACTOR * _typical(host_us))
 
 
 def wait_least(host_us_by_member: list[list[float]]) -> float:
     """The GPU wait's least: WAIT_FACTOR times the slowest member's typical launch (each member's median), with
     margin, at most MAX_SPIN_US."""
-    typical = max((sorted(us)[len(us) // 2] for us in host_us_by_member if us), default=0.0)
-    return min(MAX_SPIN_US, SPIN_MARGIN_US + WAIT_FACTOR * typical)
+    return min(MAX_SPIN_US, SPIN_MARGIN_US + WAIT_FACTOR * max(map(_typical, host_us_by_member), default=0.0))
+
+
+def _typical(host_us: list[float]) -> float:
+    """The typical launch of `host_us` (the upper median; 0 where there is none)."""
+    ordered = sorted(host_us)
+    return ordered[len(ordered) // 2] if ordered else 0.0
 
 
 def spin_cycles(spin_us: float, cycles_per_us: float, least_us: float | None = None) -> dict[str, int]:
@@ -302,6 +305,6 @@ def spin_cycles(spin_us: float, cycles_per_us: float, least_us: float | None = N
     only has to outlast the host's way into its sync. Each runner sizing its spin from its own rate (measured when
     its CUDA context was made, sometimes with the GPU's clocks still low) gave spins 40-120 us apart on an H100, and
     identical kernels measured 0.2-0.6% apart with them."""
-    least = spin_us if least_us is None else min(least_us, spin_us)
+    least = spin_us if least_us is None else least_us  # judge.stages.timing.stage._spin keeps it within `spin`
     return {"spin": int(spin_us * cycles_per_us), "least": int(least * cycles_per_us),
             "null": int(max(least, NULL_SPIN_US) * cycles_per_us)}

@@ -385,7 +385,7 @@ def _spin(target: Target, warm: list[tuple[str, dict]]) -> dict:
     most_us = spin_for([us for _, reply in warm for us in reply["host_us"]])
     least_us = min(most_us, wait_least([reply["host_us"] for _, reply in warm]))
     rate = stats.median([reply["cycles_per_us"] for who, reply in warm if who == "base"])
-    return {"us": least_us, "most_us": most_us, "cycles": spin_cycles(most_us, rate, least_us)}
+    return {"us": least_us, "cycles": spin_cycles(most_us, rate, least_us)}
 
 
 def _stopped(error: Exception, who: str) -> Stopped:

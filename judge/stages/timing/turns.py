@@ -183,7 +183,7 @@ class PairTurns:
             return False
         spin = null = least = 0
         if clock == "gpu":
-            spin, least = self.spin["cycles"]["spin"], self.spin["cycles"].get("least", 0)
+            spin, least = self.spin["cycles"]["spin"], self.spin["cycles"]["least"]
             gpu_calls = len(self.series[(who, "gpu")])
             null = self.spin["cycles"]["null"] if gpu_calls % NULL_TAIL_EVERY == 0 else 0
         serial_box = []
