@@ -35,6 +35,11 @@ HOLDERS = 3
 # Runners that hold a benchmark's copies, each in its own memory (judge.boundary.staging): the pair's two. A process
 # group's runners are one more for each kernel past the first (MemoryPlan.runners), and so are its holders.
 COPY_HOLDERS = 2
+# What a timed runner may hold past its plan: this share of what the plan gives it (runner_need), at most the cache
+# the oracle keeps (DeviceMemory.cache). A runner empties torch's cache as each benchmark is laid out, so it holds
+# what the plan counts and its spare's CUDA context, which the device's memory in use already shows: cholesky_py's
+# runners held 13,022 MiB each on an H200 (2026-12-01) against a plan of 12,500 MiB and a context of 520 MiB.
+RUNNER_MARGIN = 0.125
 # The most kernels a process group times beside the base (judge.stages.timing.group); fewer where the device has no
 # room for their runners (plan_group, kernels_per_group).
 MAX_GROUP = 6
@@ -48,7 +53,7 @@ class DeviceMemory:
     name: str
     total: int
     free: int
-    cache: int = 0  # what each of judge's processes may keep cached beside its plan (torch's on a GPU)
+    cache: int = 0  # what the oracle may keep cached beside its plan (torch's on a GPU; judge.boundary.memory)
 
     @property
     def in_use(self) -> int:
@@ -161,14 +166,13 @@ def _per_benchmark(kept: bool | tuple[bool, ...], count: int) -> tuple[bool, ...
 def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str],
                 kept: bool | tuple[bool, ...] = False, runners: int = COPY_HOLDERS) -> MemoryPlan:
     """Sets and copies per benchmark within `device.usable`: each at its floor (_floors), then grown in turn
-    (copies, then sets, smallest benchmarks first) up to their caps while the plan leaves each of its HOLDERS the
-    cache it may keep (growth_room: growth only buys time and averaging; cholesky_py's round, grown to the last
-    byte, ran an H100 out). Sets grow only where making one is quick (under MIN_MAKING_S): trimul's seqlen-768 Cauchy
+    (copies, then sets, smallest benchmarks first) up to their caps while the plan leaves its processes their
+    margins (fits: growth only buys time and averaging; cholesky_py's round, grown to the last byte, ran an H100
+    out). Sets grow only where making one is quick (under MIN_MAKING_S): trimul's seqlen-768 Cauchy
     inputs take 2.9 s each on an H200, and grown to eight sets they cost 22.6 s of every pair (2026-11-29). Raises
     JudgeError naming the first benchmark that cannot fit at its minimum, or the sum where they cannot fit
     together. `runners`: the timed runners it holds at once (a group's, MemoryPlan.runners)."""
     plans = _floors(device, sizes, labels, kept, runners)
-    room = growth_room(device, runners + 1)
     order = sorted(range(len(sizes)), key=lambda i: sizes[i].input)
     for field, cap_count, cap_bytes in (("copies", MAX_COPIES, COPIES_CAP_BYTES), ("sets", MAX_SETS, SETS_CAP_BYTES)):
         grown = True
@@ -184,7 +188,7 @@ def plan_memory(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[
                     continue  # each set more is made again in every pair, or once a round where kept: seconds each
                 trial = list(plans)
                 trial[i] = BenchmarkPlan(**{**plans[i].__dict__, field: current + 1})
-                if need_of(sizes, trial, kept, runners) <= room:
+                if fits(device, sizes, trial, kept, runners):
                     plans, grown = trial, True
     return MemoryPlan(device, plans, need_of(sizes, plans, kept, runners), _per_benchmark(kept, len(sizes)), runners)
 
@@ -202,11 +206,12 @@ def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]
     """Each benchmark's first floor that fits it alone; then, while the benchmarks do not fit together (every one's
     copies stay allocated while a pair runs), the largest step down first, each to its first floor that makes
     them fit, else to its floor that needs least itself. JudgeError where one cannot fit alone, or all not together."""
-    usable, room = device.usable, growth_room(device, runners + 1)
+    usable = device.usable
     plans = []
-    for index, size in enumerate(sizes):  # a floor that leaves each holder its cache, else one that fits at all
-        floor = next((p for limit in (room, usable) for p in FLOORS if need_of([size], [p], False, runners) <= limit),
-                     None)
+    for index, size in enumerate(sizes):  # a floor that leaves the processes their margins, else one that fits at all
+        floor = next((p for roomy in (True, False) for p in FLOORS
+                      if (fits(device, [size], [p], False, runners) if roomy else
+                          need_of([size], [p], False, runners) <= usable)), None)
         if floor is None:
             raise _cannot_fit(index, labels[index], size, device,
                               f"{gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less {gib(device.in_use)} in use)")
@@ -255,22 +260,39 @@ def _cannot_fit(index: int, label: str, size: BenchmarkBytes, device: DeviceMemo
 
 def kernels_per_group(plan: MemoryPlan, sizes: list[BenchmarkBytes]) -> int:
     """How many kernels one process group may time beside the base: those the plan was made for (plan_round), and
-    one more for each further runner its growth room holds past the plan's own need. A runner holds the copies and
-    outbox of the largest benchmark it builds, the largest output, working memory and weights of a call, and the
-    cache it may keep; at most MAX_GROUP."""
+    one more for each further runner, with its margin, that the device holds past the plan's need and margins. A
+    runner holds the copies and outbox of the largest benchmark it builds and the largest output, working memory and
+    weights of a call (runner_need); at most MAX_GROUP."""
     if not sizes:
         return MAX_GROUP
-    runner = (max(s.area(p.copies) for s, p in zip(sizes, plan.benchmarks)) +
-              max(s.output + s.work + s.weights for s in sizes) + plan.device.cache)
-    room = growth_room(plan.device, plan.runners + 1) - plan.need
-    return max(1, min(MAX_GROUP, plan.runners - 1 + room // max(1, runner)))
+    runner = runner_need(sizes, plan.benchmarks)
+    room = plan.device.usable - plan.need - margins(plan.device, sizes, plan.benchmarks, plan.runners)
+    return max(1, min(MAX_GROUP, plan.runners - 1 + room // max(1, runner + runner_margin(plan.device, runner))))
 
 
-def growth_room(device: DeviceMemory, holders: int = HOLDERS) -> int:
-    """What a plan may grow into past its floors, and sets be kept in: the usable memory less the cache each of its
-    `holders` (a pair's HOLDERS, or a group's runners and the oracle) may keep; only a plan's floors may use the
-    rest."""
-    return device.usable - holders * device.cache
+def runner_need(sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan]) -> int:
+    """What a plan gives each timed runner: the copies and outbox of the largest benchmark it builds, and the largest
+    output, working memory and weights of one of its calls."""
+    return (max((s.area(p.copies) for s, p in zip(sizes, plans)), default=0) +
+            max((s.output + s.work + s.weights for s in sizes), default=0))
+
+
+def runner_margin(device: DeviceMemory, runner: int) -> int:
+    """What a runner planned `runner` bytes may hold past them: RUNNER_MARGIN of it, at most the oracle's cache."""
+    return min(device.cache, int(RUNNER_MARGIN * runner))
+
+
+def margins(device: DeviceMemory, sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan], runners: int) -> int:
+    """What judge's processes may hold past a plan for `runners` timed runners: the cache the oracle keeps by design
+    (judge.boundary.memory.release) and each runner's margin."""
+    return device.cache + runners * runner_margin(device, runner_need(sizes, plans))
+
+
+def fits(device: DeviceMemory, sizes: list[BenchmarkBytes], plans: list[BenchmarkPlan],
+         kept: bool | tuple[bool, ...], runners: int) -> bool:
+    """Whether a plan and its processes' margins fit what judge may use of the device: growth (copies, sets kept,
+    a group's runners) only buys time and averaging, and never takes the margins; only a plan's floors may."""
+    return need_of(sizes, plans, kept, runners) + margins(device, sizes, plans, runners) <= device.usable
 
 
 def plan_device(memory: Callable[[], DeviceMemory], give_back: Callable[[], bool], sizes: list[BenchmarkBytes],
@@ -288,14 +310,14 @@ def plan_device(memory: Callable[[], DeviceMemory], give_back: Callable[[], bool
             if not give_back():
                 raise
             continue
-        if plan.need <= growth_room(device, plan.runners + 1) or not give_back():
+        if fits(device, sizes, plan.benchmarks, plan.kept, plan.runners) or not give_back():
             return plan
 
 
 def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], keep: bool,
                kernels: int = 1) -> MemoryPlan:
-    """A round's plan for the largest process group of up to `kernels` kernels beside the base whose plan fits the
-    growth room, else for a pair (the JudgeError of a benchmark that cannot fit even then). A group's runner spares
+    """A round's plan for the largest process group of up to `kernels` kernels beside the base whose plan fits with
+    its margins (fits), else for a pair (the JudgeError of a benchmark that cannot fit even then). A group's runner spares
     a whole pair's base calls, where sets kept or copies grown only spare making and average out where buffers land:
     the group's runners are planned first. cholesky_py's plan, grown and kept for a pair first, left no H200 room
     for a second kernel's runner (2026-11-30)."""
@@ -304,7 +326,7 @@ def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[s
             plan = _plan_kept(device, sizes, labels, keep, group + 1)
         except JudgeError:
             continue
-        if plan.need <= growth_room(device, group + 2):
+        if fits(device, sizes, plan.benchmarks, plan.kept, plan.runners):
             return plan
     return _plan_kept(device, sizes, labels, keep, COPY_HOLDERS)
 
@@ -312,19 +334,18 @@ def plan_round(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[s
 def _plan_kept(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str], keep: bool,
                runners: int) -> MemoryPlan:
     """A plan for `runners` timed runners: where `keep`, every benchmark's sets kept across pairs where they all fit
-    so, else those of the benchmarks whose sets take longest to make, one at a time while the plan stays in the
-    growth room, and the others made again for every pair. cholesky_py's n=32768 sets, made again in every pair on
+    so, else those of the benchmarks whose sets take longest to make, one at a time while the plan still fits with
+    its margins, and the others made again for every pair. cholesky_py's n=32768 sets, made again in every pair on
     an H200 (2026-11-28) because its 15 benchmarks' sets did not fit at once, took a large part, not timed apart, of
     the 8 s that benchmark cost a pair."""
     plan = plan_memory(device, sizes, labels, runners=runners)
     if not keep:
         return plan
-    room = growth_room(device, runners + 1)  # kept sets only save time: never at the floors' edge
     for index in sorted(range(len(sizes)), key=lambda i: -sizes[i].making_s):
         try:
             trial = plan_memory(device, sizes, labels, plan.kept[:index] + (True,) + plan.kept[index + 1:], runners)
         except JudgeError:
             continue
-        if trial.need <= room:
+        if fits(device, sizes, trial.benchmarks, trial.kept, runners):  # kept sets only save time: never at the edge
             plan = trial
     return plan
