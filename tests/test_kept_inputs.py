@@ -178,3 +178,57 @@ def test_a_copy_out_that_does_not_pay_is_made_once_and_not_tried_where_the_rate_
     assert not kept.offer("a", big, making_s=1.0) and len(copies) == 1  # not copied again
     assert not kept.offer("b", big, making_s=3.0) and len(copies) == 1  # the rate says 4 s would be needed
     assert kept.offer("c", big, making_s=5.0) and len(copies) == 2 and list(kept.kept) == ["c"]
+
+
+def test_inputs_made_on_a_gpu_are_kept_there_within_its_share_until_the_timing_plans_the_device(monkeypatch):
+    """Copied back through pageable host memory, cholesky_py's 4 GiB input cost about what making it again did, so it
+    was made again for every evaluation's check; on the GPU, each use is a copy at the device's own speed. A CPU
+    copy stands in for the GPU here (the GPU test below keeps them on one)."""
+    monkeypatch.setattr(kept_inputs, "_on_gpu", lambda leaves: True)
+    monkeypatch.setattr(kept_inputs, "_gpu_total", lambda: 1000)
+    kept = KeptInputs(budget_bytes=0, device_share=0.1)  # 100 of the GPU's 1000 bytes; nothing in host memory
+    big, small = (torch.ones(16),), (torch.ones(8),)  # 64 and 32 bytes
+    assert kept.offer("big", big, making_s=1.7) and kept.offer("small", small, making_s=0.2)
+    assert not kept.offer("more", (torch.ones(2),), making_s=1.0)  # 8 more would pass 100 bytes
+    assert kept.on_device == {"big": 64, "small": 32} and kept.bytes == 0
+    big[0].add_(1)  # the input as made is the first use's: what it does to it the kept copy never sees
+    first, second = kept.get("big"), kept.get("big")
+    assert torch.equal(first[0], torch.ones(16)) and first[0].data_ptr() != second[0].data_ptr()
+    assert kept.leave_device() == 96
+    assert kept.kept == {} and kept.get("big") is None
+    assert not kept.offer("big", big, making_s=1.7)  # none kept on the device once the timing has planned it
+
+
+def test_a_cpu_targets_inputs_are_never_kept_as_a_gpus():
+    kept = KeptInputs(budget_bytes=0, device_share=0.5)
+    assert not kept.offer("k", (torch.ones(4),), making_s=1.0)  # made on the CPU: the host budget (none) decides
+    assert kept.on_device == {} and kept.device_budget is None  # and the GPU's memory was never asked
+
+
+def test_the_timings_plan_asks_the_oracle_to_give_its_gpu_copies_back(oracle_over, monkeypatch, capfd):
+    oracle = oracle_over(SLOW, runners=(1,))
+    monkeypatch.setattr(kept_inputs, "_on_gpu", lambda leaves: True)
+    monkeypatch.setattr(kept_inputs, "_gpu_total", lambda: 1 << 30)
+    oracle.inputs.device_share = 0.5
+    oracle.case("c1-0s", {"size": 64, "seed": 11}, "default", 1)
+    assert list(oracle.inputs.on_device) == ['["default", {"seed": 11, "size": 64}]']
+    oracle.memory()  # a look at the device (the start of a round's check) keeps them
+    assert oracle.inputs.on_device
+    capfd.readouterr()
+    oracle.memory(timing=True)
+    assert oracle.inputs.on_device == {} and oracle.inputs.kept == {}
+    assert capfd.readouterr().err == ("judge oracle: 0 MiB of correctness inputs and answers kept on the device given "
+                                      "back for the timing's plan\n")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_an_input_is_kept_there_and_each_use_is_a_copy_on_it():
+    kept = KeptInputs(budget_bytes=0, device_share=kept_inputs.DEVICE_SHARE)
+    made = (torch.full((1 << 20,), 3.0, device="cuda"), {"n": 4})
+    assert kept.offer("k", made, making_s=1.0) and kept.on_device == {"k": 4 << 20}
+    before = torch.cuda.memory_allocated()
+    first = kept.get("k")
+    assert first[0].is_cuda and first[1] == {"n": 4} and torch.equal(first[0], made[0])
+    assert first[0].data_ptr() != made[0].data_ptr() and torch.cuda.memory_allocated() == before + (4 << 20)
+    del first
+    assert kept.leave_device() == 4 << 20 and torch.cuda.memory_allocated() == before - (4 << 20)

@@ -1,4 +1,5 @@
-"""Correctness inputs, and their answers, that the oracle keeps for the rest of the round, in host memory.
+"""Correctness inputs, and their answers, that the oracle keeps for the rest of the round: on the GPU they were made
+on until the round's timing plans its memory, else in host memory.
 
 Every evaluation of a round is checked on the round's own secret cases (judge.stages.seeds), so an input made for
 the base's check is the same input the A/A control and every candidate are checked on. Making one can cost far
@@ -32,15 +33,24 @@ PAYS = 2.0
 MIN_MAKING_S = 0.05
 # A copy out of at least this many bytes sets the rate later copies are judged by (a small one is mostly latency).
 MEASURED_BYTES = 16 << 20
+# What keeping may take of a GPU's memory until the round's timing plans the device (leave_device): an input or answer
+# kept there is copied for each use at the device's own speed, where a copy through pageable host memory costs about
+# what making it again does. cholesky_py's n=32768 input (4 GiB, 1.7 s to make) and its answer were made again for
+# every evaluation's check (H200, 2026-12-01), and its checks held at most 37 GiB of the 140 GiB with the spares.
+DEVICE_SHARE = 0.125
 
 
 class KeptInputs:
-    """The inputs kept by (distribution, spec), in host memory, within `budget_bytes`."""
+    """The inputs kept by (distribution, spec): on the GPU they were made on, within `device_share` of its memory,
+    until leave_device; else in host memory within `budget_bytes`."""
 
-    def __init__(self, budget_bytes: int):
+    def __init__(self, budget_bytes: int, device_share: float = 0.0):
         self.budget_bytes = max(0, int(budget_bytes))
-        self.kept: dict[str, Any] = {}  # key -> the host copy
-        self.bytes = 0
+        self.device_share = device_share
+        self.device_budget: int | None = None  # bytes, read off the GPU at the first input made on one
+        self.kept: dict[str, Any] = {}  # key -> the kept copy
+        self.bytes = 0  # of those in host memory
+        self.on_device: dict[str, int] = {}  # key -> the bytes of a copy kept on its GPU
         self.unpaid: set[str] = set()  # keys whose copy out cost more than keeping would save: never offered again
         self.bytes_per_s = 0.0  # the last copy out's rate, by which a copy that would not pay is not even tried
 
@@ -50,10 +60,10 @@ class KeptInputs:
 
     def get(self, key: str) -> Any | None:
         """A fresh copy of a kept input on the device it was made on, or None where none is kept."""
-        host = self.kept.get(key)
-        if host is None:
+        held = self.kept.get(key)
+        if held is None:
             return None
-        data = _copied(host, _to_origin, _Held)
+        data = _copied(held, _to_origin, _Held)
         sync()
         return data
 
@@ -81,6 +91,11 @@ class KeptInputs:
         if leaves is None:
             return False
         nbytes = sum(t.numel() * t.element_size() for t in leaves)
+        if _on_gpu(leaves) and sum(self.on_device.values()) + nbytes <= self._device_budget():
+            self.kept[key] = _copied(data, _HeldOnDevice, _torch_tensor())
+            self.on_device[key] = nbytes
+            sync()
+            return True
         if self.bytes + nbytes > self.budget_bytes:
             return False
         if self.bytes_per_s > 0 and making_s <= PAYS * nbytes / self.bytes_per_s:
@@ -100,6 +115,21 @@ class KeptInputs:
         self.kept[key] = host
         self.bytes += nbytes
         return True
+
+
+    def _device_budget(self) -> int:
+        if self.device_budget is None:
+            self.device_budget = int(self.device_share * _gpu_total()) if self.device_share > 0 else 0
+        return self.device_budget
+
+    def leave_device(self) -> int:
+        """Give back every copy kept on a GPU and keep none there from now on: the round's timing plans the device's
+        memory without them (judge.stages.budget). The bytes given back."""
+        freed = sum(self.on_device.values())
+        for key in self.on_device:
+            del self.kept[key]
+        self.on_device, self.device_budget = {}, 0
+        return freed
 
 
 def host_budget(share: float = SHARE) -> int:
@@ -175,11 +205,38 @@ class _Held:
     """A tensor kept in host memory, with where it came from and whether it took gradients."""
 
     def __init__(self, tensor):
-        self.host = tensor.detach().to("cpu", copy=True)
+        self.copy = tensor.detach().to("cpu", copy=True)
         self.device = tensor.device
         self.requires_grad = tensor.requires_grad
 
 
+class _HeldOnDevice(_Held):
+    """A tensor kept on the GPU it was made on: a copy of its own, which no use writes into."""
+
+    def __init__(self, tensor):
+        self.copy = tensor.detach().clone()
+        self.device = tensor.device
+        self.requires_grad = tensor.requires_grad
+
+
+def _on_gpu(leaves: list) -> bool:
+    """Whether every tensor of an input is on a GPU (a CPU target's inputs are kept in host memory, as made)."""
+    return bool(leaves) and all(t.is_cuda for t in leaves)
+
+
+def _torch_tensor() -> type:
+    import torch
+
+    return torch.Tensor
+
+
+def _gpu_total() -> int:
+    """The current GPU's total memory (an input was just made on it)."""
+    import torch
+
+    return torch.cuda.mem_get_info()[1]
+
+
 def _to_origin(held: _Held) -> Any:
-    tensor = held.host.to(held.device, copy=True)
+    tensor = held.copy.to(held.device, copy=True)
     return tensor.requires_grad_(True) if held.requires_grad else tensor

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import cuda_ipc, exchange, staging, tensors
 from .compare import checked_instead, checker_decides, compare_outputs, failed
-from .kept_inputs import KeptInputs, host_budget
+from .kept_inputs import DEVICE_SHARE, KeptInputs, host_budget
 from .problem_files import generator
 from .slot_reads import SlotReads
 from .memory import (RELEASE_ABOVE_BYTES, Collections, log_device_memory, peak_noted, ran_out,
@@ -68,7 +68,7 @@ class Oracle:
         self.held: dict[str, TimingSets] = {}  # a benchmark's answers (bounds, slots, outbox), without its sets
         self.flush: cuda_ipc.Exported | None = None  # the L2 flush buffer, written before each GPU-timed call
         self.unchecked: dict[str, tuple] = {}  # key -> (output, answer, inputs) of a case whose check ran out of room
-        self.inputs = KeptInputs(host_budget())  # correctness inputs that cost more to make than to keep
+        self.inputs = KeptInputs(host_budget(), DEVICE_SHARE)  # correctness inputs slower to make than to keep
         self.slot_reads = SlotReads()  # which output slots are filled with NaN before a call
         self.collections = Collections()  # the full collections after benchmarks, and what they left
 
@@ -152,11 +152,17 @@ class Oracle:
                 "input_bytes": input_bytes, "output_bytes": output_bytes, "work_bytes": work,
                 "making_bytes": max(0, making) if cuda else 0, "making_s": round(making_s, 4)}
 
-    def memory(self) -> dict:
+    def memory(self, timing: bool = False) -> dict:
         """The memory of the device timing runs on, as it is now (the oracle's cache given back first): a GPU's, or
-        the host's for a CPU target (the cgroup's limit where it is lower)."""
+        the host's for a CPU target (the cgroup's limit where it is lower). For `timing`'s plan, the correctness
+        inputs kept on the GPU are given back first, and none are kept there from then on (KeptInputs.leave_device):
+        the plan has the device without them."""
         import torch
 
+        freed = self.inputs.leave_device() if timing else 0
+        if freed:
+            print(f"judge oracle: {freed >> 20} MiB of correctness inputs and answers kept on the device given back "
+                  f"for the timing's plan", file=sys.stderr)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
             free, total = torch.cuda.mem_get_info()

@@ -123,11 +123,13 @@ def check(evaluator: Evaluator, workspace: Path, *, timeout_s: float | None = No
     that become ready during the cases are bound too, up to the pairs' count, since a pair bound ahead starts at
     once and one bound when it starts waits for both its runners to import their kernels.
     `progress` hears of each case as it starts (judge.stages.progress). Where the device runs out of memory, the
-    check runs once more with the spares' memory given back (Evaluator.give_back_spares), else it is not run."""
+    check runs once more with the spares' memory given back (Evaluator.give_back_spares) and the inputs the oracle
+    kept on the GPU (kept_inputs.KeptInputs.leave_device), else it is not run."""
     nonce = evaluator.nonce() if nonce is None else nonce
     try:
         return _check(evaluator, workspace, timeout_s, timing_next, nonce, progress)
     except NoRoom as error:
+        evaluator.ask("memory", timing=True)  # the correctness inputs kept on the GPU go back, and are made again
         if not evaluator.give_back_spares():
             return not_run(STAGE, str(error))
     try:

@@ -143,7 +143,7 @@ class Evaluator(RoundSeeds):
         `keep_sets` and they fit. A benchmark that cannot fit is the round's JudgeError, before any timing."""
         if self._memory_plan is None:
             sizes, labels = budget.benchmark_sizes(self.target, self.bytes_of)
-            self._memory_plan = budget.plan_device(lambda: budget.DeviceMemory(**self.ask("memory")),
+            self._memory_plan = budget.plan_device(lambda: budget.DeviceMemory(**self.ask("memory", timing=True)),
                                                    self.give_back_spares, sizes, labels, bool(self.keep_sets),
                                                    max(kernels, self.group_hint))
         return self._memory_plan
