@@ -497,3 +497,33 @@ def test_a_base_that_fails_on_a_drawn_seed_is_run_again_on_task_ymls_own_seed(tm
             "; on task.yml's own seed (2) the same benchmark passes: the base fails the problem's check on some of its "
             "inputs, and a check of task.yml's seeds alone (GPU MODE's eval.py) passes it" if name == "public-only"
             else f"; it fails on task.yml's own seed ({target.tests[0]['seed']}) too"), result.summary
+
+
+@pytest.mark.parametrize("oracle_answers", [True, False])
+def test_a_check_out_of_device_memory_runs_again_with_the_kept_inputs_and_the_spares_given_back(monkeypatch,
+                                                                                             oracle_answers):
+    from types import SimpleNamespace
+
+    from judge.errors import JudgeError
+    from judge.stages import check as check_module
+    from judge.stages.result import StageResult
+
+    passed = StageResult("correctness", "passed", "49 of 49 checks passed")
+    runs, asked = [], []
+
+    def checked(*args):
+        runs.append(args)
+        if len(runs) == 1:
+            raise check_module.NoRoom("the oracle's check of case 48 ran out of device memory")
+        return passed
+
+    def ask(op, **options):
+        asked.append((op, options))
+        if not oracle_answers:
+            raise JudgeError("the oracle is gone")
+        return {}
+
+    evaluator = SimpleNamespace(ask=ask, give_back_spares=lambda: True, nonce=lambda: 7)
+    monkeypatch.setattr(check_module, "_check", checked)
+    assert check_module.check(evaluator, Path("ws")) is passed
+    assert len(runs) == 2 and asked == [("memory", {"timing": True})]
