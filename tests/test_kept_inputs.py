@@ -232,3 +232,34 @@ def test_on_a_gpu_an_input_is_kept_there_and_each_use_is_a_copy_on_it():
     assert first[0].data_ptr() != made[0].data_ptr() and torch.cuda.memory_allocated() == before + (4 << 20)
     del first
     assert kept.leave_device() == 4 << 20 and torch.cuda.memory_allocated() == before - (4 << 20)
+
+
+def test_a_benchmark_sized_on_the_rounds_own_case_is_made_once_for_sizing_and_every_check(oracle, capfd):
+    """The round sizes each benchmark on the correctness case its checks make (Evaluator.bytes_of): the input made
+    to size it is the one the base's check and every later check get a copy of."""
+    spec = {"size": 64, "seed": 11}
+    planned = oracle.plan(spec, "default", keep=True)
+    assert planned["input_bytes"] == 2 * 64 * 4 and planned["making_s"] >= 0.12  # a and out
+    oracle.case("c1-0", spec, "default", 1)
+    oracle.case("c2-0", spec, "default", 2)
+    assert sys.modules["reference"].made == [11]
+    oracle.plan({"size": 64, "seed": 0}, "default")  # sized on a seed of its own (runners not confined): not kept
+    assert sys.modules["reference"].made == [11, 0] and list(oracle.inputs.kept) == [KeptInputs.key(spec, "default")]
+
+
+def test_the_round_sizes_a_benchmark_on_the_case_its_checks_make_where_runners_are_confined(tmp_path, monkeypatch):
+    from judge.stages.evaluation import Evaluator
+    from judge.targets import load_target
+    from pathlib import Path
+
+    target = load_target(Path(__file__).parent.parent / "kernels" / "vecadd_cpu")
+    evaluator = Evaluator(target, tmp_path)
+    asked = []
+    monkeypatch.setattr(Evaluator, "ask", lambda self, op, **options: asked.append((op, options)) or {})
+    for confined in (True, False):
+        monkeypatch.setattr(Evaluator, "runners_leave_nothing", property(lambda self: confined))
+        evaluator._plans.clear()
+        evaluator.bytes_of(1)
+        case = next(c for c in evaluator.cases() if c.kind == "benchmark" and c.index == 1)
+        assert asked.pop() == ("plan", {"spec": case.spec if confined else {**case.spec, "seed": 0},
+                                        "distribution": case.distribution, "keep": confined})

@@ -120,10 +120,10 @@ class Oracle:
         """The reference's answer on `copy`, which it may write into."""
         return tensors.detached(without_graph(self.reference.ref_kernel, copy))
 
-    def plan(self, spec: dict, distribution: str) -> dict:
+    def plan(self, spec: dict, distribution: str, keep: bool = False) -> dict:
         """The output slots of a spec (paths of the inputs the reference writes), its inputs' and outputs' bytes,
         its outputs' shapes and the reference's working memory beyond them (judge.stages.budget sizes timing by
-        these)."""
+        these). With `keep` (a case the round's checks make too) the input made is offered to the kept inputs."""
         import torch
 
         cuda = torch.cuda.is_available()
@@ -148,6 +148,8 @@ class Oracle:
         output_bytes = sum(t.numel() * t.element_size() for t in outputs)
         # Without a device's allocator to ask (a CPU target), the working memory is taken as the output's size.
         work = working_memory(before, reserved, output_bytes) if cuda else output_bytes
+        if keep:
+            self.inputs.offer(KeptInputs.key(spec, distribution), data, making_s)
         return {"slots": tensors.output_slots(data, after, expected), "shapes": [list(t.shape) for t in outputs],
                 "input_bytes": input_bytes, "output_bytes": output_bytes, "work_bytes": work,
                 "making_bytes": max(0, making) if cuda else 0, "making_s": round(making_s, 4)}

@@ -73,10 +73,14 @@ class RoundSeeds:
                 for call in (1, 2):
                     seed = derive(self.secret, whose, "test", i, call, dist.name)
                     out.append(Case("test", i, call, dist.name, with_seed(spec, seed)))
-            for j, spec in enumerate(self.target.benchmarks):
-                seed = derive(self.secret, whose, "benchmark", j, dist.name)
-                out.append(Case("benchmark", j, 1, dist.name, with_seed(spec, seed)))
+            out += [self.benchmark_case(j, dist.name, nonce) for j in range(len(self.target.benchmarks))]
         return out
+
+    def benchmark_case(self, index: int, distribution: str, nonce: int = 0) -> Case:
+        """Benchmark `index`'s correctness case under `distribution` (cases): the round's, or the evaluation's own."""
+        whose = "case" if self.runners_leave_nothing else nonce
+        seed = derive(self.secret, whose, "benchmark", index, distribution)
+        return Case("benchmark", index, 1, distribution, with_seed(self.target.benchmarks[index], seed))
 
     def timing_seeds(self, index: int, nonce: int, pair: int, sets: int) -> list[int]:
         """The warm-up seed, then one seed per timing input set of benchmark `index` in one process pair: the
