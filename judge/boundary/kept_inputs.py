@@ -81,7 +81,8 @@ class KeptInputs:
         return made
 
     def offer(self, key: str, data: Any, making_s: float) -> bool:
-        """Keep `data` (which took `making_s` to make) where it pays and fits; whether it was kept. A copy out that
+        """Keep `data` (which took `making_s` to make) where it pays and fits; whether it was kept. Made on a GPU, it
+        is kept there while the device's share allows (DEVICE_SHARE); else in host memory, where a copy out that
         does not pay is made once per key at most, and not at all where the last copy's rate says it would not:
         trimul's answers, 1.5-3 GiB computed in 0.05 s, were copied out and dropped again for every evaluation's
         check, 18-22 s of each (H200, 2026-11-29)."""
@@ -91,8 +92,10 @@ class KeptInputs:
         if leaves is None:
             return False
         nbytes = sum(t.numel() * t.element_size() for t in leaves)
+        import torch
+
         if _on_gpu(leaves) and sum(self.on_device.values()) + nbytes <= self._device_budget():
-            self.kept[key] = _copied(data, _HeldOnDevice, _torch_tensor())
+            self.kept[key] = _copied(data, lambda tensor: _Held(tensor, on_device=True), torch.Tensor)
             self.on_device[key] = nbytes
             sync()
             return True
@@ -101,8 +104,6 @@ class KeptInputs:
         if self.bytes_per_s > 0 and making_s <= PAYS * nbytes / self.bytes_per_s:
             self.unpaid.add(key)
             return False
-        import torch
-
         started = time.perf_counter()
         host = _copied(data, _Held, torch.Tensor)
         sync()
@@ -115,7 +116,6 @@ class KeptInputs:
         self.kept[key] = host
         self.bytes += nbytes
         return True
-
 
     def _device_budget(self) -> int:
         if self.device_budget is None:
@@ -202,19 +202,11 @@ class _HeldObject:
 
 
 class _Held:
-    """A tensor kept in host memory, with where it came from and whether it took gradients."""
+    """A copy of a tensor, in host memory or (`on_device`) on the device it was made on, which no use writes into,
+    with where it came from and whether it took gradients."""
 
-    def __init__(self, tensor):
-        self.copy = tensor.detach().to("cpu", copy=True)
-        self.device = tensor.device
-        self.requires_grad = tensor.requires_grad
-
-
-class _HeldOnDevice(_Held):
-    """A tensor kept on the GPU it was made on: a copy of its own, which no use writes into."""
-
-    def __init__(self, tensor):
-        self.copy = tensor.detach().clone()
+    def __init__(self, tensor, on_device: bool = False):
+        self.copy = tensor.detach().clone() if on_device else tensor.detach().to("cpu", copy=True)
         self.device = tensor.device
         self.requires_grad = tensor.requires_grad
 
@@ -222,12 +214,6 @@ class _HeldOnDevice(_Held):
 def _on_gpu(leaves: list) -> bool:
     """Whether every tensor of an input is on a GPU (a CPU target's inputs are kept in host memory, as made)."""
     return bool(leaves) and all(t.is_cuda for t in leaves)
-
-
-def _torch_tensor() -> type:
-    import torch
-
-    return torch.Tensor
 
 
 def _gpu_total() -> int:
