@@ -23,8 +23,9 @@ reads the verdicts from the ledger. The untimed round (tests/test_redteam_untime
 to have been decided with no timing stage, so a cheat that reaches timing cannot hide there. The timed round
 (tests/test_redteam.py) holds the others and the honest controls, and runs with nothing beside it
 (tests/conftest.py EXCLUSIVE_MODULES). Where judge answers wrongly the expectation stays as it is and the
-case is marked xfail with the judge bug named (KNOWN_JUDGE_BUGS). REDTEAM_ONLY=name,name restricts a round
-to some cheats (the controls always run), for quick runs on a GPU machine.
+case is marked xfail with the judge bug named (KNOWN_JUDGE_BUGS). REDTEAM_ONLY=name,name restricts a round to some
+cheats (the controls always run), for quick runs on a GPU machine; REDTEAM_PROGRESS=1 prints the round's events on
+stderr as they come.
 """
 
 from __future__ import annotations
@@ -330,7 +331,8 @@ def run_redteam_round(key: str, tmp: Path, timed: bool = True) -> RedTeamRound:
     with _environ(JUDGE_LEDGER=str(ledger_path), JUDGE_REDTEAM_SECRET="the judge's own setting",
                   JUDGE_BYTECODE_CACHE=str(BYTECODE_CACHE)):
         try:
-            run_round(ledger, 1, settings=settings)
+            run_round(ledger, 1, settings=settings, on_event=_echo(start) if os.environ.get("REDTEAM_PROGRESS") else
+                      lambda *args, **kwargs: None)
         except Exception as error:  # a crash of judge itself: every test says so instead of erroring alone
             rr.error = f"run_round raised {type(error).__name__}: {error}"
     rr.seconds = time.monotonic() - start
@@ -360,6 +362,19 @@ def run_redteam_round(key: str, tmp: Path, timed: bool = True) -> RedTeamRound:
               f"{(evaluation['reason'] if evaluation else rr.error)[:150]}")
     ledger.close()
     return rr
+
+
+def _echo(start: float):
+    """REDTEAM_PROGRESS=1: the round's events but its progress ticks, on stderr as they come, so that a round its
+    caller's timeout stops says where it was (pytest reports nothing before the round ends)."""
+    import sys
+
+    def echo(kind: str, **event) -> None:
+        if kind != "progress":
+            print(f"redteam {time.monotonic() - start:7.1f} s {kind} {json.dumps(event, default=str)[:200]}",
+                  file=sys.stderr, flush=True)
+
+    return echo
 
 
 def submit(ledger: Ledger, pid: str, target: str, patch: str) -> None:
