@@ -209,9 +209,8 @@ def _floors(device: DeviceMemory, sizes: list[BenchmarkBytes], labels: list[str]
     usable = device.usable
     plans = []
     for index, size in enumerate(sizes):  # a floor that leaves the processes their margins, else one that fits at all
-        floor = next((p for roomy in (True, False) for p in FLOORS
-                      if (fits(device, [size], [p], False, runners) if roomy else
-                          need_of([size], [p], False, runners) <= usable)), None)
+        floor = (next((p for p in FLOORS if fits(device, [size], [p], False, runners)), None) or
+                 next((p for p in FLOORS if need_of([size], [p], False, runners) <= usable), None))
         if floor is None:
             raise _cannot_fit(index, labels[index], size, device,
                               f"{gib(max(usable, 0))} ({ROUND_SHARE:.0%} of it less {gib(device.in_use)} in use)")
